@@ -1,0 +1,70 @@
+"""The one place that imports the compiled module ``engine._native``.
+
+Everything else asks this module what the native build can do, so that a missing or
+CPU-only build is a clear message rather than an ImportError deep in a call stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class NativeStatus:
+    importable: bool
+    cuda_built: bool
+    cuda_version: str | None
+    cuda_archs: str
+    gpu_usable: bool
+    gpu_name: str
+    compute_capability: int
+    total_memory: int
+    reason: str  # why the GPU path is unavailable, or "" when it is available
+
+    def summary(self) -> str:
+        if not self.importable:
+            return f"native module unavailable: {self.reason}"
+        build = (f"CUDA {self.cuda_version} for sm_{self.cuda_archs.replace(';', ',sm_')}"
+                 if self.cuda_built else "CPU-only")
+        if self.gpu_usable:
+            gpu = f"{self.gpu_name} (sm_{self.compute_capability}, {self.total_memory / 2**30:.1f} GiB)"
+        else:
+            gpu = f"no usable GPU ({self.reason})"
+        return f"native build: {build}; {gpu}"
+
+
+def load_native():
+    """Import and return ``engine._native``; raises ImportError with an actionable message."""
+    try:
+        return importlib.import_module("engine._native")
+    except ImportError as exc:  # pragma: no cover - exercised only on broken installs
+        raise ImportError(
+            "engine._native is not built. Install the package with "
+            "`pip install -e .` (see README.md) so that csrc/ is compiled."
+        ) from exc
+
+
+def native_status() -> NativeStatus:
+    try:
+        mod = load_native()
+    except ImportError as exc:
+        return NativeStatus(False, False, None, "", False, "", 0, 0, str(exc))
+    build = mod.build_info()
+    dev = mod.device_info()
+    reason = ""
+    if not build["cuda"]:
+        reason = "built without CUDA"
+    elif not dev["usable"]:
+        reason = dev["reason"]
+    return NativeStatus(
+        importable=True,
+        cuda_built=bool(build["cuda"]),
+        cuda_version=build["cuda_version"],
+        cuda_archs=build["cuda_archs"],
+        gpu_usable=bool(build["cuda"]) and bool(dev["usable"]),
+        gpu_name=dev["name"],
+        compute_capability=int(dev["compute_capability"]),
+        total_memory=int(dev["total_memory"]),
+        reason=reason,
+    )
