@@ -1,26 +1,26 @@
-"""`monorail` command line: argparse subcommands. Heavy imports (torch) happen inside commands."""
+"""`monorail` command line: argparse subcommands, one module each under engine/commands/.
+
+Heavy imports (torch, the native module) happen inside the commands, never at import time,
+so `monorail --help` is instant.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-
-def _cmd_info(args: argparse.Namespace) -> int:
-    from engine import __version__
-    from engine.native import native_status
-
-    st = native_status()
-    print(f"monorail {__version__}")
-    print(st.summary())
-    return 0
+# Each module exposes register(subparsers).
+COMMAND_MODULES = [
+    "engine.commands.info",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="monorail", description="Monorail: one strong open model on one GPU at home.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    s = sub.add_parser("info", help="version, native build, GPU, backend and model")
-    s.set_defaults(func=_cmd_info)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
     return p
 
 
