@@ -1,0 +1,35 @@
+"""Shared pytest fixtures. Keep this small and additive: one fixture per shared resource.
+
+Tiny checkpoints take a few seconds to build, so they are built once per session.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # tests/tiny_models.py importable as `tiny_models`
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory):
+    """(transformers Qwen3_5ForConditionalGeneration in fp32 eval mode, checkpoint folder) with vision + MTP."""
+    pytest.importorskip("transformers")
+    from tiny_models import make_tiny_hf_model
+    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny_mm"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tiny_hf) -> Path:
+    """Folder of a tiny multimodal checkpoint (model.language_model.* layout, vision, MTP shard, fp32)."""
+    return tiny_hf[1]
+
+
+@pytest.fixture(scope="session")
+def tiny_text_hf(tmp_path_factory):
+    """(transformers Qwen3_5ForCausalLM in fp32 eval mode, folder) in the text-only model.* layout, with MTP."""
+    pytest.importorskip("transformers")
+    from tiny_models import make_tiny_hf_model
+    return make_tiny_hf_model(tmp_path_factory.mktemp("tiny_text"), seed=1, text_only_layout=True, vision=False)
