@@ -1,0 +1,27 @@
+"""Where Monorail keeps its files (XDG base directories; MONORAIL_DATA_DIR overrides, for tests)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def data_dir() -> Path:
+    override = os.environ.get("MONORAIL_DATA_DIR")
+    if override:
+        return Path(override)
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "monorail"
+
+
+def models_dir() -> Path:
+    return data_dir() / "models"
+
+
+def resources_dir() -> Path:
+    """The repository's resources/ folder (installed next to the packages in editable mode)."""
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "resources", here / "resources"):
+        if cand.is_dir():
+            return cand
+    raise FileNotFoundError("resources/ folder not found next to the engine package")
