@@ -1,0 +1,227 @@
+"""The engine worker process: owns the device, serves requests from the GUI over two queues.
+
+Started by the GUI with the multiprocessing *spawn* context, so the child begins with a clean
+interpreter (no inherited CUDA context, no Qt). Heavy imports (engine.api, hence torch and the
+native module) happen here, lazily, inside the child: importing this module is cheap and safe
+in the GUI process.
+
+The engine is built by an injectable *factory*, named by a ``"module:function"`` string so it
+survives pickling into the spawned child. The factory has the signature
+``factory(model: str, options: dict, progress: Callable[[float, str], None]) -> engine`` and the
+engine it returns follows engine.api.Engine (``info``, ``generate``, ``unload``). Tests inject a
+scripted fake; the default is :func:`load_engine`.
+
+Generation runs on a thread so that the main loop keeps reading the queue and a ``Cancel`` can
+reach it: cancellation sets the ``threading.Event`` the engine polls between tokens.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import traceback
+from typing import Any, Callable
+
+from engine import protocol as P
+
+DEFAULT_FACTORY = "engine.worker:load_engine"
+
+
+# ----------------------------------------------------------------------------- default factory
+def load_engine(model: str, options: dict[str, Any], progress: Callable[[float, str], None]):
+    """The real engine: the remote OpenAI-compatible client, or engine.api.Engine."""
+    if options.get("backend") == "remote":
+        from engine.remote import RemoteEngine
+
+        return RemoteEngine(base_url=options.get("base_url", ""), api_key=options.get("api_key") or None,
+                            model=options.get("remote_model") or model)
+    from engine.api import Engine, EngineOptions
+
+    known = {k: options[k] for k in ("backend", "max_context", "kv_dtype", "vram_budget_bytes") if k in options}
+    return _LocalEngineAdapter(Engine.load(model, EngineOptions(**known), progress=progress))
+
+
+class _LocalEngineAdapter:
+    """Turns the protocol's sampling dict into engine.sampling.SamplingParams for engine.api.Engine."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self.info = engine.info
+
+    def generate(self, messages, sampling: dict, *, enable_thinking: bool, cancel: threading.Event):
+        from engine.sampling import SamplingParams
+
+        fields = getattr(SamplingParams, "__dataclass_fields__", {})
+        params = SamplingParams(**{k: v for k, v in sampling.items() if k in fields})
+        return self._engine.generate(messages, params, enable_thinking=enable_thinking, cancel=cancel)
+
+    def unload(self) -> None:
+        self._engine.unload()
+
+
+def resolve_factory(spec: str) -> Callable[..., Any]:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"engine factory {spec!r} must look like 'package.module:function'")
+    return getattr(importlib.import_module(module), name)
+
+
+# ----------------------------------------------------------------------------- plan and convert
+def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str]:
+    """The memory plan for (model, options), computed here so the GUI never imports torch."""
+    try:
+        plan_mod = importlib.import_module("engine.plan")
+    except ImportError as exc:
+        raise RuntimeError(f"The memory planner is not available in this build ({exc}).") from exc
+    planner = getattr(plan_mod, "plan_for_model", None) or getattr(plan_mod, "make_plan", None)
+    if planner is None:
+        raise RuntimeError("engine.plan has no plan_for_model(); cannot show the memory plan.")
+    plan = planner(model, **{k: v for k, v in options.items() if v is not None})
+    as_dict = plan.to_dict() if hasattr(plan, "to_dict") else dict(getattr(plan, "__dict__", {}))
+    text = plan.format_table() if hasattr(plan, "format_table") else str(plan)
+    return as_dict, text
+
+
+def _convert(source: str, destination: str, progress: Callable[[float, str], None]) -> None:
+    try:
+        convert_mod = importlib.import_module("engine.convert")
+    except ImportError as exc:
+        raise RuntimeError("This build cannot convert Hugging Face checkpoints yet (engine.convert is missing). "
+                           "Convert it with `monorail convert` once available, then pick the artifact.") from exc
+    convert_mod.convert(source, destination, progress=progress)
+
+
+def _info_event(request_id: str, info: Any) -> P.ModelLoaded:
+    def get(name: str, default: Any) -> Any:
+        return info.get(name, default) if isinstance(info, dict) else getattr(info, name, default)
+
+    return P.ModelLoaded(request_id=request_id, name=str(get("name", "model")),
+                         random_weights=bool(get("random_weights", False)),
+                         context_limit=int(get("context_limit", 0) or 0),
+                         has_vision=bool(get("has_vision", False)), backend=str(get("backend", "")),
+                         plan=get("plan", None))
+
+
+def _error(request_id: str | None, exc: BaseException) -> P.WorkerError:
+    return P.WorkerError(request_id=request_id, kind=type(exc).__name__, message=str(exc) or repr(exc))
+
+
+# ----------------------------------------------------------------------------- the serving loop
+class _Worker:
+    def __init__(self, events: Any, factory: Callable[..., Any]) -> None:
+        self.events = events
+        self.factory = factory
+        self.engine: Any = None
+        self.gen_thread: threading.Thread | None = None
+        self.gen_id: str | None = None
+        self.cancel = threading.Event()
+
+    # generation ------------------------------------------------------------
+    def _generate(self, req: P.Generate) -> None:
+        finished = False
+        try:
+            for ev in self.engine.generate(req.messages, req.sampling, enable_thinking=req.enable_thinking,
+                                           cancel=self.cancel):
+                if hasattr(ev, "reason"):
+                    finished = True
+                    self.events.put(P.Finished(
+                        request_id=req.request_id, reason=ev.reason,
+                        prompt_tokens=int(getattr(ev, "prompt_tokens", 0) or 0),
+                        completion_tokens=int(getattr(ev, "completion_tokens", 0) or 0),
+                        ttft_s=getattr(ev, "ttft_s", None), prefill_tok_s=getattr(ev, "prefill_tok_s", None),
+                        decode_tok_s=getattr(ev, "decode_tok_s", None),
+                        spec_accept_rate=getattr(ev, "spec_accept_rate", None),
+                        tool_calls=list(getattr(ev, "tool_calls", None) or [])))
+                else:
+                    self.events.put(P.Delta(req.request_id, ev.channel, ev.text))
+            if not finished:
+                reason = "cancelled" if self.cancel.is_set() else "stop"
+                self.events.put(P.Finished(request_id=req.request_id, reason=reason))
+        except Exception as exc:  # an engine error ends this request, never the worker
+            self.events.put(_error(req.request_id, exc))
+            self.events.put(P.Finished(request_id=req.request_id, reason="error"))
+
+    def _stop_generation(self) -> None:
+        if self.gen_thread is not None:
+            self.cancel.set()
+            self.gen_thread.join()
+            self.gen_thread = None
+            self.gen_id = None
+
+    # requests --------------------------------------------------------------
+    def handle(self, req: Any) -> bool:
+        """Serve one request; returns False when the worker should exit."""
+        if self.gen_thread is not None and not self.gen_thread.is_alive():
+            self.gen_thread, self.gen_id = None, None
+        if isinstance(req, P.Shutdown):
+            self._stop_generation()
+            self._unload()
+            return False
+        if isinstance(req, P.Cancel):
+            if req.request_id == self.gen_id:
+                self.cancel.set()
+            return True
+        if isinstance(req, P.Generate):
+            if self.engine is None:
+                self.events.put(P.WorkerError(req.request_id, "NoModel", "No model is loaded. Pick one in Settings."))
+                self.events.put(P.Finished(request_id=req.request_id, reason="error"))
+            elif self.gen_thread is not None:
+                self.events.put(P.WorkerError(req.request_id, "Busy", "A reply is still being generated; stop it first."))
+                self.events.put(P.Finished(request_id=req.request_id, reason="error"))
+            else:
+                self.cancel = threading.Event()
+                self.gen_id = req.request_id
+                self.gen_thread = threading.Thread(target=self._generate, args=(req,), daemon=True)
+                self.gen_thread.start()
+            return True
+        # Everything below replaces or inspects the model: finish any generation first.
+        self._stop_generation()
+        try:
+            if isinstance(req, P.LoadModel):
+                self._unload()
+                progress = lambda f, m="": self.events.put(P.Progress(req.request_id, float(f), str(m)))  # noqa: E731
+                self.engine = self.factory(req.model, dict(req.options), progress)
+                self.events.put(_info_event(req.request_id, self.engine.info))
+            elif isinstance(req, P.Unload):
+                self._unload()
+                self.events.put(P.Unloaded(req.request_id))
+            elif isinstance(req, P.ComputePlan):
+                plan, text = _compute_plan(req.model, dict(req.options))
+                self.events.put(P.PlanResult(req.request_id, plan, text))
+            elif isinstance(req, P.Convert):
+                progress = lambda f, m="": self.events.put(P.Progress(req.request_id, float(f), str(m)))  # noqa: E731
+                _convert(req.source, req.destination, progress)
+                self.events.put(P.Converted(req.request_id, req.destination))
+            else:
+                self.events.put(P.WorkerError(getattr(req, "request_id", None), "ProtocolError",
+                                              f"The worker does not understand {type(req).__name__}."))
+        except Exception as exc:
+            self.events.put(_error(getattr(req, "request_id", None), exc))
+        return True
+
+    def _unload(self) -> None:
+        if self.engine is not None:
+            try:
+                self.engine.unload()
+            finally:
+                self.engine = None
+
+
+def worker_main(requests: Any, events: Any, factory_spec: str = DEFAULT_FACTORY) -> None:
+    """Entry point of the spawned process."""
+    try:
+        factory = resolve_factory(factory_spec)
+    except Exception as exc:
+        events.put(P.WorkerError(None, "WorkerStartError", f"Engine factory {factory_spec!r}: {exc}"))
+        return
+    events.put(P.WorkerReady(P.PROTOCOL_VERSION, os.getpid()))
+    worker = _Worker(events, factory)
+    while True:
+        req = requests.get()
+        try:
+            if not worker.handle(req):
+                break
+        except Exception as exc:  # last resort: report, keep serving
+            events.put(P.WorkerError(getattr(req, "request_id", None), "InternalError",
+                                     f"{exc}\n{traceback.format_exc(limit=3)}"))

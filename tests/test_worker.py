@@ -1,0 +1,108 @@
+"""The engine worker process over real spawn queues, with the scripted fake engine."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import time
+
+import pytest
+
+from engine import protocol as P
+from engine.worker import resolve_factory, worker_main
+
+FAKE = "test_worker_fakes:fake_factory"
+
+
+def _collect(events, until, timeout=20.0):
+    got = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ev = events.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        got.append(ev)
+        if until(ev):
+            return got
+    raise AssertionError(f"timed out; events so far: {got}")
+
+
+@pytest.fixture(scope="module")
+def worker():
+    ctx = mp.get_context("spawn")
+    requests, events = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=worker_main, args=(requests, events, FAKE), daemon=True)
+    proc.start()
+    ready = _collect(events, lambda e: isinstance(e, P.WorkerReady))[-1]
+    assert ready.protocol_version == P.PROTOCOL_VERSION and ready.pid == proc.pid
+    yield requests, events, proc
+    requests.put(P.Shutdown())
+    proc.join(10)
+
+
+def test_load_reports_progress_then_model_info(worker):
+    requests, events, _ = worker
+    requests.put(P.LoadModel("l1", "fake-a", {"max_context": 2048}))
+    got = _collect(events, lambda e: isinstance(e, (P.ModelLoaded, P.WorkerError)))
+    fractions = [e.fraction for e in got if isinstance(e, P.Progress)]
+    assert fractions == pytest.approx([1 / 3, 2 / 3, 1.0])
+    loaded = got[-1]
+    assert isinstance(loaded, P.ModelLoaded)
+    assert (loaded.name, loaded.context_limit, loaded.random_weights) == ("fake-a", 2048, True)
+
+
+def test_generate_streams_reasoning_then_content(worker):
+    requests, events, _ = worker
+    requests.put(P.LoadModel("l2", "fake", {}))
+    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    requests.put(P.Generate("g1", [{"role": "user", "content": "hello"}], {"temperature": 0.0}, True))
+    got = _collect(events, lambda e: isinstance(e, P.Finished))
+    deltas = [e for e in got if isinstance(e, P.Delta)]
+    assert all(e.request_id == "g1" for e in deltas)
+    channels = [e.channel for e in deltas]
+    assert channels.index("content") > channels.index("reasoning")
+    assert "reasoning" not in channels[channels.index("content"):]
+    assert "".join(e.text for e in deltas if e.channel == "content") == "You said: hello"
+    fin = got[-1]
+    assert fin.reason == "stop" and fin.completion_tokens == len(deltas) and fin.decode_tok_s == pytest.approx(56.7)
+
+
+def test_cancel_stops_a_long_reply(worker):
+    requests, events, _ = worker
+    requests.put(P.LoadModel("l3", "fake", {}))
+    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    requests.put(P.Generate("g2", [{"role": "user", "content": "SLOW please"}], {}, False))
+    _collect(events, lambda e: isinstance(e, P.Delta) and e.channel == "content")
+    requests.put(P.Cancel("g2"))
+    got = _collect(events, lambda e: isinstance(e, P.Finished))
+    assert got[-1].reason == "cancelled"
+    assert got[-1].completion_tokens < 400
+
+
+def test_load_failure_is_a_typed_error_and_worker_survives(worker):
+    requests, events, proc = worker
+    requests.put(P.LoadModel("bad", "broken", {}))
+    err = _collect(events, lambda e: isinstance(e, P.WorkerError))[-1]
+    assert err.request_id == "bad" and err.kind == "RuntimeError" and "config.json" in err.message
+    requests.put(P.Generate("g3", [{"role": "user", "content": "x"}], {}, True))
+    got = _collect(events, lambda e: isinstance(e, P.Finished))
+    assert any(isinstance(e, P.WorkerError) and e.kind == "NoModel" for e in got)
+    assert proc.is_alive()
+
+
+def test_crash_kills_the_process():
+    ctx = mp.get_context("spawn")
+    requests, events = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=worker_main, args=(requests, events, FAKE), daemon=True)
+    proc.start()
+    requests.put(P.LoadModel("l", "fake", {"delay": 0.0}))
+    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    requests.put(P.Generate("g", [{"role": "user", "content": "CRASH now"}], {}, True))
+    proc.join(20)
+    assert proc.exitcode == 3
+
+
+def test_bad_factory_spec_is_refused():
+    with pytest.raises(ValueError, match="package.module:function"):
+        resolve_factory("no_colon_here")
