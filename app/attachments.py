@@ -1,0 +1,116 @@
+"""Image attachments in the composer: load from a file, bytes or a pasted QImage, and validate.
+
+Validation happens here, before anything is sent, with messages that tell the user what to do.
+Token counts follow the model's preprocessing (engine.image, importable without torch); a local
+copy of the same public formula is used if that module is missing from this build.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+from PySide6.QtGui import QImage, QImageReader
+
+from app.i18n import tr
+from app.store import Attachment
+
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+MAX_IMAGES_PER_MESSAGE = 8
+MAX_ASPECT_RATIO = 200
+ACCEPTED_FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "jpg": "image/jpeg", "webp": "image/webp",
+                    "gif": "image/gif", "bmp": "image/bmp"}
+FILE_DIALOG_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp)"
+
+
+class AttachmentError(ValueError):
+    """An image the composer refuses; the message is shown to the user."""
+
+
+def _local_image_tokens(width: int, height: int) -> int:
+    factor, lo, hi = 32, 65_536, 16_777_216
+    h = max(factor, round(height / factor) * factor)
+    w = max(factor, round(width / factor) * factor)
+    if h * w > hi:
+        beta = math.sqrt(height * width / hi)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+    elif h * w < lo:
+        beta = math.sqrt(lo / (height * width))
+        h = math.ceil(height * beta / factor) * factor
+        w = math.ceil(width * beta / factor) * factor
+    return h * w // 1024
+
+
+def image_tokens(width: int, height: int) -> int:
+    """LLM tokens one image costs (plus its two vision start/end markers)."""
+    try:
+        from engine.image import image_token_count
+        n = int(image_token_count(width, height))
+    except Exception:   # engine.image not in this build, or a different signature
+        n = _local_image_tokens(width, height)
+    return n + 2
+
+
+def attachment_from_bytes(data: bytes, name: str) -> Attachment:
+    if len(data) > MAX_IMAGE_BYTES:
+        raise AttachmentError(tr("{name} is {size:.1f} MB; images must be at most {limit} MB.").format(
+            name=name, size=len(data) / 1e6, limit=MAX_IMAGE_BYTES // (1024 * 1024)))
+    buf = QBuffer()
+    buf.setData(QByteArray(data))
+    buf.open(QIODevice.OpenModeFlag.ReadOnly)
+    reader = QImageReader(buf)
+    fmt = bytes(reader.format().data()).decode().lower()
+    if fmt not in ACCEPTED_FORMATS:
+        raise AttachmentError(tr("{name} is not a supported image (PNG, JPEG, WebP, GIF or BMP).").format(name=name))
+    size = reader.size()
+    w, h = size.width(), size.height()
+    if w <= 0 or h <= 0:
+        raise AttachmentError(tr("{name} could not be read as an image; the file may be damaged.").format(name=name))
+    if max(w, h) / min(w, h) > MAX_ASPECT_RATIO:
+        raise AttachmentError(tr("{name} is {w}x{h}: too long and thin (aspect ratio above {r}:1).").format(
+            name=name, w=w, h=h, r=MAX_ASPECT_RATIO))
+    return Attachment(name=name, mime=ACCEPTED_FORMATS[fmt], width=w, height=h, data=bytes(data))
+
+
+def attachment_from_file(path: str | Path) -> Attachment:
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_IMAGE_BYTES:
+            raise AttachmentError(tr("{name} is {size:.1f} MB; images must be at most {limit} MB.").format(
+                name=p.name, size=p.stat().st_size / 1e6, limit=MAX_IMAGE_BYTES // (1024 * 1024)))
+        data = p.read_bytes()
+    except OSError as exc:
+        raise AttachmentError(tr("Cannot open {name}: {reason}").format(name=p.name, reason=exc.strerror)) from exc
+    return attachment_from_bytes(data, p.name)
+
+
+def attachment_from_qimage(image: QImage, name: str = "pasted.png") -> Attachment:
+    if image.isNull():
+        raise AttachmentError(tr("The clipboard image is empty."))
+    buf = QBuffer()
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    image.save(buf, "PNG")
+    return attachment_from_bytes(bytes(buf.data().data()), name)
+
+
+def check_count(existing: int, adding: int = 1) -> None:
+    if existing + adding > MAX_IMAGES_PER_MESSAGE:
+        raise AttachmentError(tr("At most {n} images per message.").format(n=MAX_IMAGES_PER_MESSAGE))
+
+
+def thumbnail(att: Attachment, side: int = 64) -> QImage:
+    img = QImage.fromData(att.data)
+    return img.scaled(side, side, aspectMode=_keep_aspect(), mode=_smooth())
+
+
+def _keep_aspect():
+    from PySide6.QtCore import Qt
+    return Qt.AspectRatioMode.KeepAspectRatio
+
+
+def _smooth():
+    from PySide6.QtCore import Qt
+    return Qt.TransformationMode.SmoothTransformation
