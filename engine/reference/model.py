@@ -1,0 +1,182 @@
+"""The reference text decoder: a stateful, incremental forward over one sequence (pure torch).
+
+    model = ReferenceModel.from_checkpoint(folder_or_checkpoint)
+    state = model.new_state(max_tokens=4096)
+    out = model.forward(prompt_ids, state)         # prefill (any chunking: call repeatedly)
+    out = model.forward(next_id[None], state)      # decode, T = 1
+    mtp_logits = model.mtp_forward(out.hidden, following_ids, state)
+
+Every layer is ``x += mixer(norm1(x)); x += mlp(norm2(x))`` with the mixer a Gated DeltaNet
+(layers i with (i + 1) % 4 != 0) or gated full attention. Norm and recurrence math runs in fp32;
+matmuls run in the weight dtype. Logits are returned in fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import ModelConfig, TextConfig
+from engine.reference.attention import gated_attention
+from engine.reference.gdn import gated_delta_net
+from engine.reference.layers import rms_norm_zero_centred, swiglu_mlp
+from engine.reference.rope import inverse_frequencies, mrope_axis_of_pair, mrope_cos_sin
+from engine.reference.state import GDNState, KVCache, ModelState
+from engine.reference.weights import LayerWeights, TensorSource, TextWeights, load_text_weights
+
+GDN_MODES = ("chunked", "recurrent")
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # [T, V] fp32 (or [1, V] with last_only)
+    hidden: torch.Tensor  # [T, H] after the final norm (what the MTP head consumes)
+
+
+def text_position_ids(start: int, t: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[3, T]`` positions of plain text tokens: the same position on the t, h and w axes."""
+    return torch.arange(start, start + t, device=device).expand(3, t)
+
+
+class ReferenceModel:
+    """Qwen3.5 hybrid text decoder (+ MTP head) evaluated with plain torch ops."""
+
+    def __init__(self, config: ModelConfig, weights: TextWeights, *, device: torch.device | str = "cpu",
+                 dtype: torch.dtype = torch.float32, gdn_mode: str = "chunked"):
+        if gdn_mode not in GDN_MODES:
+            raise ValueError(f"gdn_mode {gdn_mode!r}: expected one of {GDN_MODES}")
+        self.config = config
+        self.weights = weights
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.gdn_mode = gdn_mode
+        t = config.text
+        self._inv_freq = inverse_frequencies(t.rotary_dim, t.rope_theta).to(self.device)
+        self._axis_of_pair = mrope_axis_of_pair(t.mrope_section, t.rotary_dim // 2).to(self.device)
+        # layer index -> index into ModelState.kv / ModelState.gdn
+        self._cache_slot = {}
+        n_attn = n_gdn = 0
+        for i in range(t.num_hidden_layers):
+            if t.is_full_attention(i):
+                self._cache_slot[i], n_attn = n_attn, n_attn + 1
+            else:
+                self._cache_slot[i], n_gdn = n_gdn, n_gdn + 1
+
+    @property
+    def text_config(self) -> TextConfig:
+        return self.config.text
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.weights.mtp is not None
+
+    @classmethod
+    def from_checkpoint(cls, ckpt_or_path: TensorSource | str | Path, *, device: torch.device | str = "cpu",
+                        dtype: torch.dtype = torch.float32, gdn_mode: str = "chunked",
+                        mtp: bool = True) -> "ReferenceModel":
+        """Load from a checkpoint folder or any object with .config/.text/.get/.has/.keys."""
+        if isinstance(ckpt_or_path, (str, Path)):
+            from engine.loader import Checkpoint
+            src = Checkpoint.open(ckpt_or_path)
+        else:
+            src = ckpt_or_path
+        weights = load_text_weights(src, src.config.text, device=device, dtype=dtype, mtp=mtp)
+        return cls(src.config, weights, device=device, dtype=dtype, gdn_mode=gdn_mode)
+
+    # ---- state -----------------------------------------------------------------------------
+    def new_state(self, max_tokens: int) -> ModelState:
+        """Empty KV caches (attention layers + MTP layer) for ``max_tokens`` and zero GDN states."""
+        t = self.config.text
+        kv = [KVCache.empty(t.num_key_value_heads, max_tokens, t.head_dim, dtype=self.dtype, device=self.device)
+              for _ in t.full_attention_layers]
+        gdn = [GDNState.empty(t.linear_conv_dim, t.linear_conv_kernel_dim, t.linear_num_value_heads,
+                              t.linear_key_head_dim, t.linear_value_head_dim, dtype=self.dtype, device=self.device)
+               for _ in t.linear_attention_layers]
+        mtp_kv = (KVCache.empty(t.num_key_value_heads, max_tokens, t.head_dim, dtype=self.dtype, device=self.device)
+                  if self.has_mtp else None)
+        return ModelState(kv=kv, gdn=gdn, mtp_kv=mtp_kv, max_tokens=max_tokens)
+
+    # ---- forward ---------------------------------------------------------------------------
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(input_ids.to(self.device), self.weights.embed_tokens)
+
+    def _positions(self, position_ids: torch.Tensor | None, start: int, t: int) -> torch.Tensor:
+        if position_ids is None:
+            return text_position_ids(start, t, self.device)
+        if position_ids.shape != (3, t):
+            raise ValueError(f"position_ids has shape {list(position_ids.shape)}; expected [3, {t}] (t, h, w axes)")
+        return position_ids.to(self.device)
+
+    def _layer(self, x: torch.Tensor, lw: LayerWeights, attn_cache: KVCache | None, gdn_state: GDNState | None,
+               cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        t = self.config.text
+        h = rms_norm_zero_centred(x, lw.input_norm, t.rms_norm_eps)
+        if lw.attention is not None:
+            mixed = gated_attention(h, lw.attention, attn_cache, cos, sin, n_heads=t.num_attention_heads,
+                                    n_kv_heads=t.num_key_value_heads, head_dim=t.head_dim, eps=t.rms_norm_eps)
+        else:
+            mixed = gated_delta_net(h, lw.gdn, gdn_state, n_k_heads=t.linear_num_key_heads,
+                                    n_v_heads=t.linear_num_value_heads, dk=t.linear_key_head_dim,
+                                    dv=t.linear_value_head_dim, eps=t.rms_norm_eps, mode=self.gdn_mode)
+        x = x + mixed
+        h = rms_norm_zero_centred(x, lw.post_attention_norm, t.rms_norm_eps)
+        return x + swiglu_mlp(h, lw.gate_proj, lw.up_proj, lw.down_proj)
+
+    def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.weights.lm_head).float()
+
+    @torch.no_grad()
+    def forward(self, input_ids: torch.Tensor | None, state: ModelState, position_ids: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, *, last_only: bool = False) -> ForwardOutput:
+        """Run ``T`` new tokens through the trunk, appending them to ``state``.
+
+        ``input_ids [T]``; ``inputs_embeds [T, H]`` replaces the embedding gather (image tokens);
+        ``position_ids [3, T]`` defaults to text positions ``seq_len + rope_delta + arange(T)``.
+        ``last_only`` computes logits for the last token only (saves the [T, V] matmul).
+        """
+        if inputs_embeds is None:
+            if input_ids is None:
+                raise ValueError("forward needs input_ids or inputs_embeds")
+            x = self.embed(input_ids.reshape(-1))
+        else:
+            x = inputs_embeds.to(device=self.device, dtype=self.dtype)
+        t = x.shape[0]
+        if t == 0:
+            raise ValueError("forward called with zero tokens")
+        if state.seq_len + t > state.max_tokens:
+            raise ValueError(f"state holds {state.max_tokens} tokens; {state.seq_len} used, {t} more requested")
+        pos = self._positions(position_ids, state.seq_len + state.rope_delta, t)
+        cos, sin = mrope_cos_sin(pos, self._inv_freq, self._axis_of_pair)
+        tc = self.config.text
+        for i, lw in enumerate(self.weights.layers):
+            slot = self._cache_slot[i]
+            if tc.is_full_attention(i):
+                x = self._layer(x, lw, state.kv[slot], None, cos, sin)
+            else:
+                x = self._layer(x, lw, None, state.gdn[slot], cos, sin)
+        state.seq_len += t
+        hidden = rms_norm_zero_centred(x, self.weights.norm, tc.rms_norm_eps)
+        logits = self.lm_head(hidden[-1:] if last_only else hidden)
+        return ForwardOutput(logits=logits, hidden=hidden)
+
+    @torch.no_grad()
+    def mtp_forward(self, hidden: torch.Tensor, next_token_ids: torch.Tensor, state: ModelState,
+                    position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """MTP head logits ``[T, V]`` (fp32) predicting token t+2 from trunk hidden h_t and token t+1.
+
+        ``hidden [T, H]`` is the trunk output after the final norm; ``next_token_ids [T]`` are the
+        tokens that follow each of those positions. The pairs are appended to ``state.mtp_kv``;
+        positions default to ``mtp_kv.length + rope_delta + arange(T)`` (the position of h_t).
+        """
+        from engine.reference.mtp import mtp_hidden
+        if self.weights.mtp is None:
+            raise ValueError("this model has no MTP head (mtp_num_hidden_layers = 0 or loaded with mtp=False)")
+        cache = state.mtp_kv
+        t = hidden.shape[0]
+        pos = self._positions(position_ids, cache.length + state.rope_delta, t)
+        cos, sin = mrope_cos_sin(pos, self._inv_freq, self._axis_of_pair)
+        h = mtp_hidden(self, hidden.to(self.dtype), next_token_ids.reshape(-1), cache, cos, sin)
+        return self.lm_head(h)
