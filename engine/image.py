@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -168,11 +169,16 @@ def _open_lazily(source: ImageSource) -> "PILImage.Image":
         raise ImageError(f"cannot read an image from a {type(source).__name__}; give a file path, bytes or a "
                          "PIL image")
     try:
-        img = Image.open(fp)  # reads the header only
+        with warnings.catch_warnings():  # our own size limit applies; Pillow's warning would only be noise
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(fp)  # reads the header only
     except UnidentifiedImageError:
         raise ImageError(f"{what} is not an image Monorail can read; supported formats: "
                          f"{', '.join(SUPPORTED_FORMATS)}. Convert it to PNG or JPEG.") from None
-    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError:
+        raise ImageError(f"{what} claims far more than {MAX_SOURCE_PIXELS / 1e6:.0f} megapixels (the limit); "
+                         "scale it down before attaching it.") from None
+    except (OSError, ValueError) as exc:
         raise ImageError(f"{what} could not be opened ({exc}). Re-export it as PNG or JPEG.") from None
     if img.format not in SUPPORTED_FORMATS:
         fmt = img.format
