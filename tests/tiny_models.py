@@ -262,3 +262,9 @@ def make_tiny_checkpoint(path: str | Path, *, seed: int = 0, vision: bool = True
                               vocab_size=vocab_size, num_hidden_layers=num_hidden_layers, dtype=dtype,
                               max_shard_size=max_shard_size)
     return p
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative error ``||a - b|| / ||b||`` in fp64 (b is the oracle)."""
+    a64, b64 = a.detach().double().cpu(), b.detach().double().cpu()
+    return float((a64 - b64).norm() / b64.norm())
