@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "build_info.h"
+#include "plan_bindings.h"
 
 namespace py = pybind11;
 
@@ -48,6 +49,7 @@ PYBIND11_MODULE(_native, m) {
     d["reason"] = r.reason;
     return d;
   }, "Whether a usable CUDA GPU is present, and which.");
+  register_plan_bindings(m);
 #if MONORAIL_WITH_CUDA
   register_cuda_bindings(m);
 #endif

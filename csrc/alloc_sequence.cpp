@@ -1,0 +1,200 @@
+// The allocation sequence shared by the memory plan (dry arena) and the engine (device arena).
+#include "alloc_sequence.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace monorail {
+
+int ModelDims::n_full() const {
+  int n = 0;
+  for (int f : layer_is_full) n += f ? 1 : 0;
+  return n;
+}
+
+const char* role_name(int role) {
+  static const char* names[N_ROLES] = {"embed", "lm_head", "gdn_in", "gdn_out",
+                                       "attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"};
+  return (role >= 0 && role < N_ROLES) ? names[role] : "?";
+}
+
+char* Arena::take(const std::string& name, const std::string& category, int64_t bytes, int64_t align) {
+  if (bytes < 0) throw std::invalid_argument("negative allocation for " + name);
+  int64_t off = (used_ + align - 1) / align * align;
+  log_.push_back({name, category, bytes, align, off});
+  used_ = off + bytes;
+  return base_ ? base_ + off : nullptr;
+}
+
+int64_t qmatrix_code_bytes(int64_t rows, int64_t cols, int bits) {
+  return bits == 8 ? rows * cols : rows * cols / 2;  // 5/6-bit keep their low nibbles here
+}
+int64_t qmatrix_high_bytes(int64_t rows, int64_t cols, int bits) {
+  if (bits == 5) return rows * cols / 8;
+  if (bits == 6) return rows * cols / 4;
+  return 0;
+}
+int64_t qmatrix_scale_bytes(int64_t rows, int64_t cols, int group) { return rows * (cols / group) * 2; }
+
+static void check_spec(const QuantSpec& q, int64_t cols, const char* role) {
+  if (q.bits != 4 && q.bits != 5 && q.bits != 6 && q.bits != 8)
+    throw std::invalid_argument(std::string("recipe: role ") + role + " has bits " + std::to_string(q.bits) +
+                                "; supported: 4, 5, 6, 8");
+  if (q.group != 32 && q.group != 64)
+    throw std::invalid_argument(std::string("recipe: role ") + role + " has group " + std::to_string(q.group) +
+                                "; supported: 32, 64");
+  if (cols % q.group != 0)
+    throw std::invalid_argument(std::string("role ") + role + ": K=" + std::to_string(cols) +
+                                " is not a multiple of the group " + std::to_string(q.group));
+}
+
+static QMatrix take_qmatrix(Arena& a, const std::string& name, int role, int64_t rows, int64_t cols,
+                            const QuantSpec& q) {
+  check_spec(q, cols, role_name(role));
+  QMatrix m;
+  m.rows = rows;
+  m.cols = cols;
+  m.q = q;
+  std::string cat = std::string("weights:") + role_name(role);
+  m.codes = a.take(name + ".qcodes", cat, qmatrix_code_bytes(rows, cols, q.bits), 256);
+  int64_t hb = qmatrix_high_bytes(rows, cols, q.bits);
+  if (hb) m.high = a.take(name + ".qhigh", cat, hb, 256);
+  m.scales = a.take(name + ".qscales", cat, qmatrix_scale_bytes(rows, cols, q.group), 256);
+  return m;
+}
+
+static float* take_f32(Arena& a, const std::string& name, const std::string& cat, int64_t n) {
+  return reinterpret_cast<float*>(a.take(name, cat, n * 4, 256));
+}
+
+// The decode/verify/prefill step workspace, carved from `a` in one fixed order.
+static StepWorkspace carve_step_workspace(Arena& a, const ModelDims& d, int64_t T, int64_t logit_rows) {
+  StepWorkspace w;
+  const std::string c = "workspace";
+  int64_t attn_width = d.n_heads * d.head_dim;
+  int64_t xin_width = std::max({d.hidden, d.intermediate, d.lin_v_total(), attn_width});
+  w.inputs = a.take("ws.inputs", c, 4096);
+  w.resid = take_f32(a, "ws.resid", c, T * d.hidden);
+  w.xin = a.take("ws.xin", c, T * xin_width * 2);
+  w.act = a.take("ws.act", c, T * d.intermediate * 2);
+  w.mix = a.take("ws.mix", c, T * std::max(d.lin_v_total(), attn_width) * 2);
+  w.proj = take_f32(a, "ws.proj", c, T * std::max(d.gdn_in_rows(), d.attn_qkv_rows()));
+  w.conv_out = take_f32(a, "ws.conv_out", c, T * d.conv_dim());
+  w.q = take_f32(a, "ws.q", c, T * attn_width);
+  int64_t split_tokens = std::min<int64_t>(T, kMaxStepTokens);  // flash-style prefill needs no partials
+  w.attn_part = take_f32(a, "ws.attn_part", c, split_tokens * d.n_heads * kMaxAttnSplits * (d.head_dim + 2));
+  w.logits = take_f32(a, "ws.logits", c, logit_rows * d.vocab);
+  w.sampler = a.take("ws.sampler", c, kSamplerScratchBytes);
+  w.out_tokens = reinterpret_cast<int32_t*>(a.take("ws.out_tokens", c, kMaxStepTokens * 4));
+  w.bytes = a.used();
+  return w;
+}
+
+int64_t step_workspace_bytes(const ModelDims& d, int64_t tokens, int64_t logit_rows) {
+  Arena dry;
+  carve_step_workspace(dry, d, tokens, logit_rows);
+  return dry.used();
+}
+
+// Vision tower activations for the largest image (patches = tokens x merge), flash-style attention.
+int64_t vision_workspace_bytes(const ModelDims& d, int64_t vision_tokens) {
+  if (vision_tokens <= 0 || d.vision_hidden <= 0) return 0;
+  Arena dry;
+  int64_t P = vision_tokens * d.vision_merge;
+  dry.take("vis.x", "workspace", P * d.vision_hidden * 4);
+  dry.take("vis.norm", "workspace", P * d.vision_hidden * 2);
+  dry.take("vis.qkv", "workspace", P * 3 * d.vision_hidden * 2);
+  dry.take("vis.attn", "workspace", P * d.vision_hidden * 2);
+  dry.take("vis.mlp", "workspace", P * d.vision_intermediate * 2);
+  dry.take("vis.merged", "workspace", vision_tokens * d.hidden * 4);  // image embeddings for the LLM
+  return dry.used();
+}
+
+EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s) {
+  if (d.hidden <= 0 || d.n_layers <= 0 || (int64_t)d.layer_is_full.size() != d.n_layers)
+    throw std::invalid_argument("model dims: layer_is_full must list every layer");
+  if (s.max_step_tokens < 1 || s.max_step_tokens > kMaxStepTokens)
+    throw std::invalid_argument("max_step_tokens must be in 1..16 (speculative window + 1)");
+  if (s.max_lanes < 1) throw std::invalid_argument("max_lanes must be >= 1");
+  if (s.max_context < 1) throw std::invalid_argument("max_context must be >= 1");
+  if (s.kv_capacity < s.max_lanes * s.max_context)
+    throw std::invalid_argument("kv_capacity must hold max_lanes x max_context tokens");
+  if (d.head_dim % 64 != 0) throw std::invalid_argument("head_dim must be a multiple of 64");
+
+  EngineBuffers b;
+  const QuantSpec* r = s.recipe;
+  // 1. weights, in checkpoint order.
+  b.embed = take_qmatrix(a, "embed_tokens", EMBED, d.vocab, d.hidden, r[EMBED]);
+  int gdn_i = 0, attn_i = 0;
+  for (int i = 0; i < d.n_layers; ++i) {
+    LayerBuffers L;
+    std::string p = "layers." + std::to_string(i) + ".";
+    L.full = d.layer_is_full[i] != 0;
+    L.input_norm = take_f32(a, p + "input_layernorm", "weights:small", d.hidden);
+    L.post_norm = take_f32(a, p + "post_attention_layernorm", "weights:small", d.hidden);
+    if (L.full) {
+      L.attn_index = attn_i++;
+      L.mixer_in = take_qmatrix(a, p + "self_attn.qkv_proj", ATTN_QKV, d.attn_qkv_rows(), d.hidden, r[ATTN_QKV]);
+      L.q_norm = take_f32(a, p + "self_attn.q_norm", "weights:small", d.head_dim);
+      L.k_norm = take_f32(a, p + "self_attn.k_norm", "weights:small", d.head_dim);
+      L.mixer_out = take_qmatrix(a, p + "self_attn.o_proj", ATTN_O, d.hidden, d.n_heads * d.head_dim, r[ATTN_O]);
+    } else {
+      L.gdn_index = gdn_i++;
+      L.mixer_in = take_qmatrix(a, p + "linear_attn.in_proj", GDN_IN, d.gdn_in_rows(), d.hidden, r[GDN_IN]);
+      L.conv_w = take_f32(a, p + "linear_attn.conv1d", "weights:small", d.conv_dim() * d.conv_kernel);
+      L.a_log = take_f32(a, p + "linear_attn.A_log", "weights:small", d.lin_v_heads);
+      L.dt_bias = take_f32(a, p + "linear_attn.dt_bias", "weights:small", d.lin_v_heads);
+      L.gdn_norm = take_f32(a, p + "linear_attn.norm", "weights:small", d.lin_v_dim);
+      L.mixer_out = take_qmatrix(a, p + "linear_attn.out_proj", GDN_OUT, d.hidden, d.lin_v_total(), r[GDN_OUT]);
+    }
+    L.gate_up = take_qmatrix(a, p + "mlp.gate_up_proj", MLP_GATE_UP, 2 * d.intermediate, d.hidden, r[MLP_GATE_UP]);
+    L.down = take_qmatrix(a, p + "mlp.down_proj", MLP_DOWN, d.hidden, d.intermediate, r[MLP_DOWN]);
+    b.layers.push_back(L);
+  }
+  b.final_norm = take_f32(a, "norm", "weights:small", d.hidden);
+  b.lm_head = take_qmatrix(a, "lm_head", LM_HEAD, d.vocab, d.hidden, r[LM_HEAD]);
+  if (s.vision_max_tokens > 0 && d.vision_params > 0)
+    b.vision_weights = a.take("visual", "weights:vision", d.vision_params * 2);
+
+  // 2. KV pool: per attention layer, K and V for kv_capacity tokens.
+  int64_t row = d.n_kv_heads * d.head_dim;
+  for (auto& L : b.layers) {
+    if (!L.full) continue;
+    std::string p = "kv." + std::to_string(L.attn_index) + ".";
+    if (s.kv == KvDtype::BF16) {
+      L.k_cache = a.take(p + "k", "kv", s.kv_capacity * row * 2);
+      L.v_cache = a.take(p + "v", "kv", s.kv_capacity * row * 2);
+    } else {
+      L.k_cache = a.take(p + "k", "kv", s.kv_capacity * row);
+      L.v_cache = a.take(p + "v", "kv", s.kv_capacity * row);
+      L.k_scales = a.take(p + "k_scales", "kv", s.kv_capacity * row / 64 * 2);
+      L.v_scales = a.take(p + "v_scales", "kv", s.kv_capacity * row / 64 * 2);
+    }
+  }
+  // 3. per-lane recurrent state and sampling state.
+  int64_t nl = d.n_linear();
+  b.gdn_state = take_f32(a, "gdn_state", "gdn_state", s.max_lanes * nl * d.lin_v_heads * d.lin_k_dim * d.lin_v_dim);
+  b.conv_state = take_f32(a, "conv_state", "conv_state", s.max_lanes * nl * d.conv_dim() * (d.conv_kernel - 1));
+  b.token_counts = reinterpret_cast<int32_t*>(a.take("token_counts", "lane_state", s.max_lanes * d.vocab * 4));
+  b.lane_meta = a.take("lane_meta", "lane_state", s.max_lanes * kLaneMetaBytes);
+
+  // 4. workspace: the max over decode/verify, prefill chunk and vision; the decode layout is
+  //    carved at its start.
+  int64_t ws_decode = step_workspace_bytes(d, s.max_step_tokens, s.max_step_tokens);
+  int64_t ws_prefill = s.prefill_chunk > s.max_step_tokens ? step_workspace_bytes(d, s.prefill_chunk, 1) : 0;
+  int64_t ws_vision = vision_workspace_bytes(d, s.vision_max_tokens);
+  int64_t ws_bytes = std::max({ws_decode, ws_prefill, ws_vision});
+  std::string ws_name = ws_bytes == ws_decode ? "workspace (decode/verify)"
+                        : ws_bytes == ws_prefill ? "workspace (prefill chunk)" : "workspace (vision)";
+  char* ws_base = a.take(ws_name, "workspace", ws_bytes, 4096);
+  Arena sub(ws_base ? ws_base : nullptr);
+  b.ws = carve_step_workspace(sub, d, s.max_step_tokens, s.max_step_tokens);
+  if (a.dry()) b.ws = StepWorkspace{};  // a dry run hands out no pointers
+
+  // 5. allowances that are not arena memory but must fit in the budget.
+  if (s.graph_allowance > 0) a.take("decode graphs", "graphs", s.graph_allowance, 1);
+  if (s.margin > 0) a.take("margin", "margin", s.margin, 1);
+  return b;
+}
+
+}  // namespace monorail

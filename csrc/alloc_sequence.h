@@ -1,0 +1,158 @@
+// The engine's device allocation sequence, written once and executed twice: by a dry arena
+// (records names, sizes and alignments; no GPU needed, compiled in every build) for the memory
+// plan, and by the device arena at launch, which replays the identical sequence over one block.
+// Because both runs call the same code, the plan printed by `monorail plan` and the bytes the
+// engine takes can never disagree.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace monorail {
+
+// Shapes of the text model (from config.json). Vision dims are only used for the vision workspace.
+struct ModelDims {
+  int64_t hidden = 0, n_layers = 0, intermediate = 0, vocab = 0;
+  std::vector<int> layer_is_full;  // 1 = gated full attention, 0 = Gated DeltaNet
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, rotary_dim = 0;
+  int64_t lin_k_heads = 0, lin_k_dim = 0, lin_v_heads = 0, lin_v_dim = 0, conv_kernel = 4;
+  int64_t vision_hidden = 0, vision_intermediate = 0, vision_params = 0, vision_merge = 4;
+
+  int64_t lin_q_dim() const { return lin_k_heads * lin_k_dim; }
+  int64_t lin_v_total() const { return lin_v_heads * lin_v_dim; }
+  int64_t conv_dim() const { return 2 * lin_q_dim() + lin_v_total(); }
+  // Rows of the fused GDN input projection: qkv | z | b | a.
+  int64_t gdn_in_rows() const { return conv_dim() + lin_v_total() + 2 * lin_v_heads; }
+  // Rows of the fused attention input projection: q (with gate, 2 x head_dim per head) | k | v.
+  int64_t attn_qkv_rows() const { return 2 * n_heads * head_dim + 2 * n_kv_heads * head_dim; }
+  int n_full() const;
+  int n_linear() const { return static_cast<int>(n_layers) - n_full(); }
+};
+
+// Groupwise symmetric integer format of one matrix role (bits in {4,5,6,8}, group in {32,64}).
+struct QuantSpec {
+  int bits = 4;
+  int group = 64;
+};
+
+// The matrix roles of the recipe. Fused roles are stored as one device matrix.
+enum Role : int { EMBED = 0, LM_HEAD, GDN_IN, GDN_OUT, ATTN_QKV, ATTN_O, MLP_GATE_UP, MLP_DOWN, N_ROLES };
+const char* role_name(int role);
+
+enum class KvDtype : int { BF16 = 0, INT8G64 = 1 };
+
+struct EngineShape {
+  int64_t max_context = 4096;   // per sequence
+  int64_t kv_capacity = 4096;   // tokens in the shared KV pool (>= max_lanes * max_context for now)
+  KvDtype kv = KvDtype::INT8G64;
+  int64_t max_lanes = 1;        // concurrent sequences (GDN state slots)
+  int64_t max_step_tokens = 1;  // T of a decode/verify step (speculative window + 1), <= 16
+  int64_t prefill_chunk = 0;    // 0: prefill goes through the decode path
+  int64_t vision_max_tokens = 0;  // 0: vision off; else LLM tokens of the largest image
+  int64_t graph_allowance = 0;  // bytes held back for instantiated CUDA graphs
+  int64_t margin = 0;           // bytes left free for the driver, fragmentation, etc.
+  QuantSpec recipe[N_ROLES];
+};
+
+// Attention split-K: at most this many chunks of the context per (kv head, token).
+constexpr int64_t kMaxAttnSplits = 128;
+constexpr int64_t kMaxStepTokens = 16;
+
+struct Allocation {
+  std::string name;
+  std::string category;  // "weights:<role>", "weights:small", "kv", "gdn_state", "conv_state", ...
+  int64_t bytes = 0;
+  int64_t align = 256;
+  int64_t offset = 0;
+};
+
+// Bump allocator over one block. A dry arena has base == nullptr and only records.
+class Arena {
+ public:
+  explicit Arena(char* base = nullptr) : base_(base) {}
+  char* take(const std::string& name, const std::string& category, int64_t bytes, int64_t align = 256);
+  int64_t used() const { return used_; }
+  const std::vector<Allocation>& log() const { return log_; }
+  bool dry() const { return base_ == nullptr; }
+
+ private:
+  char* base_;
+  int64_t used_ = 0;
+  std::vector<Allocation> log_;
+};
+
+// One quantized matrix in device memory (canonical layout: codes, optional high bits, fp16 scales).
+struct QMatrix {
+  char* codes = nullptr;
+  char* high = nullptr;
+  char* scales = nullptr;
+  int64_t rows = 0, cols = 0;
+  QuantSpec q;
+};
+int64_t qmatrix_code_bytes(int64_t rows, int64_t cols, int bits);
+int64_t qmatrix_high_bytes(int64_t rows, int64_t cols, int bits);
+int64_t qmatrix_scale_bytes(int64_t rows, int64_t cols, int group);
+
+struct LayerBuffers {
+  bool full = false;
+  float* input_norm = nullptr;  // [hidden]
+  float* post_norm = nullptr;   // [hidden]
+  QMatrix mixer_in, mixer_out, gate_up, down;
+  // GDN
+  float* conv_w = nullptr;   // [conv_dim, kernel]
+  float* a_log = nullptr;    // [v_heads]
+  float* dt_bias = nullptr;  // [v_heads]
+  float* gdn_norm = nullptr;  // [v_dim]
+  int gdn_index = -1;        // index among GDN layers (state slot)
+  // attention
+  float* q_norm = nullptr;  // [head_dim]
+  float* k_norm = nullptr;  // [head_dim]
+  int attn_index = -1;      // index among attention layers (KV pool slot)
+  char* k_cache = nullptr;  // [capacity, kv_heads, head_dim] bf16 or int8
+  char* v_cache = nullptr;
+  char* k_scales = nullptr;  // int8 only: [capacity, kv_heads, head_dim/64] fp16
+  char* v_scales = nullptr;
+};
+
+// Pointers into the step workspace (sized for max_step_tokens).
+struct StepWorkspace {
+  char* inputs = nullptr;      // StepInputs (device copy)
+  float* resid = nullptr;      // [T, hidden] residual stream
+  char* xin = nullptr;         // [T, max(hidden, ...)] fp16 GEMV input (permuted)
+  char* act = nullptr;         // [T, intermediate] fp16 SwiGLU output (permuted)
+  char* mix = nullptr;         // [T, max(v_dim, heads*head_dim)] fp16 mixer output (permuted)
+  float* proj = nullptr;       // [T, max(gdn_in_rows, attn_qkv_rows)]
+  float* conv_out = nullptr;   // [T, conv_dim]
+  float* q = nullptr;          // [T, heads, head_dim] normed, rotated, scaled query
+  float* attn_part = nullptr;  // [T, heads, kMaxAttnSplits, head_dim + 2]
+  float* logits = nullptr;     // [T, vocab]
+  char* sampler = nullptr;     // sampler scratch
+  int32_t* out_tokens = nullptr;  // [T]
+  int64_t bytes = 0;
+};
+
+struct EngineBuffers {
+  std::vector<LayerBuffers> layers;
+  float* final_norm = nullptr;
+  QMatrix embed, lm_head;
+  char* vision_weights = nullptr;
+  float* gdn_state = nullptr;   // [lanes, n_linear, v_heads, k_dim, v_dim]
+  float* conv_state = nullptr;  // [lanes, n_linear, conv_dim, kernel - 1]
+  int32_t* token_counts = nullptr;  // [lanes, vocab] for repetition penalties
+  char* lane_meta = nullptr;        // [lanes] LaneMeta
+  StepWorkspace ws;
+};
+
+constexpr int64_t kSamplerScratchBytes = 64 * 1024;
+constexpr int64_t kLaneMetaBytes = 256;
+
+// The whole sequence: weights, KV pool, recurrent state, workspaces, graph allowance, margin.
+// Throws std::invalid_argument on impossible shapes.
+EngineBuffers allocate_engine(Arena& arena, const ModelDims& dims, const EngineShape& shape);
+
+// Bytes of the step workspace for T tokens with `logit_rows` rows of logits (sub-sequence of
+// allocate_engine, exposed so the plan can show decode, prefill and vision needs separately).
+int64_t step_workspace_bytes(const ModelDims& dims, int64_t tokens, int64_t logit_rows);
+int64_t vision_workspace_bytes(const ModelDims& dims, int64_t vision_tokens);
+
+}  // namespace monorail

@@ -1,0 +1,48 @@
+"""`monorail plan`: print the native engine's memory plan for a model and settings (no GPU needed)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _parse_bytes(s: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = s.strip().lower().rstrip("ib").rstrip("b")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(float(t))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from engine.config import load_config, parse_config
+    from engine.plan import PlanRequest, make_plan, uniform_recipe
+
+    if args.model == "27b":
+        from engine.plan_shapes import qwen35_27b_config
+        cfg = parse_config(qwen35_27b_config())
+    else:
+        cfg = load_config(args.model)
+    bits, group = args.recipe.lower().lstrip("q").split("g")
+    req = PlanRequest(
+        max_context=args.context, kv_dtype=args.kv, max_concurrency=args.concurrency,
+        speculative_window=args.spec, vision=args.vision, prefill_chunk=args.prefill_chunk,
+        vram_budget=_parse_bytes(args.vram_budget), recipe=uniform_recipe(int(bits), int(group)),
+    )
+    plan = make_plan(cfg, req)
+    print(plan.format_table())
+    return 0 if plan.fits else 2
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="print the native engine's memory plan (no GPU needed)")
+    p.add_argument("model", nargs="?", default="27b",
+                   help="checkpoint folder or config.json; '27b' (default) uses the built-in 27B shapes")
+    p.add_argument("--context", type=int, default=262144, help="max context per sequence (tokens)")
+    p.add_argument("--kv", choices=("bf16", "int8"), default="int8", help="KV cache format")
+    p.add_argument("--concurrency", type=int, default=1, help="concurrent sequences (GDN state slots)")
+    p.add_argument("--spec", type=int, default=0, help="speculative window (drafted tokens per step)")
+    p.add_argument("--vision", action="store_true", help="plan for the vision tower")
+    p.add_argument("--prefill-chunk", type=int, default=0, help="prefill chunk tokens (0: decode path)")
+    p.add_argument("--recipe", default="q4g64", help="uniform weight format, e.g. q4g64, q6g32, q8g64")
+    p.add_argument("--vram-budget", default="24GiB", help="bytes, e.g. 24GiB, 22.5G, 25769803776")
+    p.set_defaults(func=_run)
