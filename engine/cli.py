@@ -13,6 +13,7 @@ import sys
 # Each module exposes register(subparsers).
 COMMAND_MODULES = [
     "engine.commands.info",
+    "engine.commands.plan",
 ]
 
 
