@@ -31,7 +31,10 @@ Grid = tuple[int, int, int]
 
 
 class TensorSource(Protocol):
-    """Anything with ``get(full_key) -> Tensor`` (engine.loader.Checkpoint, or a dict in tests)."""
+    """Anything with ``get(full_key) -> Tensor`` (engine.loader.Checkpoint, or a dict in tests).
+
+    If it also has ``has(full_key) -> bool`` that is asked first, so a missing tensor is reported
+    as a ModelLoadError that names it."""
 
     def get(self, key: str) -> Any: ...
 
@@ -160,10 +163,8 @@ class VisionTower:
 
         def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
             key = prefix + name
-            try:
-                t = ckpt.get(key)
-            except KeyError:
-                t = None
+            has = getattr(ckpt, "has", None)  # engine.loader.Checkpoint; a plain dict answers get() with None
+            t = None if has is not None and not has(key) else ckpt.get(key)
             if t is None:
                 raise ModelLoadError(f"checkpoint has no tensor '{key}' (vision tower); the checkpoint is incomplete "
                                      "or not a Qwen3.5 multimodal checkpoint")
@@ -269,3 +270,25 @@ def split_by_image(embeddings: torch.Tensor, grid_thw: Sequence[Sequence[int]], 
     """Split the tower output into one [tokens_i, out_hidden] tensor per image."""
     sizes = [int(t) * int(h) * int(w) // (merge * merge) for t, h, w in grid_thw]
     return list(embeddings.split(sizes))
+
+
+def has_vision_weights(ckpt: TensorSource, prefix: str = VISUAL_PREFIX) -> bool:
+    """Whether a checkpoint carries a vision tower (text-only saves and conversions drop it)."""
+    key = prefix + "patch_embed.proj.weight"
+    has = getattr(ckpt, "has", None)
+    return bool(has(key)) if has is not None else ckpt.get(key) is not None
+
+
+def scatter_image_embeddings(text_embeds: torch.Tensor, input_ids: torch.Tensor, image_embeds: torch.Tensor,
+                             image_token_id: int) -> torch.Tensor:
+    """Replace the rows of image placeholder tokens, in order, by the tower's output rows."""
+    ids = input_ids.reshape(-1).to(text_embeds.device)
+    mask = ids == image_token_id
+    n = int(mask.sum())
+    if n != image_embeds.shape[0]:
+        raise PromptError(f"the prompt has {n} image placeholder tokens but the images give "
+                          f"{image_embeds.shape[0]} embeddings; size each image's placeholder run by its grid "
+                          "(ImageInput.num_llm_tokens)")
+    out = text_embeds.clone()
+    out[mask] = image_embeds.to(device=out.device, dtype=out.dtype)
+    return out
