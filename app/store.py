@@ -23,13 +23,13 @@ MIGRATIONS: list[str] = [
     # 1: conversations, messages (with reasoning text and timings), attachments, daily energy
     """
     CREATE TABLE conversations (
-        id INTEGER PRIMARY KEY,
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
         title TEXT NOT NULL DEFAULT '',
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL
     );
     CREATE TABLE messages (
-        id INTEGER PRIMARY KEY,
+        id INTEGER PRIMARY KEY AUTOINCREMENT,     -- never reuse ids: views key widgets by id
         conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
         role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
         content TEXT NOT NULL DEFAULT '',

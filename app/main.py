@@ -1,0 +1,46 @@
+"""Start the desktop app: `monorail` with no arguments lands here."""
+
+from __future__ import annotations
+
+import sys
+
+from app.i18n import set_language
+from app.settings import load_settings
+
+
+def build(factory: str | None = None, nvml_source=None, argv: list[str] | None = None):
+    """Create the application objects (used by run() and by tests). Returns (qapp, window)."""
+    from PySide6.QtWidgets import QApplication
+
+    from app.chat_controller import ChatController
+    from app.main_window import MainWindow
+    from app.store import Store
+    from app.telemetry import Telemetry
+    from app.theme import apply_theme
+    from app.worker_client import WorkerClient
+    from engine.worker import DEFAULT_FACTORY
+
+    qapp = QApplication.instance() or QApplication(argv or sys.argv[:1])
+    qapp.setApplicationName("Monorail")
+    qapp.setDesktopFileName("io.github.monorail.Monorail")
+    settings = load_settings()
+    set_language(settings.language)
+    dark = apply_theme(qapp, settings.theme)
+    store = Store()
+    client = WorkerClient(factory or DEFAULT_FACTORY)
+    controller = ChatController(store, settings, client)
+    telemetry = Telemetry(store, source=nvml_source)
+    window = MainWindow(controller, settings, telemetry, dark=dark)
+    return qapp, window
+
+
+def run(argv: list[str] | None = None) -> int:
+    qapp, window = build(argv=argv)
+    window.show()
+    window.telemetry.start()
+    window.controller.start()
+    return qapp.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,122 @@
+"""The chat driven through real widgets offscreen, with a real worker process running the fake engine."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QGuiApplication  # noqa: E402
+
+from test_app_support import close_window, make_window  # noqa: E402
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    w = make_window(qtbot, tmp_path, monkeypatch)
+    yield w
+    close_window(w)
+
+
+def _send(qtbot, window, text: str) -> None:
+    window.composer.set_text(text)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+
+
+def _wait_idle(qtbot, window) -> None:
+    qtbot.waitUntil(lambda: not window.controller.busy, timeout=20000)
+
+
+def test_first_run_loads_demo_and_says_random_weights(window):
+    assert window.controller.model.name == "demo"
+    assert "random weights" in window.model_label.text()
+    assert not window.banner.isHidden() and "random weights" in window.banner.label.text()
+
+
+def test_send_streams_thinking_then_content_and_saves(qtbot, window):
+    seen_thinking = []
+    window.controller.message_updated.connect(
+        lambda m: seen_thinking.append(m.reasoning) if m.role == "assistant" and m.status == "streaming" else None)
+    _send(qtbot, window, "hello **world**")
+    assert window.composer.text() == ""
+    assert window.composer.stop_button.isVisibleTo(window)
+    _wait_idle(qtbot, window)
+    assert any(seen_thinking), "reasoning should stream before the answer"
+    msgs = window.controller.store.messages(window.controller.conversation_id)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    reply = msgs[1]
+    assert reply.status == "done" and reply.content == "You said: hello **world**"
+    assert reply.reasoning == "Let me think about it." and reply.thinking_seconds is not None
+    assert reply.completion_tokens == 7 and reply.decode_tok_s == pytest.approx(56.7)
+    widget = window.chat.widgets[reply.id]
+    assert "<strong>world</strong>" in widget.body.toHtml() or "font-weight" in widget.body.toHtml()
+    assert widget.thinking_toggle.text().startswith("Thought for")
+    assert not widget.thinking_view.isVisibleTo(widget)          # collapsed once the answer came
+    widget.thinking_toggle.click()
+    assert widget.thinking_view.isVisibleTo(widget)
+    assert "56.7 tok/s" in widget.stats_label.text() and "7 output tokens" in widget.stats_label.text()
+    assert "acceptance 75%" in widget.stats_label.text()
+    assert window.context_meter.used == reply.prompt_tokens + reply.completion_tokens
+    assert window.sidebar.list.count() == 1
+
+
+def test_stop_with_escape_keeps_partial_reply(qtbot, window):
+    _send(qtbot, window, "SLOW story")
+    qtbot.waitUntil(lambda: window.controller.active is not None and "tick" in window.controller.active.message.content,
+                    timeout=20000)
+    qtbot.keyClick(window, Qt.Key.Key_Escape)
+    _wait_idle(qtbot, window)
+    reply = window.controller.store.messages(window.controller.conversation_id)[-1]
+    assert reply.status == "cancelled"
+    assert reply.content.startswith("You said: SLOW story") and reply.content.count("tick") < 400
+    assert "Stopped" in window.chat.widgets[reply.id].status_label.text()
+
+
+def test_regenerate_replaces_last_reply(qtbot, window):
+    _send(qtbot, window, "first")
+    _wait_idle(qtbot, window)
+    old = window.controller.store.messages(window.controller.conversation_id)[-1]
+    widget = window.chat.widgets[old.id]
+    assert widget.regenerate_button.isVisibleTo(widget)
+    widget.regenerate_button.click()
+    _wait_idle(qtbot, window)
+    msgs = window.controller.store.messages(window.controller.conversation_id)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].id != old.id and msgs[1].content == "You said: first" and msgs[1].status == "done"
+
+
+def test_edit_and_resend_truncates_after_the_edited_message(qtbot, window):
+    _send(qtbot, window, "one")
+    _wait_idle(qtbot, window)
+    _send(qtbot, window, "two")
+    _wait_idle(qtbot, window)
+    first_user = window.controller.store.messages(window.controller.conversation_id)[0]
+    window.chat.widgets[first_user.id].edit_button.click()
+    assert window.composer.text() == "one" and window.composer.edit_note.isVisibleTo(window)
+    window.composer.set_text("uno")
+    qtbot.mouseClick(window.composer.send_button, Qt.MouseButton.LeftButton)
+    _wait_idle(qtbot, window)
+    msgs = window.controller.store.messages(window.controller.conversation_id)
+    assert [(m.role, m.content) for m in msgs] == [("user", "uno"), ("assistant", "You said: uno")]
+
+
+def test_copy_message_and_code_block(qtbot, window):
+    _send(qtbot, window, "code:\n```python\nprint('hi')\n```")
+    _wait_idle(qtbot, window)
+    reply = window.controller.store.messages(window.controller.conversation_id)[-1]
+    widget = window.chat.widgets[reply.id]
+    widget.copy_button.click()
+    assert QGuiApplication.clipboard().text() == reply.content
+    assert widget.body.code_blocks == ["print('hi')\n"]
+    from PySide6.QtCore import QUrl
+    widget.body.anchorClicked.emit(QUrl("copy:0"))
+    assert QGuiApplication.clipboard().text() == "print('hi')\n"
+
+
+def test_shift_enter_adds_a_line_instead_of_sending(qtbot, window):
+    window.composer.set_text("line one")
+    window.composer.edit.moveCursor(window.composer.edit.textCursor().MoveOperation.End)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    assert window.composer.text() == "line one\n" and window.controller.conversation_id is None
