@@ -29,8 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 0
+        # No subcommand: open the desktop app (imported lazily so the CLI never needs Qt).
+        from app.main import run
+
+        return int(run() or 0)
     return int(args.func(args) or 0)
 
 
