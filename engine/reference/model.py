@@ -53,6 +53,8 @@ class ReferenceModel:
         self.device = torch.device(device)
         self.dtype = dtype
         self.gdn_mode = gdn_mode
+        self._source: TensorSource | None = None  # kept by from_checkpoint so the vision tower loads lazily
+        self._vision = None
         t = config.text
         self._inv_freq = inverse_frequencies(t.rotary_dim, t.rope_theta).to(self.device)
         self._axis_of_pair = mrope_axis_of_pair(t.mrope_section, t.rotary_dim // 2).to(self.device)
@@ -84,7 +86,45 @@ class ReferenceModel:
         else:
             src = ckpt_or_path
         weights = load_text_weights(src, src.config.text, device=device, dtype=dtype, mtp=mtp)
-        return cls(src.config, weights, device=device, dtype=dtype, gdn_mode=gdn_mode)
+        model = cls(src.config, weights, device=device, dtype=dtype, gdn_mode=gdn_mode)
+        model._source = src
+        return model
+
+    # ---- images (engine.reference.vision) -------------------------------------------------------
+    @property
+    def vision(self):
+        """The VisionTower, loaded on first use; None without a vision config or model.visual.* weights."""
+        from engine.reference.vision import VisionTower, has_vision_weights
+        if self._vision is None and self.config.vision is not None and self._source is not None \
+                and has_vision_weights(self._source):
+            self._vision = VisionTower.from_checkpoint(self._source, self.config.vision, self.device, self.dtype)
+        return self._vision
+
+    @torch.no_grad()
+    def embed_multimodal(self, input_ids: torch.Tensor, images: list, *,
+                         start: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(inputs_embeds [T, H], position_ids [3, T], rope_delta)`` for a prompt with image placeholders.
+
+        ``images`` are engine.image.ImageInput, in prompt order. ``start`` is the position of the first
+        token (``state.seq_len + state.rope_delta`` for a continuing sequence). Feed the result to
+        ``forward(None, state, position_ids, inputs_embeds)`` and then add ``rope_delta`` to
+        ``state.rope_delta`` so decode positions continue after the images.
+        """
+        from engine.errors import PromptError
+        from engine.positions import mrope_positions
+        from engine.reference.vision import scatter_image_embeddings
+        ids = input_ids.reshape(-1)
+        grids = [im.grid_thw for im in images]
+        position_ids, rope_delta = mrope_positions(ids, grids, self.config, start)
+        x = self.embed(ids)
+        if images:
+            tower = self.vision
+            if tower is None:
+                raise PromptError("this model was loaded without a vision tower (no vision_config or no "
+                                  "model.visual.* weights); remove the images or use a multimodal checkpoint")
+            feats = tower(torch.cat([im.pixel_values for im in images]), grids)
+            x = scatter_image_embeddings(x, ids, feats, self.config.image_token_id)
+        return x, position_ids.to(self.device), rope_delta
 
     # ---- state -----------------------------------------------------------------------------
     def new_state(self, max_tokens: int) -> ModelState:
