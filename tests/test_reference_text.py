@@ -205,3 +205,36 @@ def test_state_overflow_is_refused_before_any_state_changes(mm):
     assert state.seq_len == 8
     for a, b in zip(state.gdn, before.gdn):
         assert torch.equal(a.recurrent, b.recurrent) and torch.equal(a.conv, b.conv)
+
+
+BF16_REL_TOL = 5e-2  # bf16 activations and weights vs the fp32 oracle: about 2e-2 measured
+
+
+def test_bf16_checkpoint_in_fp32_and_bf16(tmp_path):
+    """A bf16 checkpoint: fp32 math reproduces the oracle (which holds the same bf16-rounded weights)."""
+    from tiny_models import make_tiny_hf_model
+    hf, path = make_tiny_hf_model(tmp_path / "bf16", seed=3, dtype="bfloat16", vision=False, mtp=False,
+                                  num_hidden_layers=4)
+    ids = _ids(70, hf.config.text_config.vocab_size, seed=14)
+    with torch.no_grad():
+        oracle = hf(input_ids=ids[None]).logits[0]
+    fp32 = ReferenceModel.from_checkpoint(path, dtype=torch.float32)
+    assert rel_err(fp32.forward(ids, fp32.new_state(80)).logits, oracle) <= FP32_REL_TOL
+    bf16 = ReferenceModel.from_checkpoint(path, dtype=torch.bfloat16)
+    state = bf16.new_state(80)
+    out = bf16.forward(ids, state)
+    assert state.gdn[0].recurrent.dtype == torch.float32  # the recurrent state stays fp32
+    assert rel_err(out.logits, oracle) <= BF16_REL_TOL
+
+
+@pytest.mark.gpu
+def test_reference_on_gpu_matches_cpu(tiny_checkpoint):
+    from engine.native import native_status
+    if not native_status().gpu_usable or not torch.cuda.is_available():
+        pytest.skip("no usable GPU")
+    ids = _ids(100, 1024, seed=15)
+    cpu = ReferenceModel.from_checkpoint(tiny_checkpoint)
+    gpu = ReferenceModel.from_checkpoint(tiny_checkpoint, device="cuda")
+    a = cpu.forward(ids, cpu.new_state(128)).logits
+    b = gpu.forward(ids, gpu.new_state(128)).logits
+    assert rel_err(b.cpu(), a) <= FP32_REL_TOL

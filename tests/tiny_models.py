@@ -241,8 +241,14 @@ def make_tiny_hf_model(path: str | Path, *, seed: int = 0, vision: bool = True, 
     save_kwargs = {"safe_serialization": True}
     if max_shard_size:
         save_kwargs["max_shard_size"] = max_shard_size
-    model.to(torch_dtype).save_pretrained(path, **save_kwargs)
-    model.float()
+    # cast a copy of the state dict, not the model: .to(bf16) would also round buffers such as
+    # the rotary inv_freq and leave the in-memory oracle subtly wrong
+    state = {k: v.to(torch_dtype) for k, v in model.state_dict().items()}
+    model.save_pretrained(path, state_dict=state, **save_kwargs)
+    cfg_path = path / "config.json"
+    cfg_json = json.loads(cfg_path.read_text())
+    cfg_json["dtype"] = dtype  # what the shards hold, as real bf16 releases declare
+    cfg_path.write_text(json.dumps(cfg_json, indent=2))
     if not vision and not text_only_layout:
         _drop_vision(path)
     if mtp:
