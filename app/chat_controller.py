@@ -63,10 +63,13 @@ class ChatController(QObject):
         client.ready.connect(self._on_ready)
         client.event.connect(self._on_event)
         client.crashed.connect(self._on_crash)
-        interrupted = store.mark_interrupted()
-        if interrupted:
+        self.interrupted = store.mark_interrupted()
+
+    def announce_startup(self) -> None:
+        """Called once the views are connected: report replies a previous crash interrupted."""
+        if self.interrupted:
             self.banner.emit("warning", tr("{n} reply was interrupted when Monorail last stopped; its text was kept.")
-                             .format(n=interrupted), "", "")
+                             .format(n=self.interrupted), "", "")
 
     # -- worker lifecycle ---------------------------------------------------------------
     @property

@@ -77,6 +77,7 @@ class MainWindow(QMainWindow):
         self._build_menu()
         self._connect()
         self.refresh_conversations()
+        controller.announce_startup()
 
     # -- wiring ---------------------------------------------------------------------------------
     def _build_menu(self) -> None:

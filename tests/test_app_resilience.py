@@ -1,0 +1,70 @@
+"""A dead worker, and a restarted app, never lose the conversation."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from PySide6.QtCore import Qt  # noqa: E402
+
+from test_app_support import close_window, make_window  # noqa: E402
+
+
+def test_worker_crash_shows_restart_and_keeps_conversation(qtbot, tmp_path, monkeypatch):
+    w = make_window(qtbot, tmp_path, monkeypatch)
+    try:
+        w.composer.set_text("hello")
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=20000)
+        old_pid = w.controller.client.pid
+        w.composer.set_text("please CRASH")
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: w.banner.kind == "error" and not w.banner.isHidden(), timeout=20000)
+        assert "stopped unexpectedly" in w.banner.label.text() and "exited with code 3" in w.banner.label.text()
+        assert w.banner.button.isVisibleTo(w) and w.banner.button.text() == "Restart engine"
+        assert not w.controller.busy and w.controller.model is None
+        msgs = w.controller.store.messages(w.controller.conversation_id)
+        assert [m.role for m in msgs] == ["user", "assistant", "user", "assistant"]
+        assert msgs[2].content == "please CRASH"
+        crashed = msgs[3]
+        assert crashed.status == "error" and "worker stopped" in crashed.error
+        assert crashed.reasoning.startswith("Let me think")          # partial text streamed before the crash is kept
+        assert "worker stopped" in w.chat.widgets[crashed.id].status_label.text()
+
+        w.banner.button.click()                                     # restart
+        qtbot.waitUntil(lambda: w.controller.model is not None, timeout=30000)
+        assert w.controller.client.pid != old_pid
+        w.composer.set_text("again")
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=20000)
+        msgs = w.controller.store.messages(w.controller.conversation_id)
+        assert len(msgs) == 6 and msgs[-1].content == "You said: again" and msgs[0].content == "hello"
+    finally:
+        close_window(w)
+
+
+def test_app_restart_shows_history_and_marks_interrupted_replies(qtbot, tmp_path, monkeypatch):
+    w = make_window(qtbot, tmp_path, monkeypatch)
+    w.composer.set_text("remember me")
+    qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not w.controller.busy, timeout=20000)
+    cid = w.controller.conversation_id
+    # simulate a reply that was streaming when the app died
+    w.controller.store.add_message(cid, "assistant", "half a rep", status="streaming")
+    close_window(w)
+    w.close()
+
+    w2 = make_window(qtbot, tmp_path, monkeypatch, start=False)
+    try:
+        assert w2.sidebar.list.count() == 1
+        assert "remember me" in w2.sidebar.list.item(0).text()
+        w2.sidebar.list.setCurrentRow(0)
+        msgs = w2.controller.messages()
+        assert [m.content for m in msgs] == ["remember me", "You said: remember me", "half a rep"]
+        assert msgs[-1].status == "interrupted"
+        assert len(w2.chat.widgets) == 3
+        assert "Interrupted" in w2.chat.widgets[msgs[-1].id].status_label.text()
+        assert not w2.banner.isHidden()
+    finally:
+        close_window(w2)
