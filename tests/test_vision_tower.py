@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from engine.config import parse_vision_config
 from engine.errors import ModelLoadError, PromptError
 from engine.image import preprocess_image
-from engine.reference.vision import VisionTower, bilinear_matrix, split_by_image
+from engine.reference.vision import VisionTower, bilinear_matrix, split_by_image, vision_tensor_shapes
 
 transformers = pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))
@@ -133,3 +133,13 @@ def test_bad_inputs_are_refused(hf_and_tower):
         tower(torch.zeros(15, 1536), [(1, 3, 5)])
     with pytest.raises(PromptError, match="pixel_values has shape"):
         tower(torch.zeros(15, 1536), [(1, 4, 4)])
+
+
+def test_shape_table_matches_transformers_and_the_27b_count(hf_and_tower):
+    _, _, weights, cfg_dict = hf_and_tower
+    table = vision_tensor_shapes(parse_vision_config(cfg_dict))
+    assert table == {k: tuple(v.shape) for k, v in weights.items()}
+    real = parse_vision_config({"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+                                "out_hidden_size": 5120})
+    n = sum(int(np.prod(s)) for s in vision_tensor_shapes(real).values())
+    assert n == 460_730_096  # MODEL.md: vision parameter count of the 27B checkpoints

@@ -131,6 +131,33 @@ def check_grids(grid_thw: Sequence[Sequence[int]], merge: int) -> list[Grid]:
     return grids
 
 
+def vision_tensor_shapes(c: VisionConfig, prefix: str = VISUAL_PREFIX) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the vision tower + merger, by its checkpoint key, with its shape."""
+    hid, inter, merged = c.hidden_size, c.intermediate_size, c.hidden_size * c.merge_unit
+    shapes: dict[str, tuple[int, ...]] = {
+        "patch_embed.proj.weight": (hid, c.in_channels, c.temporal_patch_size, c.patch_size, c.patch_size),
+        "patch_embed.proj.bias": (hid,),
+        "pos_embed.weight": (c.num_position_embeddings, hid),
+    }
+
+    def linear(name: str, out_f: int, in_f: int) -> None:
+        shapes[name + ".weight"] = (out_f, in_f)
+        shapes[name + ".bias"] = (out_f,)
+
+    for i in range(c.depth):
+        b = f"blocks.{i}."
+        for n in ("norm1", "norm2"):
+            shapes[f"{b}{n}.weight"] = shapes[f"{b}{n}.bias"] = (hid,)
+        linear(b + "attn.qkv", 3 * hid, hid)
+        linear(b + "attn.proj", hid, hid)
+        linear(b + "mlp.linear_fc1", inter, hid)
+        linear(b + "mlp.linear_fc2", hid, inter)
+    shapes["merger.norm.weight"] = shapes["merger.norm.bias"] = (hid,)
+    linear("merger.linear_fc1", merged, merged)
+    linear("merger.linear_fc2", c.out_hidden_size, merged)
+    return {prefix + k: v for k, v in shapes.items()}
+
+
 class VisionTower:
     """The vision encoder + merger of a Qwen3.5 checkpoint, as plain tensors and torch ops."""
 
@@ -159,37 +186,36 @@ class VisionTower:
                         dtype: torch.dtype = torch.float32, prefix: str = VISUAL_PREFIX) -> "VisionTower":
         """Take the ``model.visual.*`` tensors by their real names and check every shape."""
         c = vision_cfg
-        hid, inter, merged = c.hidden_size, c.intermediate_size, c.hidden_size * c.merge_unit
+        shapes = vision_tensor_shapes(c, prefix)
+        has = getattr(ckpt, "has", None)  # engine.loader.Checkpoint; a plain dict answers get() with None
 
-        def get(name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        def get(name: str) -> torch.Tensor:
             key = prefix + name
-            has = getattr(ckpt, "has", None)  # engine.loader.Checkpoint; a plain dict answers get() with None
             t = None if has is not None and not has(key) else ckpt.get(key)
             if t is None:
                 raise ModelLoadError(f"checkpoint has no tensor '{key}' (vision tower); the checkpoint is incomplete "
                                      "or not a Qwen3.5 multimodal checkpoint")
-            if tuple(t.shape) != shape:
-                raise ModelLoadError(f"tensor '{key}' has shape {list(t.shape)}; vision_config implies {list(shape)}")
+            if tuple(t.shape) != shapes[key]:
+                raise ModelLoadError(f"tensor '{key}' has shape {list(t.shape)}; vision_config implies "
+                                     f"{list(shapes[key])}")
             return t.to(device=device, dtype=dtype)
 
-        def linear(name: str, out_f: int, in_f: int) -> _Linear:
-            return _Linear(get(name + ".weight", (out_f, in_f)), get(name + ".bias", (out_f,)))
+        def linear(name: str) -> _Linear:
+            return _Linear(get(name + ".weight"), get(name + ".bias"))
 
-        def norm(name: str, n: int) -> _LayerNorm:
-            return _LayerNorm(get(name + ".weight", (n,)), get(name + ".bias", (n,)))
+        def norm(name: str) -> _LayerNorm:
+            return _LayerNorm(get(name + ".weight"), get(name + ".bias"))
 
-        pw = get("patch_embed.proj.weight", (hid, c.in_channels, c.temporal_patch_size, c.patch_size, c.patch_size))
-        pb = get("patch_embed.proj.bias", (hid,))
-        table = get("pos_embed.weight", (c.num_position_embeddings, hid))
+        pw, pb, table = get("patch_embed.proj.weight"), get("patch_embed.proj.bias"), get("pos_embed.weight")
         blocks = []
         for i in range(c.depth):
             b = f"blocks.{i}."
-            blocks.append(VisionBlock(
-                norm1=norm(b + "norm1", hid), qkv=linear(b + "attn.qkv", 3 * hid, hid),
-                proj=linear(b + "attn.proj", hid, hid), norm2=norm(b + "norm2", hid),
-                fc1=linear(b + "mlp.linear_fc1", inter, hid), fc2=linear(b + "mlp.linear_fc2", hid, inter)))
-        merger = VisionMerger(norm=norm("merger.norm", hid), fc1=linear("merger.linear_fc1", merged, merged),
-                              fc2=linear("merger.linear_fc2", c.out_hidden_size, merged))
+            blocks.append(VisionBlock(norm1=norm(b + "norm1"), qkv=linear(b + "attn.qkv"), proj=linear(b + "attn.proj"),
+                                      norm2=norm(b + "norm2"), fc1=linear(b + "mlp.linear_fc1"),
+                                      fc2=linear(b + "mlp.linear_fc2")))
+        merger = VisionMerger(norm=norm("merger.norm"), fc1=linear("merger.linear_fc1"),
+                              fc2=linear("merger.linear_fc2"))
+        hid = c.hidden_size
         return cls(c, pw.reshape(hid, -1), pb, table, blocks, merger)
 
     # ---- per-grid tables ----------------------------------------------------------------------
