@@ -198,3 +198,24 @@ def test_counting_and_validation_do_not_import_torch(tmp_path):
             "assert info.num_llm_tokens == im.image_token_count(64, 48), info; "
             "assert 'torch' not in sys.modules, 'engine.image imported torch'")
     subprocess.run([sys.executable, "-c", code, str(p)], check=True, timeout=60)
+
+
+def test_sixteen_bit_greyscale_maps_onto_eight_bits():
+    rng = np.random.default_rng(2)
+    eight = rng.integers(0, 256, (70, 90), dtype=np.uint8)
+    sixteen = Image.fromarray(eight.astype(np.uint16) * 257)  # v * 257 is v on a 16-bit scale
+    buf = io.BytesIO()
+    sixteen.save(buf, format="PNG")
+    ours = preprocess_image(buf.getvalue())
+    ref = preprocess_image(Image.fromarray(eight, "L"))
+    assert torch.equal(ours.pixel_values, ref.pixel_values)
+
+
+def test_animated_gif_uses_the_first_frame():
+    frames = [random_image(64, 64, seed=s).convert("P") for s in (20, 21)]
+    buf = io.BytesIO()
+    frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:], duration=100)
+    first = Image.open(io.BytesIO(buf.getvalue()))
+    first.load()
+    ours = preprocess_image(buf.getvalue())
+    assert_matches_hf(ours, hf_processor()(images=[first.convert("RGB")], return_tensors="pt"))
