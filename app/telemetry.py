@@ -138,7 +138,8 @@ class History:
 
 
 class Telemetry(QObject):
-    sampled = Signal(object)        # GpuSample, delivered in the GUI thread
+    _read = Signal(object)          # from the sampler thread, queued to the GUI thread
+    sampled = Signal(object)        # GpuSample, after history and energy were updated
     stats_changed = Signal(object)  # EngineStats
     energy_changed = Signal()
 
@@ -161,7 +162,7 @@ class Telemetry(QObject):
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self.sampled.connect(self.ingest)
+        self._read.connect(self.ingest)
 
     # -- sampling thread -------------------------------------------------------------------------
     def start(self) -> None:
@@ -180,7 +181,7 @@ class Telemetry(QObject):
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.sampled.emit(self.source.read())
+                self._read.emit(self.source.read())
             except Exception:
                 pass   # a failing read is a gap in the plot, not a dead dashboard
             interval = self.busy_interval_s if self._generating.is_set() else self.idle_interval_s
@@ -204,6 +205,7 @@ class Telemetry(QObject):
             self._prev_energy = s.energy_mj   # a counter reset (driver reload) just restarts the deltas
         if time.monotonic() - self._last_flush >= self.flush_interval_s:
             self.flush()
+        self.sampled.emit(s)
 
     def flush(self) -> None:
         if self._pending_j > 0:

@@ -1,0 +1,28 @@
+"""The GUI process never imports torch or the native engine module."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_importing_the_whole_app_does_not_import_torch():
+    code = """
+import os, sys, pkgutil, importlib
+os.environ['QT_QPA_PLATFORM'] = 'offscreen'
+import app
+for m in pkgutil.walk_packages(app.__path__, 'app.'):
+    importlib.import_module(m.name)
+from app.main import build
+print('torch' in sys.modules, 'engine._native' in sys.modules, 'transformers' in sys.modules)
+"""
+    env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "False"]
+
+
+def test_engine_layer_does_not_import_qt():
+    code = "import sys, engine.worker, engine.protocol, engine.remote; print(any(m.startswith('PySide6') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

@@ -1,0 +1,111 @@
+"""Settings round trip through the dialog, the API key store with its visible fallback, reloads."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import keyring  # noqa: E402
+import pytest  # noqa: E402
+from keyring.backend import KeyringBackend  # noqa: E402
+from keyring.backends import fail  # noqa: E402
+
+from app import keystore  # noqa: E402
+from app.settings import Settings, load_settings, save_settings  # noqa: E402
+from app.widgets.settings_dialog import SettingsDialog  # noqa: E402
+
+
+class MemoryKeyring(KeyringBackend):
+    priority = 1
+
+    def __init__(self):
+        super().__init__()
+        self.data = {}
+
+    def set_password(self, service, username, password):
+        self.data[(service, username)] = password
+
+    def get_password(self, service, username):
+        return self.data.get((service, username))
+
+    def delete_password(self, service, username):
+        self.data.pop((service, username), None)
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    old = keyring.get_keyring()
+    yield tmp_path
+    keyring.set_keyring(old)
+
+
+def test_settings_round_trip_through_dialog(qtbot, data_dir):
+    keyring.set_keyring(MemoryKeyring())
+    d = SettingsDialog(Settings())
+    qtbot.addWidget(d)
+    d.backend.setCurrentIndex(1)
+    d.remote_url.setText("http://gpu-box:8000/v1")
+    d.remote_model.setText("qwen3.6-27b")
+    d.api_key.setText("sk-test")
+    d.context.setValue(131072)
+    d.kv.setCurrentText("bf16")
+    d.budget.setValue(22.5)
+    d.preset.setCurrentText("Precise (greedy)")
+    assert d.temperature.value() == 0.0
+    d.sys_preset.setCurrentText("Coding")
+    d.thinking.setChecked(False)
+    d.theme.setCurrentIndex(2)
+    d.language.setCurrentIndex(1)
+    d.enter_sends.setChecked(False)
+    d.tariff.setValue(0.25)
+    d.accept()
+    assert d.needs_reload()
+    s = d.result_settings()
+    save_settings(s)
+    back = load_settings()
+    assert back == s
+    assert (back.backend, back.remote_url, back.remote_model) == ("remote", "http://gpu-box:8000/v1", "qwen3.6-27b")
+    assert (back.max_context, back.kv_dtype, back.vram_budget_gib) == (131072, "bf16", 22.5)
+    assert back.sampling["temperature"] == 0.0 and back.system_prompt.startswith("You are an expert programmer")
+    assert (back.thinking_default, back.theme, back.language, back.enter_sends) == (False, "dark", "zh_CN", False)
+    assert back.engine_options() == {"backend": "remote", "base_url": "http://gpu-box:8000/v1",
+                                     "remote_model": "qwen3.6-27b"}
+    assert keystore.get_api_key("http://gpu-box:8000/v1") == "sk-test"
+    assert not (data_dir / "api-keys.json").exists()      # the keyring held it
+    assert "OS keyring" in d.key_status.text()
+
+
+def test_unchanged_settings_do_not_reload(qtbot, data_dir):
+    keyring.set_keyring(MemoryKeyring())
+    d = SettingsDialog(Settings(theme="dark"))
+    qtbot.addWidget(d)
+    d.accept()
+    assert not d.needs_reload()
+
+
+def test_local_engine_options():
+    s = Settings(model="/m/q.monorail", max_context=65536, vram_budget_gib=20.0, local_backend="native")
+    assert s.engine_options() == {"backend": "native", "kv_dtype": "int8", "max_context": 65536,
+                                  "vram_budget_bytes": 20 * 2**30}
+
+
+def test_keyring_fallback_is_visible_and_private(qtbot, data_dir):
+    keyring.set_keyring(fail.Keyring())
+    status = keystore.set_api_key("http://x/v1", "sk-secret")
+    assert not status.secure and "No Secret Service" in status.description
+    path = data_dir / "api-keys.json"
+    assert path.exists() and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert keystore.get_api_key("http://x/v1") == "sk-secret"
+    d = SettingsDialog(Settings())
+    qtbot.addWidget(d)
+    assert "No Secret Service" in d.key_status.text() and "api-keys.json" in d.key_status.text()
+    keystore.set_api_key("http://x/v1", "")
+    assert keystore.get_api_key("http://x/v1") == ""
+
+
+def test_damaged_settings_file_falls_back_to_defaults(data_dir):
+    (data_dir / "settings.json").write_text("{not json")
+    assert load_settings() == Settings()
