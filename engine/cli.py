@@ -14,6 +14,7 @@ import sys
 COMMAND_MODULES = [
     "engine.commands.info",
     "engine.commands.plan",
+    "engine.commands.chat",
 ]
 
 

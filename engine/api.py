@@ -1,0 +1,401 @@
+"""The one Engine API the worker, the CLI and the server use, over two backends.
+
+``reference``: the pure-torch model (CPU or GPU), the oracle and the fallback without a GPU.
+``native``: the CUDA engine (engine/native_backend.py), when built and a GPU is usable.
+
+A request goes: messages -> chat template -> token ids (image pads expanded to the vision grid)
+-> chunked prefill -> decode loop (sampler, stop checks, streaming detokenizer, channel parser)
+-> TextDelta events on two channels (reasoning, content) -> one Finished event.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from engine.errors import BackendUnavailableError, EngineError, ModelLoadError, PromptError
+from engine.sampling import SamplingParams
+
+ProgressFn = Callable[[float, str], None]
+
+
+@dataclass
+class EngineOptions:
+    backend: str = "reference"        # "reference" or "native"
+    max_context: int | None = None    # None: the model's limit
+    kv_dtype: str = "int8"            # native only: "bf16" | "int8"
+    vram_budget_bytes: int | None = None
+    device: str | None = None         # reference only: None picks cuda when available, else cpu
+    prefill_chunk: int = 512
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    path: str
+    random_weights: bool
+    context_limit: int
+    has_vision: bool
+    has_mtp: bool
+    backend: str
+    device: str
+    plan: dict | None = None
+
+
+@dataclass
+class TextDelta:
+    channel: str  # "reasoning" | "content"
+    text: str
+
+
+@dataclass
+class Finished:
+    reason: str  # "stop" | "length" | "cancelled" | "error"
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float | None
+    prefill_tok_s: float | None
+    decode_tok_s: float | None
+    tool_calls: list[dict] = field(default_factory=list)
+    spec_accept_rate: float | None = None
+    error: str | None = None
+
+
+GenEvent = TextDelta | Finished
+
+
+@dataclass
+class _Prompt:
+    text: str      # the rendered template (its tail says whether output starts inside <think>)
+    ids: list[int]  # image pads already expanded to one per merged vision patch
+    images: list   # engine.image.ImageInput, in prompt order
+
+
+def _resolve_model(model: str) -> tuple[Path, object, bool, str]:
+    """Return (path, checkpoint-like reader, random_weights, display name) for "demo", an HF folder or an artifact."""
+    from engine import demo
+
+    if model == "demo":
+        path = demo.ensure_demo_model()
+    else:
+        path = Path(model).expanduser()
+    if not path.exists():
+        raise ModelLoadError(f"No model at {path}: pick a Hugging Face checkpoint folder or a Monorail artifact.")
+    if path.is_file():
+        try:
+            from engine.artifact import Artifact
+        except ImportError as exc:  # pragma: no cover - the converter ships with the engine
+            raise ModelLoadError(f"{path} looks like an artifact but the artifact reader is unavailable: {exc}") from exc
+        try:
+            art = Artifact.open(path)
+        except Exception as exc:
+            raise ModelLoadError(f"Cannot open artifact {path}: {exc}") from exc
+        return path, art.checkpoint_view(), False, path.stem
+    from engine.config import ConfigError
+    from engine.loader import Checkpoint, CheckpointError
+
+    try:
+        ckpt = Checkpoint.open(path)
+    except (ConfigError, CheckpointError) as exc:
+        raise ModelLoadError(str(exc)) from exc
+    random_weights = demo.is_demo_model(path)
+    name = demo.DEMO_NAME if random_weights else path.name
+    return path, ckpt, random_weights, name
+
+
+class Engine:
+    """A loaded model plus everything needed to turn chat messages into streamed text."""
+
+    def __init__(self, model, checkpoint, info: ModelInfo, options: EngineOptions, model_dir: Path | None):
+        from engine.chat_template import load_chat_template
+        from engine.tokenizer import load_tokenizer
+
+        self._model = model
+        self._ckpt = checkpoint
+        self.info = info
+        self.options = options
+        self.config = model.config
+        self.tokenizer = load_tokenizer()
+        self.chat_template = load_chat_template(model_dir) if model_dir is not None else load_chat_template(None)
+        self._lock = threading.Lock()  # one generation at a time on one model
+
+    # ----------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, model: str, options: EngineOptions | None = None, progress: ProgressFn | None = None) -> "Engine":
+        options = options or EngineOptions()
+        report = progress or (lambda frac, msg: None)
+        report(0.0, f"Opening {model}")
+        path, ckpt, random_weights, name = _resolve_model(model)
+        cfg = ckpt.config
+        context_limit = cfg.text.max_position_embeddings
+        if options.max_context is not None:
+            if options.max_context < 16:
+                raise EngineError(f"max_context {options.max_context} is too small (at least 16 tokens).")
+            context_limit = min(context_limit, options.max_context)
+        if options.backend == "reference":
+            model_obj, device = cls._load_reference(ckpt, options, report)
+            plan = None
+        elif options.backend == "native":
+            model_obj, device, plan = cls._load_native(ckpt, options, context_limit, report)
+        else:
+            raise EngineError(f"Unknown backend {options.backend!r}: use 'reference' or 'native'.")
+        info = ModelInfo(name=name, path=str(path), random_weights=random_weights, context_limit=context_limit,
+                         has_vision=cfg.has_vision and _has_vision_weights(ckpt), has_mtp=cfg.has_mtp,
+                         backend=options.backend, device=device, plan=plan)
+        report(1.0, "Ready")
+        model_dir = path if path.is_dir() else None
+        return cls(model_obj, ckpt, info, options, model_dir)
+
+    @staticmethod
+    def _load_reference(ckpt, options: EngineOptions, report: ProgressFn):
+        import torch
+
+        from engine.reference import ReferenceModel
+
+        device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        report(0.1, f"Loading weights on {device}")
+        try:
+            model = ReferenceModel.from_checkpoint(ckpt, device=device, dtype=torch.float32)
+        except EngineError:
+            raise
+        except Exception as exc:
+            raise ModelLoadError(f"Could not load the model: {exc}") from exc
+        return model, device
+
+    @staticmethod
+    def _load_native(ckpt, options: EngineOptions, context_limit: int, report: ProgressFn):
+        from engine.native import native_status
+
+        st = native_status()
+        if not st.gpu_usable:
+            raise BackendUnavailableError(f"The native backend needs a CUDA GPU: {st.reason}. "
+                                          "Use the reference backend (--backend reference).")
+        from engine.native_backend import NativeModel
+
+        report(0.1, "Planning device memory")
+        model = NativeModel.from_checkpoint(ckpt, kv_dtype=options.kv_dtype, max_context=context_limit,
+                                            vram_budget_bytes=options.vram_budget_bytes, progress=report)
+        plan = model.plan.as_dict() if hasattr(model, "plan") and hasattr(model.plan, "as_dict") else None
+        return model, "cuda", plan
+
+    def unload(self) -> None:
+        self._model = None
+        self._ckpt = None
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover
+            pass
+
+    # ----------------------------------------------------------------- prompts
+    def _render(self, messages: list[dict], enable_thinking: bool, tools) -> str:
+        from engine.chat_template import render_chat
+
+        if not messages:
+            raise PromptError("The conversation is empty: write a message first.")
+        last = messages[-1]
+        if last.get("role") == "user" and not _message_has_content(last):
+            raise PromptError("The message is empty: type something or attach an image.")
+        return render_chat(self.chat_template, [_template_message(m) for m in messages], tools=tools,
+                           add_generation_prompt=True, enable_thinking=enable_thinking)
+
+    def _build_prompt(self, messages: list[dict], enable_thinking: bool, tools) -> _Prompt:
+        text = self._render(messages, enable_thinking, tools)
+        images = [part["image"] for m in messages for part in _parts(m) if part.get("type") == "image"]
+        if images and not self.info.has_vision:
+            raise PromptError("This model has no vision tower, so it cannot read images. Remove the image "
+                              "or load a model with vision.")
+        ids = self.tokenizer.encode(text, allow_special=True)
+        prepared = []
+        if images:
+            from engine.image import preprocess_image
+
+            prepared = [preprocess_image(img, self.config.vision) for img in images]
+            ids = _expand_image_pads(ids, self.config.image_token_id, [p.num_llm_tokens for p in prepared])
+        return _Prompt(text=text, ids=ids, images=prepared)
+
+    def count_prompt_tokens(self, messages: list[dict], *, enable_thinking: bool, tools=None) -> int:
+        text = self._render(messages, enable_thinking, tools)
+        n = len(self.tokenizer.encode(text, allow_special=True))
+        for m in messages:
+            for part in _parts(m):
+                if part.get("type") == "image":
+                    from engine.image import inspect_image
+
+                    n += inspect_image(part["image"]).num_llm_tokens - 1  # the template wrote one pad per image
+        return n
+
+    # -------------------------------------------------------------- generation
+    def generate(self, messages: list[dict], sampling: SamplingParams | None = None, *, enable_thinking: bool = True,
+                 tools=None, cancel: threading.Event | None = None) -> Iterator[GenEvent]:
+        sampling = sampling or SamplingParams()
+        sampling.validate()
+        with self._lock:
+            yield from self._generate_locked(messages, sampling, enable_thinking, tools, cancel)
+
+    def _generate_locked(self, messages, sampling: SamplingParams, enable_thinking: bool, tools,
+                         cancel: threading.Event | None) -> Iterator[GenEvent]:
+        from engine.output_parser import OutputParser
+        from engine.sampling import Sampler, StopChecker
+
+        if self._model is None:
+            raise EngineError("No model is loaded.")
+        prompt = self._build_prompt(messages, enable_thinking, tools)
+        n_prompt = len(prompt.ids)
+        limit = self.info.context_limit
+        if n_prompt >= limit:
+            raise PromptError(f"The prompt is {n_prompt:,} tokens, over the context limit of {limit:,}. "
+                              "Start a new conversation or remove earlier messages.")
+        budget = min(sampling.max_tokens, limit - n_prompt)
+
+        eos = set(self.tokenizer.eos_ids) | set(self.config.text.eos_token_ids)
+        sampler = Sampler(sampling, valid_vocab_size=self.tokenizer.vocab_size)
+        stopper = StopChecker(sampling, eos_ids=sorted(eos))  # eos, stop ids, stop strings, max_tokens
+        detok = self.tokenizer.stream_decoder(skip_special=True)
+        parser = OutputParser.for_prompt(prompt.text, tools)
+
+        t0 = time.perf_counter()
+        state, logits = self._prefill(prompt, n_prompt + budget, cancel)
+        t_prefill = time.perf_counter() - t0
+        generated: list[int] = []
+        reason = "length"  # the context limit, unless the stop checker says otherwise
+        ended_by_stop_string = False
+        ttft = None
+        t_decode0 = time.perf_counter()
+        for step in range(budget if state is not None else 0):
+            if cancel is not None and cancel.is_set():
+                reason = "cancelled"
+                break
+            token = sampler.sample(logits, generated, prompt_ids=prompt.ids)
+            generated.append(token)
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            decision = stopper.push(token, detok.push(token))
+            for d in parser.feed(decision.text):
+                yield TextDelta(d.channel, d.text)
+            if decision.stop:
+                reason = decision.finish_reason or "stop"
+                ended_by_stop_string = isinstance(decision.matched, str)
+                break
+            if step + 1 < budget:
+                logits = self._step(token, state)
+        if state is None:
+            reason = "cancelled"
+        if not ended_by_stop_string:
+            # Text still held back (a partial UTF-8 character, a possible stop string) is real output.
+            for d in parser.feed(stopper.flush() + detok.flush()):
+                yield TextDelta(d.channel, d.text)
+        for d in parser.flush():
+            yield TextDelta(d.channel, d.text)
+        parsed = parser.finish()
+        t_end = time.perf_counter()
+        n_gen = len(generated)
+        decode_s = t_end - t_decode0
+        yield Finished(
+            reason=reason,
+            prompt_tokens=n_prompt,
+            completion_tokens=n_gen,
+            ttft_s=ttft,
+            prefill_tok_s=n_prompt / t_prefill if t_prefill > 0 else None,
+            decode_tok_s=(n_gen - 1) / decode_s if n_gen > 1 and decode_s > 0 else None,
+            tool_calls=[{"name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
+        )
+
+    def _prefill(self, prompt: _Prompt, max_tokens: int, cancel: threading.Event | None):
+        """Run the prompt through the model in chunks; return (state, logits of the last position).
+
+        Returns (None, None) when cancelled between chunks, so a long prompt can be stopped."""
+        import torch
+
+        model = self._model
+        state = model.new_state(max_tokens)
+        ids = torch.tensor(prompt.ids, dtype=torch.long)
+        embeds = positions = None
+        rope_delta = 0
+        if prompt.images:
+            embeds, positions, rope_delta = model.embed_multimodal(ids, prompt.images)
+        chunk = max(1, self.options.prefill_chunk)
+        logits = None
+        for s in range(0, len(prompt.ids), chunk):
+            if cancel is not None and cancel.is_set():
+                return None, None
+            e = min(s + chunk, len(prompt.ids))
+            out = model.forward(ids[s:e], state,
+                                position_ids=None if positions is None else positions[:, s:e],
+                                inputs_embeds=None if embeds is None else embeds[s:e], last_only=True)
+            logits = out.logits[-1]
+        state.rope_delta += rope_delta  # decode positions continue after the images' compressed span
+        return state, logits
+
+    def _step(self, token: int, state):
+        import torch
+
+        out = self._model.forward(torch.tensor([token], dtype=torch.long), state, last_only=True)
+        return out.logits[-1]
+
+
+def _has_vision_weights(ckpt) -> bool:
+    try:
+        return ckpt.has("model.visual.patch_embed.proj.weight")
+    except Exception:
+        return False
+
+
+def _parts(message: dict) -> list[dict]:
+    content = message.get("content")
+    if isinstance(content, list):
+        return [p for p in content if isinstance(p, dict)]
+    return []
+
+
+def _message_has_content(message: dict) -> bool:
+    content = message.get("content")
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any((p.get("type") == "text" and p.get("text", "").strip()) or p.get("type") == "image"
+               for p in _parts(message))
+
+
+def _template_message(message: dict) -> dict:
+    """The template needs only part types; image payloads (bytes) stay out of the renderer."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    parts = []
+    for p in content:
+        if p.get("type") == "image":
+            parts.append({"type": "image"})
+        else:
+            parts.append(p)
+    return {**message, "content": parts}
+
+
+def _expand_image_pads(ids: list[int], image_token_id: int, counts: list[int]) -> list[int]:
+    """Replace the i-th single image pad the template wrote with counts[i] pads (one per merged patch)."""
+    out: list[int] = []
+    it = iter(counts)
+    seen = 0
+    for t in ids:
+        if t == image_token_id:
+            try:
+                out.extend([image_token_id] * next(it))
+            except StopIteration as exc:
+                raise PromptError("The prompt has more image placeholders than attached images.") from exc
+            seen += 1
+        else:
+            out.append(t)
+    if seen != len(counts):
+        raise PromptError(f"{len(counts)} images attached but the chat template placed {seen}.")
+    return out
+
+
+def describe(info: ModelInfo) -> str:
+    label = " — RANDOM WEIGHTS (demo model: output is meaningless)" if info.random_weights else ""
+    return json.dumps({"model": info.name, "backend": info.backend, "device": info.device,
+                       "context": info.context_limit, "vision": info.has_vision}) + label

@@ -1,0 +1,113 @@
+"""`monorail chat`: a terminal chat that streams replies (reasoning dimmed, then content)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _print_stream(events, out) -> tuple[object, str, str]:
+    """Write deltas as they come; reasoning in dim text. Returns (Finished, reasoning text, content text)."""
+    from engine.api import Finished, TextDelta
+
+    tty = out.isatty()
+    channel = None
+    finished = None
+    texts = {"reasoning": [], "content": []}
+    for ev in events:
+        if isinstance(ev, TextDelta):
+            if ev.channel != channel:
+                if channel is not None:
+                    out.write("\n")
+                if ev.channel == "reasoning":
+                    out.write("\x1b[2m[thinking] " if tty else "[thinking] ")
+                elif tty:
+                    out.write("\x1b[0m")
+                channel = ev.channel
+            out.write(ev.text)
+            out.flush()
+            texts[ev.channel].append(ev.text)
+        elif isinstance(ev, Finished):
+            finished = ev
+    if tty:
+        out.write("\x1b[0m")
+    out.write("\n")
+    return finished, "".join(texts["reasoning"]), "".join(texts["content"])
+
+
+def _stats_line(fin) -> str:
+    parts = [f"{fin.prompt_tokens} prompt + {fin.completion_tokens} output tokens", f"finish: {fin.reason}"]
+    if fin.ttft_s is not None:
+        parts.append(f"TTFT {fin.ttft_s * 1000:.0f} ms")
+    if fin.decode_tok_s:
+        parts.append(f"decode {fin.decode_tok_s:.1f} tok/s")
+    return "(" + ", ".join(parts) + ")"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from engine.api import Engine, EngineOptions
+    from engine.errors import EngineError
+    from engine.sampling import SamplingParams
+
+    opts = EngineOptions(backend=args.backend, max_context=args.max_context, kv_dtype=args.kv)
+    try:
+        engine = Engine.load(args.model, opts,
+                             progress=lambda f, m: print(f"  [{f * 100:3.0f}%] {m}", file=sys.stderr))
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    info = engine.info
+    print(f"Model: {info.name} on {info.backend}/{info.device}, context {info.context_limit:,} tokens", file=sys.stderr)
+    if info.random_weights:
+        print("NOTE: this is the built-in demo model with RANDOM WEIGHTS: its replies are meaningless text.",
+              file=sys.stderr)
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                              max_tokens=args.max_tokens, seed=args.seed)
+    messages: list[dict] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    prompts = [args.prompt] if args.prompt is not None else None
+    while True:
+        if prompts is not None:
+            if not prompts:
+                return 0
+            text = prompts.pop(0)
+        else:
+            try:
+                text = input("you> ")
+            except EOFError:
+                print()
+                return 0
+            if text.strip() in ("/exit", "/quit"):
+                return 0
+        messages.append({"role": "user", "content": text})
+        try:
+            fin, reasoning, content = _print_stream(engine.generate(messages, sampling, enable_thinking=not args.no_think), sys.stdout)
+        except EngineError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            messages.pop()
+            if prompts is not None:
+                return 2
+            continue
+        print(_stats_line(fin), file=sys.stderr)
+        # The template drops earlier turns' reasoning unless preserve_thinking; keep it for fidelity.
+        messages.append({"role": "assistant", "content": content, "reasoning_content": reasoning})
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("chat", help="chat in the terminal (streams the reply)",
+                              description="Chat with a model in the terminal. Without --prompt it reads lines "
+                                          "from standard input until EOF or /exit.")
+    p.add_argument("--model", default="demo", help="'demo' (built-in, random weights), an HF folder or an artifact")
+    p.add_argument("--backend", choices=["reference", "native"], default="reference")
+    p.add_argument("--kv", choices=["bf16", "int8"], default="int8", help="KV cache format (native backend)")
+    p.add_argument("--max-context", type=int, default=None)
+    p.add_argument("--prompt", help="send one message, print the reply and exit")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--no-think", action="store_true", help="disable the thinking phase")
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_run)

@@ -1,0 +1,124 @@
+"""Engine API on the demo model (real tokenizer, real template, reference backend on CPU)."""
+
+import io
+import threading
+
+import pytest
+import torch
+
+from engine.api import Engine, EngineOptions, Finished, TextDelta
+from engine.errors import PromptError
+from engine.sampling import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def demo_engine(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    try:
+        yield Engine.load("demo", EngineOptions(max_context=4096))
+    finally:
+        mp.undo()
+
+
+def _run(engine, messages, sampling, **kw):
+    deltas, fin = [], None
+    for ev in engine.generate(messages, sampling, **kw):
+        if isinstance(ev, TextDelta):
+            deltas.append(ev)
+        else:
+            assert isinstance(ev, Finished)
+            fin = ev
+    return deltas, fin
+
+
+def test_demo_is_labelled_random(demo_engine):
+    assert demo_engine.info.random_weights
+    assert "random weights" in demo_engine.info.name
+    assert demo_engine.info.has_vision and demo_engine.info.has_mtp
+
+
+def test_greedy_generation_equals_full_forward_argmax(demo_engine):
+    """The incremental prefill/decode loop gives the tokens a from-scratch forward picks at every step."""
+    msgs = [{"role": "user", "content": "Write a haiku about rails."}]
+    n = 8
+    deltas, fin = _run(demo_engine, msgs, SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True),
+                       enable_thinking=False)
+    assert fin.reason == "length" and fin.completion_tokens == n
+    prompt = demo_engine._build_prompt(msgs, False, None)
+    model = demo_engine._model
+    ids = list(prompt.ids)
+    expected = []
+    for _ in range(n):
+        state = model.new_state(len(ids) + 1)
+        logits = model.forward(torch.tensor(ids), state).logits[-1]
+        logits[demo_engine.tokenizer.vocab_size:] = float("-inf")
+        tok = int(logits.argmax())
+        expected.append(tok)
+        ids.append(tok)
+    text = "".join(d.text for d in deltas)
+    assert text == demo_engine.tokenizer.decode(expected, skip_special=True)
+
+
+def test_seeded_sampling_is_reproducible(demo_engine):
+    msgs = [{"role": "user", "content": "Hello"}]
+    p = SamplingParams(temperature=0.8, top_k=50, top_p=0.9, seed=7, max_tokens=6, ignore_eos=True)
+    a, _ = _run(demo_engine, msgs, p)
+    b, _ = _run(demo_engine, msgs, p)
+    c, _ = _run(demo_engine, msgs, p.with_(seed=8))
+    assert [d.text for d in a] == [d.text for d in b]
+    assert "".join(d.text for d in a) != "".join(d.text for d in c)
+
+
+def test_thinking_prompt_streams_reasoning_channel(demo_engine):
+    deltas, fin = _run(demo_engine, [{"role": "user", "content": "Hi"}],
+                       SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), enable_thinking=True)
+    # The template opened <think>, so the first output belongs to the reasoning channel.
+    assert deltas and deltas[0].channel == "reasoning"
+    deltas, _ = _run(demo_engine, [{"role": "user", "content": "Hi"}],
+                     SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), enable_thinking=False)
+    assert deltas and all(d.channel == "content" for d in deltas)
+
+
+def test_cancel_stops_generation(demo_engine):
+    cancel = threading.Event()
+    seen = 0
+    fin = None
+    for ev in demo_engine.generate([{"role": "user", "content": "Go on"}],
+                                   SamplingParams(temperature=0.0, max_tokens=200, ignore_eos=True), cancel=cancel):
+        if isinstance(ev, TextDelta):
+            seen += 1
+            cancel.set()
+        else:
+            fin = ev
+    assert fin.reason == "cancelled" and fin.completion_tokens < 200
+
+
+def test_image_prompt_counts_vision_tokens(demo_engine):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (320, 256), (200, 30, 30)).save(buf, format="PNG")
+    msgs = [{"role": "user", "content": [{"type": "image", "image": buf.getvalue()},
+                                         {"type": "text", "text": "What colour is this?"}]}]
+    counted = demo_engine.count_prompt_tokens(msgs, enable_thinking=False)
+    _, fin = _run(demo_engine, msgs, SamplingParams(temperature=0.0, max_tokens=2), enable_thinking=False)
+    assert fin.prompt_tokens == counted
+    # 320x256 -> 80 merged patches (H*W/1024).
+    text_only = demo_engine.count_prompt_tokens([{"role": "user", "content": "What colour is this?"}],
+                                                enable_thinking=False)
+    assert counted - text_only == 320 * 256 // 1024 + 2  # pads plus vision_start/vision_end
+
+
+def test_bad_requests_get_clear_errors(demo_engine):
+    with pytest.raises(PromptError, match="empty"):
+        list(demo_engine.generate([{"role": "user", "content": "   "}], SamplingParams()))
+    with pytest.raises(PromptError, match="context limit"):
+        list(demo_engine.generate([{"role": "user", "content": "word " * 5000}], SamplingParams()))
+    demo_engine.info.has_vision = False
+    try:
+        with pytest.raises(PromptError, match="no vision"):
+            list(demo_engine.generate([{"role": "user", "content": [{"type": "image", "image": b"x"}]}],
+                                      SamplingParams()))
+    finally:
+        demo_engine.info.has_vision = True
