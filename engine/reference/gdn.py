@@ -97,7 +97,8 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
         A = torch.where(strictly_lower, bc[:, :, None] * decay * kk, torch.zeros_like(kk))
         system = A + torch.eye(L, dtype=A.dtype, device=A.device)
         rhs = bc[:, :, None] * (vc - G.exp()[:, :, None] * (kc @ s))      # [nv, C, dv]
-        u = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+        # a one-token chunk has the identity as its system (decode): skip the solver call
+        u = rhs if L == 1 else torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
         qk = (qc @ kc.transpose(1, 2)) * decay                            # masked to s <= t by decay
         out[:, c0:c1] = G.exp()[:, :, None] * (qc @ s) + qk @ u
         tail = (G[:, -1:] - G).exp()                                      # exp(G_C - G_s)
