@@ -60,8 +60,8 @@ def hf_forward(hf, pixel_values: torch.Tensor, grids: list[tuple[int, int, int]]
     return out.last_hidden_state, out.pooler_output
 
 
-@pytest.mark.parametrize("grids", [[(1, 8, 8)], [(1, 4, 10)], [(1, 6, 4), (1, 2, 12)]],
-                         ids=["square", "non-square", "two-images"])
+@pytest.mark.parametrize("grids", [[(1, 8, 8)], [(1, 4, 10)], [(1, 6, 4), (1, 2, 12)], [(2, 4, 6)]],
+                         ids=["square", "non-square", "two-images", "two-frames"])
 def test_matches_transformers(hf_and_tower, grids):
     hf, tower, _, _ = hf_and_tower
     n = sum(t * h * w for t, h, w in grids)
