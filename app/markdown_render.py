@@ -46,6 +46,9 @@ class MarkdownRenderer:
         fence = lambda _renderer, tokens, idx, options, env: self._fence(tokens[idx])  # noqa: E731
         self._md.add_render_rule("fence", fence)
         self._md.add_render_rule("code_block", fence)
+        # QTextBrowser draws no table borders from CSS; use the HTML attributes it does honour.
+        self._md.add_render_rule("table_open", lambda *_a: '<table border="1" cellspacing="0" cellpadding="4" '
+                                                            'style="border-collapse: collapse; margin: 6px 0;">')
         self._blocks: list[str] = []
 
     def _fence(self, token) -> str:

@@ -37,6 +37,22 @@ def plan_rows(plan: dict | None) -> tuple[list[tuple[str, float]], float | None]
     return rows, budget
 
 
+def format_plan(plan: dict | None) -> str:
+    """The plan as a plain-text table (used when the engine sends a plan without its own text)."""
+    rows, budget = plan_rows(plan)
+    if not rows:
+        return tr("No memory plan for this backend.")
+    width = max(len(name) for name, _ in rows) + 2
+    lines = [f"{name:<{width}}{gib(b):>12}" for name, b in rows]
+    total = sum(b for _, b in rows)
+    lines.append("-" * (width + 12))
+    lines.append(f"{tr('total'):<{width}}{gib(total):>12}")
+    if budget:
+        verdict = tr("fits") if total <= budget else tr("over budget by {d}").format(d=gib(total - budget))
+        lines.append(f"{tr('budget'):<{width}}{gib(budget):>12}  {verdict}")
+    return "\n".join(lines)
+
+
 class Card(QFrame):
     def __init__(self, title: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)

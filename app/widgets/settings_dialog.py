@@ -9,12 +9,14 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog,
                                QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton,
                                QSpinBox, QTabWidget, QVBoxLayout, QWidget)
 
 from app.i18n import tr
 from app.keystore import get_api_key, key_store_status, set_api_key
+from app.widgets.dashboard import format_plan
 from app.settings import KV_FORMATS, LANGUAGES, SAMPLING_PRESETS, THEMES, Settings
 from engine import protocol as P
 from engine.paths import models_dir
@@ -134,6 +136,7 @@ class SettingsDialog(QDialog):
         f.addRow("", self.plan_button)
         self.plan_view = QPlainTextEdit()
         self.plan_view.setReadOnly(True)
+        self.plan_view.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.plan_view.setPlaceholderText(tr("The plan lists every device allocation before anything is loaded."))
         f.addRow(self.plan_view)
         return w
@@ -273,7 +276,7 @@ class SettingsDialog(QDialog):
             return
         self._pending.pop(ev.request_id, None)
         if isinstance(ev, P.PlanResult):
-            self._show_result("plan", ev.text)
+            self._show_result("plan", ev.text or format_plan(ev.plan))
         elif isinstance(ev, P.Converted):
             self.model_path.setText(ev.destination)
             self._show_result("convert", tr("Converted. The new model will load when you press OK."))
