@@ -6,9 +6,10 @@ The Jinja environment copies the one behind transformers' ``apply_chat_template`
 and keeps non-ASCII text, and the globals ``raise_exception`` and ``strftime_now``. On the same
 inputs the output is byte-for-byte transformers' output (tests/test_chat_template.py checks this).
 
-Two additions, both for templates transformers cannot render at all, so they change nothing it can:
-- a ``from_json`` filter: the Qwen3.6 template parses tool-call arguments given as a JSON string
-  (the OpenAI wire format) with it, and transformers has no such filter;
+Additions, all for inputs transformers cannot render at all, so they change nothing it can:
+- tool-call arguments given as a JSON string (the OpenAI wire format) are parsed into a dict
+  before rendering, as vLLM does: both Qwen templates iterate over them as a mapping;
+- a ``from_json`` filter (the Qwen3.6 template calls it for string arguments; transformers has none);
 - a ``{% generation %}`` block tag that renders its body (transformers uses it to mark assistant
   tokens; the marking itself is training-only and not needed here).
 
@@ -156,6 +157,40 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
             raise ChatTemplateError(f"message {index} must be a dict with a 'role' (got {message!r:.80})")
 
 
+def _with_parsed_tool_arguments(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Messages whose tool-call arguments are dicts; JSON-string arguments are parsed (copies only
+    the messages it changes)."""
+    result: list[Mapping[str, Any]] = []
+    for m_index, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        if not isinstance(calls, list) or not any(_string_arguments(c) for c in calls):
+            result.append(message)
+            continue
+        new_calls = []
+        for c_index, call in enumerate(calls):
+            if not _string_arguments(call):
+                new_calls.append(call)
+                continue
+            has_function = "function" in call
+            function = dict(call["function"] if has_function else call)
+            try:
+                function["arguments"] = json.loads(function["arguments"])
+            except json.JSONDecodeError as exc:
+                raise ChatTemplateError(
+                    f"message {m_index}, tool call {c_index}: arguments are not valid JSON ({exc})"
+                ) from exc
+            new_calls.append({**call, "function": function} if has_function else function)
+        result.append({**message, "tool_calls": new_calls})
+    return result
+
+
+def _string_arguments(call: Any) -> bool:
+    if not isinstance(call, Mapping):
+        return False
+    function = call.get("function", call)
+    return isinstance(function, Mapping) and isinstance(function.get("arguments"), str)
+
+
 def render_chat(
     template: str,
     messages: Sequence[Mapping[str, Any]],
@@ -187,7 +222,7 @@ def render_chat(
         variables["preserve_thinking"] = preserve_thinking
     try:
         return compiled.render(
-            messages=list(messages),
+            messages=_with_parsed_tool_arguments(messages),
             tools=list(tools) if tools is not None else None,
             documents=None,
             add_generation_prompt=add_generation_prompt,

@@ -110,12 +110,15 @@ def _parameter_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dic
 def _convert_value(raw: str, schema_type: Any) -> Any:
     """A parameter value back into JSON data.
 
-    The template writes strings verbatim and everything else as JSON, so without a schema a value
+    The template writes strings verbatim and everything else as JSON (Qwen3.5's writes numbers and
+    booleans with Python's ``str``), so without a schema a value
     that parses as JSON (and not as a JSON string) is taken as that data: "3" becomes 3. A schema
     type of "string" keeps the text as it is; that is the only way to tell "3" the string apart.
     """
     if schema_type == "string":
         return raw
+    if schema_type == "boolean" and raw.strip() in ("True", "False"):
+        return raw.strip() == "True"  # the Qwen3.5 template writes Python's spelling of booleans
     try:
         value = json.loads(raw)
     except ValueError:

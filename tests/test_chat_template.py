@@ -174,15 +174,18 @@ def test_preserve_thinking_keeps_old_reasoning_in_qwen36():
     assert "<think>\nSix.\n</think>\n\n3+3 = 6." in kept
 
 
-def test_string_arguments_render_like_dict_arguments():
-    # The OpenAI wire format carries arguments as a JSON string. transformers has no from_json
-    # filter and fails on it; we render it as the equivalent dict, which transformers does render.
-    t = TEMPLATES["qwen3.6"]
+@pytest.mark.parametrize("template_name", sorted(TEMPLATES))
+def test_string_arguments_render_like_dict_arguments(template_name):
+    # The OpenAI wire format carries arguments as a JSON string. transformers fails on it with both
+    # templates; we render it as the equivalent dict, which transformers does render.
+    t = TEMPLATES[template_name]
     as_dicts = copy.deepcopy(TOOL_CONVERSATION)
     as_strings = copy.deepcopy(TOOL_CONVERSATION)
     for call in as_strings[2]["tool_calls"]:
         call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+    before = copy.deepcopy(as_strings)
     assert render_chat(t, as_strings, tools=[WEATHER_TOOL]) == _transformers_render(t, as_dicts, tools=[WEATHER_TOOL])
+    assert as_strings == before  # the caller's messages are not modified
 
 
 @pytest.mark.parametrize(
@@ -196,6 +199,9 @@ def test_string_arguments_render_like_dict_arguments():
         ([{"role": "wizard", "content": "x"}, {"role": "user", "content": "a"}], "Unexpected message role"),
         ([{"content": "no role"}], "must be a dict with a 'role'"),
         ([{"role": "user", "content": 42}], "Unexpected content type"),
+        ([{"role": "user", "content": "x"}, {"role": "assistant", "content": "",
+          "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": "{bad"}}]}],
+         "message 1, tool call 0: arguments are not valid JSON"),
     ],
 )
 def test_refusals_become_chat_template_errors(messages, match):

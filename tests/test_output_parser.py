@@ -19,7 +19,9 @@ from engine.output_parser import (
     parse_tool_call_block,
 )
 
-TEMPLATE = (Path(__file__).parent / "fixtures" / "qwen3.6-chat-template.jinja").read_text(encoding="utf-8")
+FIXTURES = Path(__file__).parent / "fixtures"
+TEMPLATE = (FIXTURES / "qwen3.6-chat-template.jinja").read_text(encoding="utf-8")
+TEMPLATE_35 = (FIXTURES / "qwen3.5-chat-template.jinja").read_text(encoding="utf-8")
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -154,11 +156,12 @@ ROUND_TRIPS = [
 ]
 
 
+@pytest.mark.parametrize("template", [TEMPLATE, TEMPLATE_35], ids=["qwen3.6", "qwen3.5"])
 @pytest.mark.parametrize("name,assistant,kwargs", ROUND_TRIPS, ids=[r[0] for r in ROUND_TRIPS])
-def test_round_trip_through_template(name, assistant, kwargs):
+def test_round_trip_through_template(template, name, assistant, kwargs):
     history = [{"role": "system", "content": "sys"}, {"role": "user", "content": "Weather in Zürich?"}]
-    prompt = render_chat(TEMPLATE, history, tools=TOOLS, **kwargs)
-    full = render_chat(TEMPLATE, history + [copy.deepcopy(assistant)], tools=TOOLS,
+    prompt = render_chat(template, history, tools=TOOLS, **kwargs)
+    full = render_chat(template, history + [copy.deepcopy(assistant)], tools=TOOLS,
                        add_generation_prompt=False, **kwargs)
     # What the model would have generated after the prompt: the rest of the turn before <|im_end|>.
     assert full.startswith(prompt) and full.endswith("<|im_end|>\n")
@@ -180,7 +183,7 @@ def test_round_trip_through_template(name, assistant, kwargs):
     if expected_calls or result.content:
         again = {"role": "assistant", "content": result.content, "reasoning_content": result.reasoning,
                  "tool_calls": [c.to_openai() for c in result.tool_calls]}
-        assert render_chat(TEMPLATE, history + [again], tools=TOOLS, add_generation_prompt=False, **kwargs) == full
+        assert render_chat(template, history + [again], tools=TOOLS, add_generation_prompt=False, **kwargs) == full
 
 
 def test_parameter_types_follow_the_schema():

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -392,3 +394,15 @@ def test_stop_checker_with_real_tokens():
         if decision.stop:
             break
     assert "".join(shown) == "Réponse: 🦄 licorne. "
+
+
+def test_gui_side_modules_import_without_torch_or_transformers():
+    # The GUI process counts tokens and builds parameters without torch; transformers is test-only.
+    code = (
+        "import sys, engine.tokenizer, engine.chat_template, engine.output_parser, engine.sampling\n"
+        "from engine.sampling import SamplingParams, StopChecker\n"
+        "SamplingParams(temperature=0.5).validate()\n"
+        "bad = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
