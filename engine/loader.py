@@ -106,13 +106,15 @@ class Checkpoint:
     ``lm_head.weight`` and ``mtp.*``) and checks its shape against the config.
     """
 
-    def __init__(self, folder: Path, config: ModelConfig, weight_map: dict[str, str], index_path: Path | None):
+    def __init__(self, folder: Path, config: ModelConfig, weight_map: dict[str, str], index_path: Path | None,
+                 *, detect_layout: bool = True):
         self.folder = folder
         self.config = config
         self._weight_map = weight_map           # full key -> shard file name
         self._index_path = index_path
         self._handles: dict[str, object] = {}   # shard file name -> open safe_open handle (mmap)
-        self.text_prefix = self._detect_text_prefix()
+        self._shard_key_cache: dict[str, set[str]] = {}
+        self.text_prefix = self._detect_text_prefix() if detect_layout else ""
         self._expected = text_tensor_shapes(config.text)
 
     # ---- opening -------------------------------------------------------------------------
@@ -129,15 +131,21 @@ class Checkpoint:
             # The index wins over a lone model.safetensors: it may list extra shards (e.g. mtp.*).
             weight_map = cls._read_index(index)
             for shard in sorted(set(weight_map.values())):
+                if Path(shard).name != shard:
+                    raise CheckpointError(f"{index}: shard name '{shard}' is not a plain file name in the folder")
                 if not (folder / shard).is_file():
                     n = sum(1 for s in weight_map.values() if s == shard)
                     raise CheckpointError(f"shard file '{shard}' is missing from {folder}: {index.name} lists "
                                           f"{n} tensors in it. Re-download the checkpoint or restore the file.")
-            return cls(folder, config, weight_map, index)
+            ckpt = cls(folder, config, weight_map, index)
+            for shard in sorted(set(weight_map.values())):
+                ckpt._open_shard(shard)  # parses headers now, so a corrupt file is named at open time
+            return ckpt
         if single.exists():
-            with safe_open(single, framework="pt") as f:
-                weight_map = {k: SINGLE_FILE for k in f.keys()}
-            return cls(folder, config, weight_map, None)
+            ckpt = cls(folder, config, {}, None, detect_layout=False)
+            ckpt._weight_map = {k: SINGLE_FILE for k in ckpt._open_shard(SINGLE_FILE).keys()}
+            ckpt.text_prefix = ckpt._detect_text_prefix()
+            return ckpt
         raise CheckpointError(f"{folder}: no {SINGLE_FILE} and no {INDEX_FILE}; this is not a safetensors "
                               "checkpoint (Monorail does not read .bin/.pt weights)")
 
@@ -221,27 +229,36 @@ class Checkpoint:
             where = self._index_path.name if self._index_path else SINGLE_FILE
             raise CheckpointError(f"tensor '{full_key}' is missing from the checkpoint at {self.folder} "
                                   f"(not listed in {where})")
-        h = self._handles.get(shard)
-        if h is None:
-            path = self.folder / shard
-            if not path.is_file():
-                raise CheckpointError(f"shard file '{shard}' is missing from {self.folder}")
-            h = safe_open(path, framework="pt")
-            self._handles[shard] = h
+        h = self._open_shard(shard)
         # the index may claim a tensor that the shard does not hold
         if self._index_path is not None and full_key not in self._shard_keys(shard):
             raise CheckpointError(f"tensor '{full_key}' is listed in {self._index_path.name} under '{shard}' "
                                   "but that file does not contain it")
         return h
 
+    def _open_shard(self, shard: str):
+        """The shard's safe_open handle (header parsed, data memory-mapped), opened once."""
+        h = self._handles.get(shard)
+        if h is None:
+            path = self.folder / shard
+            if not path.is_file():
+                raise CheckpointError(f"shard file '{shard}' is missing from {self.folder}")
+            try:
+                h = safe_open(path, framework="pt")
+            except Exception as exc:  # safetensors raises its own SafetensorError for bad headers
+                raise CheckpointError(f"shard file '{path}' is not a readable safetensors file ({exc}); "
+                                      "it is probably truncated or corrupt: re-download it") from exc
+            self._handles[shard] = h
+        return h
+
     def _shard_keys(self, shard: str) -> set[str]:
-        cache = self.__dict__.setdefault("_shard_key_cache", {})
-        if shard not in cache:
-            cache[shard] = set(self._handles[shard].keys())
-        return cache[shard]
+        if shard not in self._shard_key_cache:
+            self._shard_key_cache[shard] = set(self._handles[shard].keys())
+        return self._shard_key_cache[shard]
 
     def close(self) -> None:
         self._handles.clear()
+        self._shard_key_cache.clear()
 
     def __enter__(self) -> "Checkpoint":
         return self

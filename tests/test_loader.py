@@ -169,3 +169,21 @@ def test_reads_are_lazy_and_never_a_second_copy(tiny_text_hf, tmp_path):
     assert float(t.sum()) == t.numel()  # touch every page
     grown = _rss_anon_mib() - before
     assert grown < 1.25 * size_mib, f"reading one {size_mib} MiB tensor grew anonymous memory by {grown:.0f} MiB"
+
+
+@pytest.mark.parametrize("shard", ["model.safetensors", "model-mtp.safetensors"])
+def test_corrupt_shard_is_named_at_open(tiny_text_hf, tmp_path, shard):
+    folder = _copy(tiny_text_hf[1], tmp_path)
+    data = (folder / shard).read_bytes()
+    (folder / shard).write_bytes(data[:8] + b"{not json" + data[17:64])  # header mangled and file truncated
+    with pytest.raises(CheckpointError, match=rf"{shard}.*not a readable safetensors file"):
+        Checkpoint.open(folder)
+
+
+def test_index_shard_names_must_stay_inside_the_folder(tiny_text_hf, tmp_path):
+    folder = _copy(tiny_text_hf[1], tmp_path)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["mtp.fc.weight"] = "../elsewhere.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="not a plain file name"):
+        Checkpoint.open(folder)
