@@ -68,19 +68,53 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
 
 
 # ----------------------------------------------------------------------------- plan and convert
-def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str]:
-    """The memory plan for (model, options), computed here so the GUI never imports torch."""
+def _model_config(model: str):
+    """The typed config of "demo", a checkpoint folder, or an artifact, without reading weights."""
+    from pathlib import Path
+
+    from engine.config import load_config, parse_config
+
+    if model == "demo":
+        from engine.demo import demo_config
+        return parse_config(demo_config())
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return load_config(path)
+    if path.is_file():
+        from engine.artifact import Artifact
+        cfg = getattr(Artifact.open(path).checkpoint_view(), "config", None)
+        if cfg is not None:
+            return cfg
+    raise FileNotFoundError(f"No model at {path}: pick a Hugging Face checkpoint folder or a Monorail artifact.")
+
+
+def _default_budget() -> int | None:
+    """Free device memory as NVML reports it (the engine subtracts its own margin), if there is a GPU."""
     try:
-        plan_mod = importlib.import_module("engine.plan")
-    except ImportError as exc:
-        raise RuntimeError(f"The memory planner is not available in this build ({exc}).") from exc
-    planner = getattr(plan_mod, "plan_for_model", None) or getattr(plan_mod, "make_plan", None)
-    if planner is None:
-        raise RuntimeError("engine.plan has no plan_for_model(); cannot show the memory plan.")
-    plan = planner(model, **{k: v for k, v in options.items() if v is not None})
-    as_dict = plan.to_dict() if hasattr(plan, "to_dict") else dict(getattr(plan, "__dict__", {}))
-    text = plan.format_table() if hasattr(plan, "format_table") else str(plan)
-    return as_dict, text
+        import pynvml
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).free)
+    except Exception:
+        return None
+
+
+def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str]:
+    """The static memory plan of the native engine for (model, options), computed in the worker so
+    the GUI never imports the engine. Returns (rows for the dashboard, the plan's own table)."""
+    from engine.plan import PlanRequest, make_plan
+
+    cfg = _model_config(model)
+    text_cfg = getattr(cfg, "text", cfg)
+    fields: dict[str, Any] = {"max_context": int(options.get("max_context") or text_cfg.max_position_embeddings),
+                              "kv_dtype": options.get("kv_dtype", "int8"),
+                              "vision": bool(getattr(cfg, "has_vision", False))}
+    budget = options.get("vram_budget_bytes") or _default_budget()
+    if budget:
+        fields["vram_budget"] = int(budget)
+    plan = make_plan(cfg, PlanRequest(**fields))
+    rows = {"lines": [{"name": ln.label, "bytes": ln.bytes} for ln in plan.lines],
+            "budget_bytes": plan.budget, "total": plan.total, "fits": plan.fits}
+    return rows, plan.format_table()
 
 
 def _convert(source: str, destination: str, progress: Callable[[float, str], None]) -> None:

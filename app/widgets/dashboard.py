@@ -21,9 +21,24 @@ def fmt(value, spec: str, unit: str = "") -> str:
     return NA if value is None else f"{value:{spec}}{unit}"
 
 
+# The engine's plan lines, grouped into the categories a user reasons about (first match wins).
+PLAN_GROUPS = [("weights vision", "vision"), ("workspace (vision)", "vision"), ("weights", "weights"),
+               ("kv", "KV pool"), ("gdn", "state"), ("lane state", "state"), ("mtp", "speculative"),
+               ("spec", "speculative"), ("workspace", "workspaces"), ("decode-graph", "graphs + margin"),
+               ("margin", "graphs + margin"), ("alignment", "graphs + margin")]
+
+
+def group_plan_rows(rows: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    grouped: dict[str, float] = {}
+    for name, b in rows:
+        group = next((g for prefix, g in PLAN_GROUPS if name.lower().startswith(prefix)), name)
+        grouped[group] = grouped.get(group, 0.0) + b
+    return list(grouped.items())
+
+
 def plan_rows(plan: dict | None) -> tuple[list[tuple[str, float]], float | None]:
     """(label, bytes) rows and the budget from the engine's plan dict, whatever its exact shape:
-    a flat {name: bytes} mapping or a list of {name/label, bytes/size} entries."""
+    a flat {name: bytes} mapping or a list of {name/label, bytes/size} entries (grouped by kind)."""
     if not plan:
         return [], None
     budget = plan.get("budget_bytes") or plan.get("budget")
@@ -31,7 +46,7 @@ def plan_rows(plan: dict | None) -> tuple[list[tuple[str, float]], float | None]
         if isinstance(plan.get(key), list):
             rows = [(str(e.get("name") or e.get("label")), float(e.get("bytes") or e.get("size") or 0))
                     for e in plan[key] if isinstance(e, dict)]
-            return [r for r in rows if r[1] > 0], budget
+            return group_plan_rows([r for r in rows if r[1] > 0]), budget
     rows = [(k.replace("_", " "), float(v)) for k, v in plan.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in _SKIP_PLAN_KEYS and v > 0]
     return rows, budget
