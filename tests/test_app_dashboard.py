@@ -91,8 +91,12 @@ def test_sampler_thread_reads_nvml_in_background(qtbot, store):
 
 
 def test_plan_rows_accepts_list_form():
-    rows, budget = plan_rows({"rows": [{"name": "weights", "bytes": 10}, {"name": "kv", "bytes": 5}], "budget": 20})
-    assert rows == [("weights", 10.0), ("kv", 5.0)] and budget == 20
+    rows, budget = plan_rows({"lines": [{"name": "weights embed", "bytes": 10}, {"name": "KV pool", "bytes": 5},
+                                        {"name": "weights mlp_down", "bytes": 7}, {"name": "weights vision", "bytes": 2},
+                                        {"name": "workspace (vision)", "bytes": 1}, {"name": "margin", "bytes": 3},
+                                        {"name": "GDN recurrent state", "bytes": 4}], "budget_bytes": 40})
+    assert rows == [("weights", 17.0), ("KV pool", 5.0), ("vision", 3.0), ("graphs + margin", 3.0),
+                    ("state", 4.0)] and budget == 40
 
 
 def test_throttle_bits_decode():
