@@ -8,6 +8,17 @@ from app.i18n import set_language
 from app.settings import load_settings
 
 
+def _app_icon():
+    from PySide6.QtGui import QIcon
+
+    from engine.paths import resources_dir
+
+    try:
+        return QIcon(str(resources_dir() / "icons" / "monorail.svg"))
+    except FileNotFoundError:
+        return QIcon()
+
+
 def build(factory: str | None = None, nvml_source=None, argv: list[str] | None = None):
     """Create the application objects (used by run() and by tests). Returns (qapp, window)."""
     from PySide6.QtWidgets import QApplication
@@ -23,6 +34,7 @@ def build(factory: str | None = None, nvml_source=None, argv: list[str] | None =
     qapp = QApplication.instance() or QApplication(argv or sys.argv[:1])
     qapp.setApplicationName("Monorail")
     qapp.setDesktopFileName("io.github.monorail.Monorail")
+    qapp.setWindowIcon(_app_icon())
     settings = load_settings()
     set_language(settings.language)
     dark = apply_theme(qapp, settings.theme)
@@ -35,6 +47,9 @@ def build(factory: str | None = None, nvml_source=None, argv: list[str] | None =
 
 
 def run(argv: list[str] | None = None) -> int:
+    import multiprocessing
+
+    multiprocessing.freeze_support()   # a frozen bundle re-enters here to become the engine worker
     qapp, window = build(argv=argv)
     window.show()
     window.telemetry.start()
