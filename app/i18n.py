@@ -23,4 +23,6 @@ def tr(text: str) -> str:
     return TRANSLATIONS.get(_language, {}).get(text, text)
 
 
-TRANSLATIONS: dict[str, dict[str, str]] = {"zh_CN": {}}
+from app.translations_zh_CN import ZH_CN  # noqa: E402
+
+TRANSLATIONS: dict[str, dict[str, str]] = {"zh_CN": ZH_CN}

@@ -260,6 +260,7 @@ class MainWindow(QMainWindow):
         self.settings.__dict__.update(new.__dict__)
         save_settings(self.settings)
         self.composer.edit.enter_sends = self.settings.enter_sends
+        self.composer.thinking_box.setChecked(self.settings.thinking_default)
         dark = apply_theme(QGuiApplication.instance(), self.settings.theme)
         self.chat.set_dark(dark)
         if self.dashboard is not None:
