@@ -238,3 +238,17 @@ def test_reference_on_gpu_matches_cpu(tiny_checkpoint):
     a = cpu.forward(ids, cpu.new_state(128)).logits
     b = gpu.forward(ids, gpu.new_state(128)).logits
     assert rel_err(b.cpu(), a) <= FP32_REL_TOL
+
+
+def test_per_layer_trace_matches_transformers_hidden_states(mm):
+    """trace = embedding + every layer's residual output; transformers' last entry is after the final norm."""
+    model, hf, ids = mm["ours"], mm["hf"], mm["ids"][:30]
+    with torch.no_grad():
+        oracle = hf(input_ids=ids[None], output_hidden_states=True).hidden_states
+    trace: list[torch.Tensor] = []
+    out = model.forward(ids, model.new_state(32), trace=trace)
+    n = model.config.text.num_hidden_layers
+    assert len(trace) == n + 1 == len(oracle)
+    for layer in range(n):  # entries 0..n-1: embedding and outputs of layers 0..n-2
+        assert rel_err(trace[layer], oracle[layer][0]) <= FP32_REL_TOL, f"entry {layer}"
+    assert rel_err(out.hidden, oracle[n][0]) <= FP32_REL_TOL

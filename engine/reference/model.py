@@ -170,12 +170,15 @@ class ReferenceModel:
 
     @torch.no_grad()
     def forward(self, input_ids: torch.Tensor | None, state: ModelState, position_ids: torch.Tensor | None = None,
-                inputs_embeds: torch.Tensor | None = None, *, last_only: bool = False) -> ForwardOutput:
+                inputs_embeds: torch.Tensor | None = None, *, last_only: bool = False,
+                trace: list[torch.Tensor] | None = None) -> ForwardOutput:
         """Run ``T`` new tokens through the trunk, appending them to ``state``.
 
         ``input_ids [T]``; ``inputs_embeds [T, H]`` replaces the embedding gather (image tokens);
         ``position_ids [3, T]`` defaults to text positions ``seq_len + rope_delta + arange(T)``.
         ``last_only`` computes logits for the last token only (saves the [T, V] matmul).
+        ``trace``, when given, receives the residual stream ``[T, H]`` entering layer 0 and leaving
+        every layer (num_hidden_layers + 1 tensors), for per-layer comparison with other backends.
         """
         if inputs_embeds is None:
             if input_ids is None:
@@ -191,12 +194,16 @@ class ReferenceModel:
         pos = self._positions(position_ids, state.seq_len + state.rope_delta, t)
         cos, sin = mrope_cos_sin(pos, self._inv_freq, self._axis_of_pair)
         tc = self.config.text
+        if trace is not None:
+            trace.append(x.clone())
         for i, lw in enumerate(self.weights.layers):
             slot = self._cache_slot[i]
             if tc.is_full_attention(i):
                 x = self._layer(x, lw, state.kv[slot], None, cos, sin)
             else:
                 x = self._layer(x, lw, None, state.gdn[slot], cos, sin)
+            if trace is not None:
+                trace.append(x.clone())
         state.seq_len += t
         hidden = rms_norm_zero_centred(x, self.weights.norm, tc.rms_norm_eps)
         logits = self.lm_head(hidden[-1:] if last_only else hidden)
