@@ -82,9 +82,7 @@ def _model_config(model: str):
         return load_config(path)
     if path.is_file():
         from engine.artifact import Artifact
-        cfg = getattr(Artifact.open(path).checkpoint_view(), "config", None)
-        if cfg is not None:
-            return cfg
+        return Artifact.open(path, verify=False).config
     raise FileNotFoundError(f"No model at {path}: pick a Hugging Face checkpoint folder or a Monorail artifact.")
 
 
@@ -119,11 +117,19 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
 
 def _convert(source: str, destination: str, progress: Callable[[float, str], None]) -> None:
     try:
-        convert_mod = importlib.import_module("engine.convert")
+        from engine.convert import convert
     except ImportError as exc:
-        raise RuntimeError("This build cannot convert Hugging Face checkpoints yet (engine.convert is missing). "
-                           "Convert it with `monorail convert` once available, then pick the artifact.") from exc
-    convert_mod.convert(source, destination, progress=progress)
+        raise RuntimeError("This build cannot convert Hugging Face checkpoints (engine.convert is missing).") from exc
+    from pathlib import Path
+
+    Path(destination).parent.mkdir(parents=True, exist_ok=True)
+
+    def report(p: Any) -> None:
+        total = getattr(p, "total_bytes", 0) or 0
+        fraction = (p.done_bytes / total) if total else (p.index / max(p.count, 1))
+        progress(fraction, f"{p.index}/{p.count} {p.tensor}")
+
+    convert(source, destination, progress=report)
 
 
 def _info_event(request_id: str, info: Any) -> P.ModelLoaded:

@@ -8,6 +8,8 @@ import queue
 import time
 
 
+import pytest
+
 from engine import protocol as P
 from engine.worker import DEFAULT_FACTORY, worker_main
 
@@ -25,6 +27,7 @@ def _until(events, pred, timeout):
     raise AssertionError(f"timed out; got {got[-5:]}")
 
 
+@pytest.mark.slow   # 12-20 s: torch import and the demo model on CPU
 def test_demo_model_loads_and_streams_through_the_real_worker():
     ctx = mp.get_context("spawn")
     requests, events = ctx.Queue(), ctx.Queue()
@@ -50,6 +53,36 @@ def test_demo_model_loads_and_streams_through_the_real_worker():
         plan = _until(events, lambda e: isinstance(e, (P.PlanResult, P.WorkerError)), 120)[-1]
         assert isinstance(plan, P.PlanResult), plan
         assert "KV pool" in plan.text and plan.plan["lines"] and plan.plan["budget_bytes"] > 0
+    finally:
+        requests.put(P.Shutdown())
+        proc.join(30)
+        if proc.is_alive():
+            proc.terminate()
+
+
+@pytest.mark.slow   # about 25 s plus the shared tiny checkpoint fixture
+def test_worker_converts_a_checkpoint_with_progress_then_plans_it(tiny_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("MONORAIL_ALLOW_TEST_SHAPES", "1")     # tiny test shapes, inherited by the child
+    ctx = mp.get_context("spawn")
+    requests, events = ctx.Queue(), ctx.Queue()
+    proc = ctx.Process(target=worker_main, args=(requests, events, DEFAULT_FACTORY), daemon=True)
+    proc.start()
+    try:
+        _until(events, lambda e: isinstance(e, P.WorkerReady), 60)
+        out = tmp_path / "models" / "tiny.monorail"
+        requests.put(P.Convert("c", str(tiny_checkpoint), str(out)))
+        got = _until(events, lambda e: isinstance(e, (P.Converted, P.WorkerError)), 240)
+        assert isinstance(got[-1], P.Converted), got[-1]
+        fractions = [e.fraction for e in got if isinstance(e, P.Progress)]
+        assert fractions and fractions == sorted(fractions) and fractions[-1] == 1.0
+        assert out.exists()
+        requests.put(P.ComputePlan("p", str(out), {"kv_dtype": "bf16", "max_context": 2048}))
+        plan = _until(events, lambda e: isinstance(e, (P.PlanResult, P.WorkerError)), 120)[-1]
+        assert isinstance(plan, P.PlanResult), plan
+        assert "KV bf16" in plan.text
+        requests.put(P.Convert("bad", str(tmp_path / "nowhere"), str(tmp_path / "x.monorail")))
+        err = _until(events, lambda e: isinstance(e, (P.Converted, P.WorkerError)), 60)[-1]
+        assert isinstance(err, P.WorkerError) and "not a folder" in err.message
     finally:
         requests.put(P.Shutdown())
         proc.join(30)
