@@ -109,3 +109,66 @@ def test_keyring_fallback_is_visible_and_private(qtbot, data_dir):
 def test_damaged_settings_file_falls_back_to_defaults(data_dir):
     (data_dir / "settings.json").write_text("{not json")
     assert load_settings() == Settings()
+
+
+def test_memory_plan_is_shown_before_applying_and_apply_reloads(qtbot, tmp_path, monkeypatch):
+    from test_app_support import close_window, make_window
+
+    keyring.set_keyring(MemoryKeyring())
+    w = make_window(qtbot, tmp_path, monkeypatch)
+    try:
+        first_load = w.controller.load_request
+        d = SettingsDialog(w.settings, w.controller, w)
+        qtbot.addWidget(d)
+        d.context.setValue(8192)
+        d.kv.setCurrentText("bf16")
+        d.plan_button.click()
+        qtbot.waitUntil(lambda: "KV pool" in d.plan_view.toPlainText() or "rror" in d.plan_view.toPlainText(),
+                        timeout=60000)
+        text = d.plan_view.toPlainText()
+        assert "context 8,192, KV bf16" in text and "budget" in text
+        d.accept()
+        w.apply_settings(d.result_settings(), d.needs_reload())
+        assert load_settings().kv_dtype == "bf16"
+        qtbot.waitUntil(lambda: w.controller.load_request != first_load and w.controller.model is not None,
+                        timeout=30000)
+        assert w.controller.model.context_limit == 8192          # the fake engine echoes max_context
+    finally:
+        close_window(w)
+
+
+def test_remote_backend_through_the_worker_with_fallback_key(qtbot, tmp_path, monkeypatch):
+    """Remote endpoint chosen in settings; its key comes from the fallback store (no Secret Service)."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    from PySide6.QtCore import Qt
+
+    from app.main import build
+    from test_app_support import NoGpu
+    from test_remote import _Handler
+
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    keyring.set_keyring(fail.Keyring())
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    save_settings(Settings(backend="remote", remote_url=url, remote_model="qwen"))
+    keystore.set_api_key(url, "sekret")
+    _, w = build(nvml_source=NoGpu())             # default factory: engine.worker.load_engine
+    qtbot.addWidget(w)
+    w.controller.start()
+    try:
+        qtbot.waitUntil(lambda: w.controller.model is not None or w.banner.kind == "error", timeout=60000)
+        assert w.controller.model is not None, w.banner.label.text()
+        assert w.controller.model.backend == "remote" and w.controller.model.context_limit == 32768
+        w.composer.set_text("hi remote")
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=30000)
+        reply = w.controller.store.messages(w.controller.conversation_id)[-1]
+        assert (reply.content, reply.reasoning, reply.status) == ("Hello there", "hmm ok", "done")
+        assert (reply.prompt_tokens, reply.completion_tokens) == (12, 4)
+    finally:
+        w.controller.shutdown()
+        w.controller.store.close()
+        srv.shutdown()
