@@ -84,7 +84,7 @@ static StepWorkspace carve_step_workspace(Arena& a, const ModelDims& d, int64_t 
   int64_t split_tokens = std::min<int64_t>(T, kMaxStepTokens);  // flash-style prefill needs no partials
   w.attn_part = take_f32(a, "ws.attn_part", c, split_tokens * d.n_heads * kMaxAttnSplits * (d.head_dim + 2));
   w.logits = take_f32(a, "ws.logits", c, logit_rows * d.vocab);
-  w.sampler = a.take("ws.sampler", c, kSamplerScratchBytes);
+  w.sampler = a.take("ws.sampler", c, logit_rows * d.vocab * 4);  // adjusted logits per row
   w.out_tokens = reinterpret_cast<int32_t*>(a.take("ws.out_tokens", c, kMaxStepTokens * 4));
   w.bytes = a.used();
   return w;

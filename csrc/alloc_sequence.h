@@ -143,7 +143,6 @@ struct EngineBuffers {
   StepWorkspace ws;
 };
 
-constexpr int64_t kSamplerScratchBytes = 64 * 1024;
 constexpr int64_t kLaneMetaBytes = 256;
 
 // The whole sequence: weights, KV pool, recurrent state, workspaces, graph allowance, margin.

@@ -1,8 +1,168 @@
-// Python bindings of the CUDA engine. Ops register themselves here.
+// Python bindings of the CUDA engine: the NativeEngine class, and each op on raw device pointers
+// (ints from torch's data_ptr()) so the device tests can compare every kernel with a torch oracle.
+// CUDA failures raise engine._native.CudaError naming the op; an over-budget plan raises BudgetError.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "../plan_bindings.h"
+#include "common.cuh"
+#include "engine.h"
+#include "ops.h"
 
 namespace py = pybind11;
+using namespace monorail;
+
+namespace {
+
+template <typename T>
+T* ptr(uintptr_t p) { return reinterpret_cast<T*>(p); }
+
+QMatrix qmat(uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group) {
+  QMatrix m;
+  m.codes = ptr<char>(codes);
+  m.high = ptr<char>(high);
+  m.scales = ptr<char>(scales);
+  m.rows = N;
+  m.cols = K;
+  m.q.bits = bits;
+  m.q.group = group;
+  return m;
+}
+
+SamplingParams sampling_from_dict(const py::dict& d, int vocab) {
+  SamplingParams p{};
+  auto f = [&](const char* k, float dflt) { return d.contains(k) ? d[k].cast<float>() : dflt; };
+  p.temperature = f("temperature", 0.f);
+  p.top_k = d.contains("top_k") ? d["top_k"].cast<int>() : 0;
+  p.top_p = f("top_p", 1.f);
+  p.min_p = f("min_p", 0.f);
+  p.repetition_penalty = f("repetition_penalty", 1.f);
+  p.presence_penalty = f("presence_penalty", 0.f);
+  p.frequency_penalty = f("frequency_penalty", 0.f);
+  p.vocab_limit = d.contains("vocab_limit") ? d["vocab_limit"].cast<int>() : vocab;
+  p.seed = d.contains("seed") ? d["seed"].cast<uint64_t>() : 0;
+  return p;
+}
+
+void sync0(const char* op) { MR_CHECK(cudaStreamSynchronize(0), op); }
+
+}  // namespace
 
 void register_cuda_bindings(py::module_& m) {
-  (void)m;
+  static py::exception<CudaError> cuda_exc(m, "CudaError", PyExc_RuntimeError);
+  static py::exception<BudgetError> budget_exc(m, "BudgetError", PyExc_MemoryError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const BudgetError& e) {
+      py::set_error(budget_exc, e.what());
+    } catch (const CudaError& e) {
+      py::set_error(cuda_exc, e.what());
+    }
+  });
+
+  py::class_<NativeEngine>(m, "NativeEngine")
+      .def(py::init([](py::dict dims, py::dict shape, int64_t budget, float eps, float theta, std::vector<int> sec,
+                       std::vector<float> inv_freq) {
+             RopeSpec r;
+             r.theta = theta;
+             for (int i = 0; i < 3; ++i) r.mrope_section[i] = sec.at(i);
+             r.inv_freq = inv_freq;
+             return new NativeEngine(dims_from_dict(dims), shape_from_dict(shape), budget, eps, r);
+           }),
+           py::arg("dims"), py::arg("shape"), py::arg("budget"), py::arg("eps"), py::arg("rope_theta"),
+           py::arg("mrope_section"), py::arg("inv_freq") = std::vector<float>())
+      .def("load_matrix", [](NativeEngine& e, const std::string& role, int layer, int64_t row_offset, int64_t row_stride,
+                             py::array_t<uint8_t, py::array::c_style> codes, py::object high,
+                             py::array_t<uint16_t, py::array::c_style> scales) {
+             int r = -1;
+             for (int i = 0; i < N_ROLES; ++i) if (role == role_name(i)) r = i;
+             if (r < 0) throw std::invalid_argument("unknown role " + role);
+             const void* hp = nullptr;
+             py::array_t<uint8_t, py::array::c_style> harr;
+             if (!high.is_none()) { harr = high.cast<py::array_t<uint8_t, py::array::c_style>>(); hp = harr.data(); }
+             e.load_matrix(r, layer, row_offset, row_stride, codes.shape(0), codes.data(), hp, scales.data());
+           })
+      .def("load_vector", [](NativeEngine& e, const std::string& kind, int layer,
+                             py::array_t<float, py::array::c_style | py::array::forcecast> v) {
+             e.load_vector(kind, layer, v.data(), v.size());
+           })
+      .def("randomize", &NativeEngine::randomize)
+      .def("reset_lane", &NativeEngine::reset_lane)
+      .def("count_tokens", &NativeEngine::count_tokens)
+      .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
+      .def("logits", [](NativeEngine& e, int T) {
+             auto v = e.logits(T);
+             py::array_t<float> a({(py::ssize_t)T, (py::ssize_t)e.dims().vocab});
+             std::memcpy(a.mutable_data(), v.data(), v.size() * 4);
+             return a;
+           })
+      .def("sample", [](NativeEngine& e, int lane, int T, py::dict params) {
+             return e.sample(lane, T, sampling_from_dict(params, (int)e.dims().vocab));
+           })
+      .def("set_use_graphs", &NativeEngine::set_use_graphs)
+      .def("synchronize", &NativeEngine::synchronize)
+      .def("time_steps", &NativeEngine::time_steps)
+      .def("step_bytes", &NativeEngine::step_bytes)
+      .def_property_readonly("arena_bytes", &NativeEngine::arena_bytes)
+      .def_property_readonly("planned_total", &NativeEngine::planned_total);
+
+  m.def("device_memory", []() {
+    size_t f = 0, t = 0;
+    MR_CHECK(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    return py::make_tuple((int64_t)f, (int64_t)t);
+  }, "(free, total) bytes of device 0");
+
+  // ---- op-level entry points (default stream, synchronised) for the device tests ----
+  m.def("op_qgemv", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group,
+                       uintptr_t x, int T, int epi, uintptr_t out_f32, uintptr_t out_h, int ldo) {
+    qgemv(qmat(codes, high, scales, N, K, bits, group), ptr<const __half>(x), T, epi, ptr<float>(out_f32),
+          ptr<__half>(out_h), ldo, 0);
+    sync0("qgemv");
+  });
+  m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {
+    rmsnorm_to_gemv_input(ptr<float>(x), T, H, ptr<float>(w), eps, add_one, ptr<__half>(out), 0);
+    sync0("rmsnorm");
+  });
+  m.def("op_embed", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group,
+                       uintptr_t tokens, int T, uintptr_t out) {
+    embed_gather(qmat(codes, high, scales, N, K, bits, group), ptr<int32_t>(tokens), T, ptr<float>(out), 0);
+    sync0("embed_gather");
+  });
+  m.def("op_conv", [](uintptr_t x, int ldx, int T, int C, int Kc, uintptr_t w, uintptr_t state, uintptr_t out) {
+    conv_update_silu(ptr<float>(x), ldx, T, C, Kc, ptr<float>(w), ptr<float>(state), ptr<float>(out), 0);
+    sync0("conv_update_silu");
+  });
+  m.def("op_gdn", [](uintptr_t conv_out, uintptr_t z, uintptr_t b, uintptr_t a, int ldp, int T, int k_heads,
+                     int v_heads, float eps, uintptr_t a_log, uintptr_t dt_bias, uintptr_t norm_w, uintptr_t state,
+                     uintptr_t out_h) {
+    GdnDims d{k_heads, v_heads, 128, 128, eps};
+    gdn_step(ptr<float>(conv_out), ptr<float>(z), ptr<float>(b), ptr<float>(a), ldp, T, d, ptr<float>(a_log),
+             ptr<float>(dt_bias), ptr<float>(norm_w), ptr<float>(state), ptr<__half>(out_h), 0);
+    sync0("gdn_step");
+  });
+  m.def("op_attention", [](uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps, int kv_int8,
+                           uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq, std::vector<int> sec, uintptr_t inputs,
+                           uintptr_t q_buf, uintptr_t kc, uintptr_t vc, uintptr_t ks, uintptr_t vs, uintptr_t partials,
+                           uintptr_t out_h) {
+    AttnDims d{n_heads, n_kv, 256, rotary_dim, eps, kv_int8};
+    int s3[3] = {sec.at(0), sec.at(1), sec.at(2)};
+    const StepInputs* in = ptr<const StepInputs>(inputs);
+    attn_prep(ptr<float>(qkv), ldp, T, d, ptr<float>(q_norm), ptr<float>(k_norm), ptr<float>(inv_freq), s3, in,
+              ptr<float>(q_buf), ptr<char>(kc), ptr<char>(vc), ptr<char>(ks), ptr<char>(vs), 0);
+    attn_decode(ptr<float>(q_buf), T, d, in, ptr<char>(kc), ptr<char>(vc), ptr<char>(ks), ptr<char>(vs),
+                ptr<float>(partials), ptr<float>(qkv) + 256, ldp, ptr<__half>(out_h), 0);
+    sync0("attention");
+  });
+  m.def("op_sample", [](uintptr_t logits, int T, int V, py::dict params, uintptr_t counts, uintptr_t inputs,
+                        uintptr_t scratch, uintptr_t out) {
+    sample_tokens(ptr<float>(logits), T, V, sampling_from_dict(params, V), ptr<int32_t>(counts),
+                  ptr<StepInputs>(inputs), ptr<char>(scratch), ptr<int32_t>(out), 0);
+    sync0("sample_tokens");
+  });
+  m.attr("STEP_INPUTS_INT32") = py::int_(sizeof(StepInputs) / 4);
+  m.attr("MAX_ATTN_SPLITS") = py::int_(kMaxAttnSplits);
 }

@@ -1,0 +1,313 @@
+// Gated full attention for decode/verify (T = 1..16 query tokens):
+//  attn_prep   : q/k zero-centred RMSNorm, partial interleaved mRoPE, KV append (bf16 or int8 g64).
+//  attn_split  : one block per (split, kv head, token); the block streams its chunk of the cache in
+//                tiles of 128 positions with an online softmax for the 6 (GQA) query heads of its
+//                kv head, so K and V are read once per token for all of them.
+//  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
+// The number of positions per split is derived on the device from kv_start + T, so one captured
+// graph serves every context length (blocks past the end exit at once).
+#include "common.cuh"
+#include "ops.h"
+
+namespace monorail {
+namespace {
+
+constexpr int kHd = 256;    // head_dim this kernel set is built for
+constexpr int kGroup = 6;   // query heads per kv head (max)
+constexpr int kTile = 128;  // positions per softmax tile
+
+__device__ inline int mrope_axis(int i, const int* sec) {
+  if (i % 3 == 1 && i < 3 * sec[1]) return 1;
+  if (i % 3 == 2 && i < 3 * sec[2]) return 2;
+  return 0;
+}
+
+struct PrepArgs {
+  const float* qkv; int ldp; AttnDims d;
+  const float* q_norm; const float* k_norm; const float* inv_freq; int sec[3];
+  const StepInputs* in; float* q_out; char* k_cache; char* v_cache; char* k_scales; char* v_scales;
+};
+
+__global__ void __launch_bounds__(kHd) attn_prep_kernel(PrepArgs p) {
+  __shared__ float xs[kHd], red[32], gmax[8];
+  const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x;
+  const AttnDims& d = p.d;
+  const int nh = d.n_heads, nkv = d.n_kv_heads;
+  const float* row = p.qkv + (size_t)t * p.ldp;
+  int kind, head;  // 0 q, 1 k, 2 v
+  float x;
+  if (hh < nh) { kind = 0; head = hh; x = row[head * 2 * kHd + i]; }
+  else if (hh < nh + nkv) { kind = 1; head = hh - nh; x = row[nh * 2 * kHd + head * kHd + i]; }
+  else { kind = 2; head = hh - nh - nkv; x = row[nh * 2 * kHd + nkv * kHd + head * kHd + i]; }
+  if (kind != 2) {
+    float ss = block_sum(x * x, red);
+    const float* w = kind == 0 ? p.q_norm : p.k_norm;
+    x = x * rsqrtf(ss / kHd + d.eps) * (1.f + w[i]);
+    xs[i] = x;
+    __syncthreads();
+    const int rot = d.rotary_dim, half = rot / 2;
+    if (i < rot) {
+      const int pair = i % half;
+      const float pos = (float)p.in->rope_pos[t][mrope_axis(pair, p.sec)];
+      float sn, cs;
+      sincosf(pos * p.inv_freq[pair], &sn, &cs);
+      x = i < half ? x * cs - xs[i + half] * sn : x * cs + xs[i - half] * sn;
+    }
+  }
+  if (kind == 0) {
+    p.q_out[((size_t)t * nh + head) * kHd + i] = x * rsqrtf((float)kHd);
+    return;
+  }
+  const size_t slot = (size_t)p.in->kv_start + t;
+  const size_t idx = (slot * nkv + head) * kHd + i;
+  char* cache = kind == 1 ? p.k_cache : p.v_cache;
+  if (!d.kv_int8) {
+    reinterpret_cast<__nv_bfloat16*>(cache)[idx] = __float2bfloat16(x);
+    return;
+  }
+  // int8 group 64: absmax over the 64 dims (two warps), fp16 scale, codes quantized with that scale
+  float m = warp_max(fabsf(x));
+  if ((i & 31) == 0) gmax[i >> 5] = m;
+  __syncthreads();
+  const int g = i >> 6;
+  m = fmaxf(gmax[2 * g], gmax[2 * g + 1]);
+  const __half sh = __float2half(m / 127.f);
+  const float s = __half2float(sh);
+  int q = s > 0.f ? __float2int_rn(x / s) : 0;
+  q = max(-127, min(127, q));
+  reinterpret_cast<int8_t*>(cache)[idx] = (int8_t)q;
+  if ((i & 63) == 0) {
+    char* sc = kind == 1 ? p.k_scales : p.v_scales;
+    reinterpret_cast<__half*>(sc)[(slot * nkv + head) * (kHd / 64) + g] = sh;
+  }
+}
+
+struct SplitArgs {
+  const float* q; AttnDims d; const StepInputs* in;
+  const char* k_cache; const char* v_cache; const char* k_scales; const char* v_scales;
+  float* part;
+};
+
+__device__ inline int split_len(int L_all) {
+  int s = (L_all + kMaxAttnSplits - 1) / kMaxAttnSplits;
+  return max(kTile, (s + kTile - 1) / kTile * kTile);
+}
+
+// 16 consecutive dims of one cache row starting at dim0, as fp32.
+template <bool INT8>
+__device__ inline void load16(const char* cache, const char* scales, size_t rowidx, int nkv_hd_row, int dim0,
+                              float (&v)[16]) {
+  if (!INT8) {
+    const uint4* p = reinterpret_cast<const uint4*>(cache + (rowidx * kHd + dim0) * 2);
+    uint4 a = __ldg(p), b = __ldg(p + 1);
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[2 * j] = __uint_as_float(w[j] << 16);
+      v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+  } else {
+    uint4 a = __ldg(reinterpret_cast<const uint4*>(cache + rowidx * kHd + dim0));
+    float s = __half2float(reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64]);
+    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
+  }
+  (void)nkv_hd_row;
+}
+
+// 8 consecutive dims of one V row.
+template <bool INT8>
+__device__ inline void load8(const char* cache, const char* scales, size_t rowidx, int dim0, float (&v)[8]) {
+  if (!INT8) {
+    uint4 a = __ldg(reinterpret_cast<const uint4*>(cache + (rowidx * kHd + dim0) * 2));
+    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = __uint_as_float(w[j] << 16);
+      v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+  } else {
+    uint2 a = __ldg(reinterpret_cast<const uint2*>(cache + rowidx * kHd + dim0));
+    float s = __half2float(reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64]);
+    const uint32_t w[2] = {a.x, a.y};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
+  }
+}
+
+template <bool INT8>
+__global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
+  __shared__ float ps[kGroup][kTile];
+  __shared__ float mstate[kGroup], lstate[kGroup], alpha_s[kGroup];
+  const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
+  const int T = a.in->T, nkv = a.d.n_kv_heads, nh = a.d.n_heads;
+  const int group = nh / nkv;
+  const int L_all = a.in->kv_start + T;
+  const int L = a.in->kv_start + t + 1;  // causal: slots 0 .. kv_start + t
+  const int slen = split_len(L_all);
+  const int p0 = split * slen, p1 = min(p0 + slen, L);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* out = a.part + (((size_t)t * nh + kvh * group) * kMaxAttnSplits + split) * (kHd + 2);
+  const size_t head_stride = (size_t)kMaxAttnSplits * (kHd + 2);
+  if (p0 >= p1) {
+    if (threadIdx.x < group) {
+      out[threadIdx.x * head_stride + kHd] = -INFINITY;
+      out[threadIdx.x * head_stride + kHd + 1] = 0.f;
+    }
+    return;
+  }
+  // scores: half-warp per position, lane16 owns dims lane16*16 .. +16; q in registers
+  const int hw = lane >> 4, l16 = lane & 15;
+  float qr[kGroup][16];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g)
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      qr[g][j] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + l16 * 16 + j] : 0.f;
+  // V: warp w takes positions w, w+4, ...; lane owns dims lane*8 .. +8
+  float acc[kGroup][8];
+#pragma unroll
+  for (int g = 0; g < kGroup; ++g)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[g][j] = 0.f;
+  if (threadIdx.x < kGroup) { mstate[threadIdx.x] = -INFINITY; lstate[threadIdx.x] = 0.f; }
+
+  for (int tile0 = p0; tile0 < p1; tile0 += kTile) {
+    const int n = min(kTile, p1 - tile0);
+    for (int pb = warp * 2; pb < n; pb += 8) {  // whole warps iterate: the shuffles need all lanes
+      const int pi = pb + hw;
+      const bool valid = pi < n;
+      const size_t rowidx = (size_t)(tile0 + (valid ? pi : pb)) * nkv + kvh;
+      float kv[16];
+      load16<INT8>(a.k_cache, a.k_scales, rowidx, 0, l16 * 16, kv);
+      float sc[kGroup];
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        float s = 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) s = fmaf(qr[g][j], kv[j], s);
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        sc[g] = s;
+      }
+      if (l16 == 0 && valid)
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) ps[g][pi] = sc[g];
+    }
+    __syncthreads();
+    // online softmax bookkeeping: warp g (< group) handles head g... 4 warps cover 6 heads in 2 rounds
+    for (int g = warp; g < group; g += 4) {
+      float m = -INFINITY;
+      for (int pi = lane; pi < n; pi += 32) m = fmaxf(m, ps[g][pi]);
+      m = warp_max(m);
+      const float mnew = fmaxf(mstate[g], m);
+      float l = 0.f;
+      for (int pi = lane; pi < n; pi += 32) {
+        float e = __expf(ps[g][pi] - mnew);
+        ps[g][pi] = e;
+        l += e;
+      }
+      l = warp_sum(l);
+      if (lane == 0) {
+        const float alpha = __expf(mstate[g] - mnew);  // exp(-inf) = 0 on the first tile
+        alpha_s[g] = alpha;
+        lstate[g] = lstate[g] * alpha + l;
+        mstate[g] = mnew;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      const float al = g < group ? alpha_s[g] : 0.f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[g][j] *= al;
+    }
+    for (int pi = warp; pi < n; pi += 4) {
+      const size_t rowidx = (size_t)(tile0 + pi) * nkv + kvh;
+      float vv[8];
+      load8<INT8>(a.v_cache, a.v_scales, rowidx, lane * 8, vv);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        const float pg = g < group ? ps[g][pi] : 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(pg, vv[j], acc[g][j]);
+      }
+    }
+    __syncthreads();
+  }
+  // sum the 4 warps' accumulators through shared memory (reuse ps: 6 x 128 floats = 3 KB per pass)
+  float* red = &ps[0][0];  // [kGroup * kHd / 2] per pass; do dims in two halves of 128
+  for (int half = 0; half < 2; ++half) {
+    for (int w = 0; w < 4; ++w) {
+      if (warp == w && (lane >> 4) == half) {
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            float* dst = red + g * 128 + (lane & 15) * 8 + j;
+            *dst = (w == 0 ? 0.f : *dst) + acc[g][j];
+          }
+      }
+      __syncthreads();
+    }
+    for (int e = threadIdx.x; e < group * 128; e += blockDim.x) {
+      const int g = e / 128, dd = e % 128;
+      out[g * head_stride + half * 128 + dd] = red[g * 128 + dd];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < group) {
+    out[threadIdx.x * head_stride + kHd] = mstate[threadIdx.x];
+    out[threadIdx.x * head_stride + kHd + 1] = lstate[threadIdx.x];
+  }
+}
+
+__global__ void __launch_bounds__(kHd) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
+                                                           const float* gate, int ld_gate, __half* out_h) {
+  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+  const float* base = part + ((size_t)t * d.n_heads + h) * kMaxAttnSplits * (kHd + 2);
+  const int L_all = in->kv_start + in->T;
+  const int nsplit = min((int)kMaxAttnSplits, (L_all + split_len(L_all) - 1) / split_len(L_all));
+  float M = -INFINITY;
+  for (int s = 0; s < nsplit; ++s) M = fmaxf(M, base[s * (kHd + 2) + kHd]);
+  float num = 0.f, den = 0.f;
+  for (int s = 0; s < nsplit; ++s) {
+    const float m = base[s * (kHd + 2) + kHd];
+    if (m == -INFINITY) continue;
+    const float w = __expf(m - M);
+    num = fmaf(w, base[s * (kHd + 2) + i], num);
+    den = fmaf(w, base[s * (kHd + 2) + kHd + 1], den);
+  }
+  const float g = gate[(size_t)t * ld_gate + h * 2 * kHd + i];
+  out_h[(size_t)t * d.n_heads * kHd + perm8(h * kHd + i)] = __float2half(num / den * sigmoidf_(g));
+}
+
+}  // namespace
+
+void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
+               const float* inv_freq, const int mrope_section[3], const StepInputs* in, float* q_out,
+               char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream) {
+  if (d.head_dim != kHd) throw std::invalid_argument("attn_prep: head_dim must be 256");
+  PrepArgs p{qkv, ldp, d, q_norm, k_norm, inv_freq, {mrope_section[0], mrope_section[1], mrope_section[2]},
+             in, q_out, k_cache, v_cache, k_scales, v_scales};
+  attn_prep_kernel<<<dim3(T, d.n_heads + 2 * d.n_kv_heads), kHd, 0, stream>>>(p);
+  MR_CHECK_LAUNCH("attn_prep");
+}
+
+void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in, const char* k_cache,
+                 const char* v_cache, const char* k_scales, const char* v_scales, float* partials,
+                 const float* gate, int ld_gate, __half* out_h, cudaStream_t stream) {
+  if (d.head_dim != kHd) throw std::invalid_argument("attn_decode: head_dim must be 256");
+  if (d.n_heads % d.n_kv_heads || d.n_heads / d.n_kv_heads > kGroup)
+    throw std::invalid_argument("attn_decode: at most 6 query heads per kv head");
+  SplitArgs a{q, d, in, k_cache, v_cache, k_scales, v_scales, partials};
+  dim3 grid(kMaxAttnSplits, d.n_kv_heads, T);
+  if (d.kv_int8) attn_split_kernel<true><<<grid, 128, 0, stream>>>(a);
+  else attn_split_kernel<false><<<grid, 128, 0, stream>>>(a);
+  MR_CHECK_LAUNCH("attn_split");
+  attn_combine_kernel<<<dim3(T, d.n_heads), kHd, 0, stream>>>(partials, d, in, gate, ld_gate, out_h);
+  MR_CHECK_LAUNCH("attn_combine");
+}
+
+}  // namespace monorail

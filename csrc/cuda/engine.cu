@@ -1,0 +1,375 @@
+// NativeEngine: arena from the plan, weight loading, the decode step and its CUDA graphs.
+#include <cmath>
+#include <cstring>
+
+#include "common.cuh"
+#include "engine.h"
+
+namespace monorail {
+namespace {
+
+constexpr int64_t kInvFreqOffset = 1024;  // inside ws.inputs (4 KiB): StepInputs first, then inv_freq
+
+__device__ inline uint64_t mix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void fill_bytes_kernel(uint32_t* p, int64_t n_words, uint64_t seed) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_words; i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = (uint32_t)mix64(seed ^ (uint64_t)i * 0x100000001B3ull);
+}
+
+__global__ void fill_scales_kernel(__half* p, int64_t n, uint64_t seed, float mag) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float u = (mix64(seed ^ (uint64_t)i) >> 40) * (1.f / 16777216.f);
+    p[i] = __float2half(mag * (0.5f + 0.5f * u));
+  }
+}
+
+__global__ void fill_f32_kernel(float* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float u = (mix64(seed ^ (uint64_t)i) >> 40) * (1.f / 16777216.f);
+    p[i] = lo + (hi - lo) * u;
+  }
+}
+
+}  // namespace
+
+void fill_random_qmatrix(const QMatrix& W, uint64_t seed, float scale_mag, cudaStream_t st) {
+  fill_bytes_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint32_t*>(W.codes),
+                                          qmatrix_code_bytes(W.rows, W.cols, W.q.bits) / 4, seed);
+  if (W.high)
+    fill_bytes_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint32_t*>(W.high),
+                                            qmatrix_high_bytes(W.rows, W.cols, W.q.bits) / 4, seed + 1);
+  fill_scales_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<__half*>(W.scales), W.rows * (W.cols / W.q.group),
+                                           seed + 2, scale_mag);
+  MR_CHECK_LAUNCH("fill_random_qmatrix");
+}
+
+void fill_random_f32(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t st) {
+  fill_f32_kernel<<<256, 256, 0, st>>>(p, n, seed, lo, hi);
+  MR_CHECK_LAUNCH("fill_random_f32");
+}
+
+NativeEngine::NativeEngine(const ModelDims& dims, const EngineShape& shape, int64_t budget_bytes, float eps,
+                           const RopeSpec& rope)
+    : dims_(dims), shape_(shape), eps_(eps) {
+  // 1. dry run: the same sequence, no memory. Refuse before touching the device when over budget.
+  Arena dry;
+  allocate_engine(dry, dims_, shape_);
+  plan_log_ = dry.log();
+  planned_total_ = dry.used();
+  for (const auto& a : plan_log_)
+    if (a.category != "graphs" && a.category != "margin") arena_bytes_ = std::max(arena_bytes_, a.offset + a.bytes);
+  if (planned_total_ > budget_bytes)
+    throw BudgetError("memory plan needs " + std::to_string(planned_total_) + " bytes but the budget is " +
+                      std::to_string(budget_bytes) + " (deficit " + std::to_string(planned_total_ - budget_bytes) +
+                      " bytes); nothing was allocated");
+  size_t free_b = 0, total_b = 0;
+  MR_CHECK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  if ((int64_t)free_b < planned_total_)
+    throw BudgetError("memory plan needs " + std::to_string(planned_total_) + " bytes but the GPU has " +
+                      std::to_string(free_b) + " free; nothing was allocated");
+  // 2. one allocation, then the identical sequence over it.
+  MR_CHECK(cudaMalloc(&arena_, arena_bytes_), "cudaMalloc(arena)");
+  Arena real(arena_);
+  buf_ = allocate_engine(real, dims_, shape_);
+  MR_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  MR_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_inputs_), sizeof(StepInputs), cudaHostAllocDefault),
+           "cudaHostAlloc(step inputs)");
+  std::memset(host_inputs_, 0, sizeof(StepInputs));
+  MR_CHECK(cudaMemsetAsync(arena_, 0, arena_bytes_, stream_), "cudaMemset(arena)");
+  // rope inverse frequencies live in the inputs page of the workspace
+  int half = (int)dims_.rotary_dim / 2;
+  std::vector<float> inv = rope.inv_freq;
+  if (inv.empty())
+    for (int i = 0; i < half; ++i) inv.push_back((float)(1.0 / std::pow((double)rope.theta, 2.0 * i / dims_.rotary_dim)));
+  if ((int)inv.size() != half) throw std::invalid_argument("inv_freq must have rotary_dim / 2 entries");
+  inv_freq_dev_ = reinterpret_cast<float*>(buf_.ws.inputs + kInvFreqOffset);
+  MR_CHECK(cudaMemcpyAsync(inv_freq_dev_, inv.data(), half * 4, cudaMemcpyHostToDevice, stream_), "upload inv_freq");
+  for (int i = 0; i < 3; ++i) mrope_section_[i] = rope.mrope_section[i];
+  synchronize();
+}
+
+NativeEngine::~NativeEngine() {
+  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  if (stream_) cudaStreamDestroy(stream_);
+  if (host_inputs_) cudaFreeHost(host_inputs_);
+  if (arena_) cudaFree(arena_);
+}
+
+void NativeEngine::synchronize() { MR_CHECK(cudaStreamSynchronize(stream_), "decode step (synchronize)"); }
+
+QMatrix& NativeEngine::matrix_of(int role, int layer) {
+  if (role == EMBED) return buf_.embed;
+  if (role == LM_HEAD) return buf_.lm_head;
+  if (layer < 0 || layer >= (int)buf_.layers.size()) throw std::out_of_range("layer index out of range");
+  LayerBuffers& L = buf_.layers[layer];
+  switch (role) {
+    case GDN_IN: case ATTN_QKV:
+      if ((role == ATTN_QKV) != L.full) throw std::invalid_argument("role does not match the layer type");
+      return L.mixer_in;
+    case GDN_OUT: case ATTN_O:
+      if ((role == ATTN_O) != L.full) throw std::invalid_argument("role does not match the layer type");
+      return L.mixer_out;
+    case MLP_GATE_UP: return L.gate_up;
+    case MLP_DOWN: return L.down;
+  }
+  throw std::invalid_argument("unknown role");
+}
+
+void NativeEngine::load_matrix(int role, int layer, int64_t row_offset, int64_t row_stride, int64_t rows,
+                               const void* codes, const void* high, const void* scales) {
+  QMatrix& M = matrix_of(role, layer);
+  if (row_offset < 0 || row_stride < 1 || row_offset + (rows - 1) * row_stride >= M.rows)
+    throw std::out_of_range(std::string("load_matrix: rows do not fit role ") + role_name(role));
+  auto put = [&](char* dst, const void* src, int64_t row_bytes, const char* what) {
+    if (!row_bytes) return;
+    if (!src) throw std::invalid_argument(std::string("load_matrix: missing ") + what);
+    MR_CHECK(cudaMemcpy2DAsync(dst + row_offset * row_bytes, row_stride * row_bytes, src, row_bytes, row_bytes, rows,
+                               cudaMemcpyHostToDevice, stream_), "load_matrix (upload)");
+  };
+  put(M.codes, codes, qmatrix_code_bytes(1, M.cols, M.q.bits), "codes");
+  put(M.high, high, qmatrix_high_bytes(1, M.cols, M.q.bits), "high bits");
+  put(M.scales, scales, qmatrix_scale_bytes(1, M.cols, M.q.group), "scales");
+  synchronize();
+}
+
+void NativeEngine::load_vector(const std::string& kind, int layer, const float* data, int64_t n) {
+  float* dst = nullptr;
+  int64_t want = 0;
+  if (kind == "final_norm") { dst = buf_.final_norm; want = dims_.hidden; }
+  else {
+    if (layer < 0 || layer >= (int)buf_.layers.size()) throw std::out_of_range("layer index out of range");
+    LayerBuffers& L = buf_.layers[layer];
+    if (kind == "input_norm") { dst = L.input_norm; want = dims_.hidden; }
+    else if (kind == "post_norm") { dst = L.post_norm; want = dims_.hidden; }
+    else if (kind == "conv_w") { dst = L.conv_w; want = dims_.conv_dim() * dims_.conv_kernel; }
+    else if (kind == "a_log") { dst = L.a_log; want = dims_.lin_v_heads; }
+    else if (kind == "dt_bias") { dst = L.dt_bias; want = dims_.lin_v_heads; }
+    else if (kind == "gdn_norm") { dst = L.gdn_norm; want = dims_.lin_v_dim; }
+    else if (kind == "q_norm") { dst = L.q_norm; want = dims_.head_dim; }
+    else if (kind == "k_norm") { dst = L.k_norm; want = dims_.head_dim; }
+    else throw std::invalid_argument("load_vector: unknown kind " + kind);
+  }
+  if (!dst) throw std::invalid_argument("load_vector: " + kind + " does not exist in layer " + std::to_string(layer));
+  if (n != want) throw std::invalid_argument("load_vector: " + kind + " needs " + std::to_string(want) + " values");
+  MR_CHECK(cudaMemcpyAsync(dst, data, n * 4, cudaMemcpyHostToDevice, stream_), "load_vector (upload)");
+  synchronize();
+}
+
+void NativeEngine::randomize(uint64_t seed) {
+  auto mat = [&](const QMatrix& M, uint64_t s) {
+    // scale so that one projection keeps activations O(1): value std ~ 4.6 * scale for 4-bit codes
+    float mag = 0.5f / (4.6f * std::sqrt((float)M.cols)) * (float)(1 << (4 - std::min(M.q.bits, 4)));
+    if (M.q.bits > 4) mag /= (float)(1 << (M.q.bits - 4));
+    fill_random_qmatrix(M, s, mag, stream_);
+  };
+  uint64_t s = seed * 1000003ull;
+  mat(buf_.embed, s++ * 7919);
+  mat(buf_.lm_head, s++ * 7919);
+  fill_random_f32(buf_.final_norm, dims_.hidden, s++, -0.1f, 0.1f, stream_);
+  for (auto& L : buf_.layers) {
+    mat(L.mixer_in, s++ * 7919);
+    mat(L.mixer_out, s++ * 7919);
+    mat(L.gate_up, s++ * 7919);
+    mat(L.down, s++ * 7919);
+    fill_random_f32(L.input_norm, dims_.hidden, s++, -0.1f, 0.1f, stream_);
+    fill_random_f32(L.post_norm, dims_.hidden, s++, -0.1f, 0.1f, stream_);
+    if (L.full) {
+      fill_random_f32(L.q_norm, dims_.head_dim, s++, -0.1f, 0.1f, stream_);
+      fill_random_f32(L.k_norm, dims_.head_dim, s++, -0.1f, 0.1f, stream_);
+    } else {
+      fill_random_f32(L.conv_w, dims_.conv_dim() * dims_.conv_kernel, s++, -0.5f, 0.5f, stream_);
+      fill_random_f32(L.a_log, dims_.lin_v_heads, s++, -1.f, 1.f, stream_);
+      fill_random_f32(L.dt_bias, dims_.lin_v_heads, s++, -0.5f, 0.5f, stream_);
+      fill_random_f32(L.gdn_norm, dims_.lin_v_dim, s++, 0.5f, 1.5f, stream_);
+    }
+  }
+  synchronize();
+}
+
+void NativeEngine::reset_lane(int lane) {
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  const int64_t nl = dims_.n_linear();
+  const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
+  const int64_t cs = nl * dims_.conv_dim() * (dims_.conv_kernel - 1);
+  MR_CHECK(cudaMemsetAsync(buf_.gdn_state + lane * gs, 0, gs * 4, stream_), "reset_lane");
+  MR_CHECK(cudaMemsetAsync(buf_.conv_state + lane * cs, 0, cs * 4, stream_), "reset_lane");
+  MR_CHECK(cudaMemsetAsync(buf_.token_counts + lane * dims_.vocab, 0, dims_.vocab * 4, stream_), "reset_lane");
+  synchronize();
+}
+
+void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids) {
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  // staged through the step-inputs page, 16 ids at a time (no allocation per call)
+  for (size_t i = 0; i < ids.size(); i += kMaxStepTokens) {
+    int n = (int)std::min<size_t>(kMaxStepTokens, ids.size() - i);
+    for (int j = 0; j < n; ++j) {
+      if (ids[i + j] < 0 || ids[i + j] >= dims_.vocab) throw std::out_of_range("token id out of range");
+      host_inputs_->tokens[j] = ids[i + j];
+    }
+    upload_inputs(stream_);
+    monorail::count_tokens(buf_.token_counts + lane * dims_.vocab,
+                           reinterpret_cast<StepInputs*>(buf_.ws.inputs)->tokens, n, stream_);
+    synchronize();
+  }
+}
+
+void NativeEngine::upload_inputs(cudaStream_t st) {
+  MR_CHECK(cudaMemcpyAsync(buf_.ws.inputs, host_inputs_, sizeof(StepInputs), cudaMemcpyHostToDevice, st),
+           "upload step inputs");
+}
+
+void NativeEngine::enqueue_step(int lane, int T) {
+  const ModelDims& d = dims_;
+  StepWorkspace& w = buf_.ws;
+  cudaStream_t st = stream_;
+  const StepInputs* in = reinterpret_cast<const StepInputs*>(w.inputs);
+  auto* xin = reinterpret_cast<__half*>(w.xin);
+  auto* act = reinterpret_cast<__half*>(w.act);
+  auto* mix = reinterpret_cast<__half*>(w.mix);
+  const int H = (int)d.hidden, I = (int)d.intermediate;
+  const int64_t nl = d.n_linear();
+  const int64_t gstate_lane = nl * d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
+  const int64_t gstate_layer = d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
+  const int64_t cstate_lane = nl * d.conv_dim() * (d.conv_kernel - 1);
+  const int64_t cstate_layer = d.conv_dim() * (d.conv_kernel - 1);
+  const int64_t kv_row = d.n_kv_heads * d.head_dim;
+  const int64_t lane_slot0 = (int64_t)lane * shape_.max_context;
+  const bool int8 = shape_.kv == KvDtype::INT8G64;
+  GdnDims gd{(int)d.lin_k_heads, (int)d.lin_v_heads, (int)d.lin_k_dim, (int)d.lin_v_dim, eps_};
+  AttnDims ad{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, int8 ? 1 : 0};
+
+  embed_gather(buf_.embed, in->tokens, T, w.resid, st);
+  for (auto& L : buf_.layers) {
+    rmsnorm_to_gemv_input(w.resid, T, H, L.input_norm, eps_, true, xin, st);
+    if (!L.full) {
+      const int ldp = (int)d.gdn_in_rows();
+      const int C = (int)d.conv_dim();
+      qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w,
+                       buf_.conv_state + lane * cstate_lane + L.gdn_index * cstate_layer, w.conv_out, st);
+      const float* z = w.proj + C;
+      const float* b = z + d.lin_v_total();
+      const float* a = b + d.lin_v_heads;
+      gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
+               buf_.gdn_state + lane * gstate_lane + L.gdn_index * gstate_layer, mix, st);
+      qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+    } else {
+      const int ldp = (int)d.attn_qkv_rows();
+      qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      const int64_t off = lane_slot0 * kv_row * (int8 ? 1 : 2);
+      const int64_t soff = lane_slot0 * kv_row / 64 * 2;
+      char* kc = L.k_cache + off;
+      char* vc = L.v_cache + off;
+      char* ks = int8 ? L.k_scales + soff : nullptr;
+      char* vs = int8 ? L.v_scales + soff : nullptr;
+      attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
+      attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st);
+      qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+    }
+    rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
+    qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
+    qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st);
+  }
+  rmsnorm_to_gemv_input(w.resid, T, H, buf_.final_norm, eps_, true, xin, st);
+  qgemv(buf_.lm_head, xin, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, st);
+}
+
+void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos,
+                           int kv_start) {
+  const int T = (int)tokens.size();
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (T < 1 || T > shape_.max_step_tokens)
+    throw std::invalid_argument("forward: 1 <= T <= max_step_tokens (" + std::to_string(shape_.max_step_tokens) + ")");
+  if (kv_start < 0 || kv_start + T > shape_.max_context)
+    throw std::out_of_range("forward: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
+  if (!rope_pos.empty() && (int)rope_pos.size() != 3 * T) throw std::invalid_argument("rope_pos must be T x 3");
+  for (int t = 0; t < T; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= dims_.vocab) throw std::out_of_range("token id out of range");
+    host_inputs_->tokens[t] = tokens[t];
+    for (int a = 0; a < 3; ++a) host_inputs_->rope_pos[t][a] = rope_pos.empty() ? kv_start + t : rope_pos[3 * t + a];
+  }
+  host_inputs_->kv_start = kv_start;
+  host_inputs_->T = T;
+  host_inputs_->lane = lane;
+  upload_inputs(stream_);
+  if (!use_graphs_) {
+    enqueue_step(lane, T);
+  } else {
+    auto key = std::make_pair(lane, T);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      cudaGraph_t g;
+      MR_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture (begin)");
+      try {
+        enqueue_step(lane, T);
+      } catch (...) {
+        cudaStreamEndCapture(stream_, &g);
+        cudaGetLastError();
+        throw;
+      }
+      MR_CHECK(cudaStreamEndCapture(stream_, &g), "graph capture (end)");
+      cudaGraphExec_t ge;
+      MR_CHECK(cudaGraphInstantiate(&ge, g, 0), "graph instantiate");
+      cudaGraphDestroy(g);
+      it = graphs_.emplace(key, ge).first;
+    }
+    MR_CHECK(cudaGraphLaunch(it->second, stream_), "decode step (graph launch)");
+  }
+}
+
+std::vector<float> NativeEngine::logits(int T) {
+  std::vector<float> out((size_t)T * dims_.vocab);
+  MR_CHECK(cudaMemcpyAsync(out.data(), buf_.ws.logits, out.size() * 4, cudaMemcpyDeviceToHost, stream_), "read logits");
+  synchronize();
+  return out;
+}
+
+std::vector<int32_t> NativeEngine::sample(int lane, int T, const SamplingParams& p) {
+  sample_tokens(buf_.ws.logits, T, (int)dims_.vocab, p, buf_.token_counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs),
+                buf_.ws.sampler, buf_.ws.out_tokens, stream_);
+  (void)lane;
+  std::vector<int32_t> out(T);
+  MR_CHECK(cudaMemcpyAsync(out.data(), buf_.ws.out_tokens, T * 4, cudaMemcpyDeviceToHost, stream_), "read tokens");
+  synchronize();
+  return out;
+}
+
+float NativeEngine::time_steps(int lane, int kv_start, int n) {
+  std::vector<int32_t> tok{1};
+  forward(lane, tok, {}, kv_start);  // capture + warm
+  synchronize();
+  cudaEvent_t a, b;
+  MR_CHECK(cudaEventCreate(&a), "event");
+  MR_CHECK(cudaEventCreate(&b), "event");
+  auto ge = graphs_.at(std::make_pair(lane, 1));
+  for (int i = 0; i < 3; ++i) MR_CHECK(cudaGraphLaunch(ge, stream_), "graph launch");
+  MR_CHECK(cudaEventRecord(a, stream_), "event");
+  for (int i = 0; i < n; ++i) MR_CHECK(cudaGraphLaunch(ge, stream_), "graph launch");
+  MR_CHECK(cudaEventRecord(b, stream_), "event");
+  synchronize();
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / n;
+}
+
+int64_t NativeEngine::step_bytes(int64_t ctx) const {
+  int64_t bytes = 0;
+  for (const auto& a : plan_log_)
+    if (a.category.rfind("weights:", 0) == 0 && a.category != "weights:embed" && a.category != "weights:vision")
+      bytes += a.bytes;
+  const int64_t nl = dims_.n_linear();
+  bytes += 2 * nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim * 4;  // GDN state read + write
+  const int64_t per_tok = dims_.n_full() * 2 * dims_.n_kv_heads * dims_.head_dim;
+  bytes += ctx * (shape_.kv == KvDtype::BF16 ? per_tok * 2 : per_tok + per_tok / 64 * 2);
+  return bytes;
+}
+
+}  // namespace monorail

@@ -1,0 +1,78 @@
+// The native decode engine: one device arena holding exactly the memory plan, weights loaded into
+// it, and the decode step (T = 1..16 tokens of one lane) as a sequence of ops, captured as a CUDA
+// graph per (lane, T) on first use.
+#pragma once
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "../alloc_sequence.h"
+#include "ops.h"
+
+namespace monorail {
+
+struct BudgetError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct RopeSpec {
+  float theta = 1e7f;
+  int mrope_section[3] = {11, 11, 10};
+  std::vector<float> inv_freq;  // rotary_dim / 2 entries; empty: theta^(-2i/rotary_dim)
+};
+
+class NativeEngine {
+ public:
+  NativeEngine(const ModelDims& dims, const EngineShape& shape, int64_t budget_bytes, float eps, const RopeSpec& rope);
+  ~NativeEngine();
+  NativeEngine(const NativeEngine&) = delete;
+  NativeEngine& operator=(const NativeEngine&) = delete;
+
+  // Weights. Matrix rows land at dst row = row_offset + r * row_stride of the role's device matrix.
+  void load_matrix(int role, int layer, int64_t row_offset, int64_t row_stride, int64_t rows, const void* codes,
+                   const void* high, const void* scales);
+  // kind: input_norm, post_norm, conv_w, a_log, dt_bias, gdn_norm, q_norm, k_norm, final_norm
+  void load_vector(const std::string& kind, int layer, const float* data, int64_t n);
+  void randomize(uint64_t seed);
+
+  void reset_lane(int lane);
+  void count_tokens(int lane, const std::vector<int32_t>& ids);
+  // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
+  // rope_pos: T x 3 (t, h, w) positions; empty means text positions kv_start + i on all axes.
+  void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
+  std::vector<float> logits(int T);
+  std::vector<int32_t> sample(int lane, int T, const SamplingParams& p);
+  void set_use_graphs(bool on) { use_graphs_ = on; }
+  void synchronize();
+  // Timing: replays the captured T=1 step n times (same inputs), returns milliseconds per step.
+  float time_steps(int lane, int kv_start, int n);
+
+  int64_t arena_bytes() const { return arena_bytes_; }
+  int64_t planned_total() const { return planned_total_; }
+  const std::vector<Allocation>& plan_log() const { return plan_log_; }
+  const ModelDims& dims() const { return dims_; }
+  const EngineShape& shape() const { return shape_; }
+  // Bytes a T=1 step reads at context length `ctx` (weights streamed + state + KV).
+  int64_t step_bytes(int64_t ctx) const;
+
+ private:
+  void enqueue_step(int lane, int T);
+  void upload_inputs(cudaStream_t st);
+  QMatrix& matrix_of(int role, int layer);
+
+  ModelDims dims_;
+  EngineShape shape_;
+  float eps_;
+  int64_t arena_bytes_ = 0, planned_total_ = 0;
+  std::vector<Allocation> plan_log_;
+  char* arena_ = nullptr;
+  EngineBuffers buf_;
+  cudaStream_t stream_ = nullptr;
+  StepInputs* host_inputs_ = nullptr;  // pinned
+  float* inv_freq_dev_ = nullptr;      // in the arena's small-weights? kept separate: 32 floats, see .cu
+  int mrope_section_[3];
+  bool use_graphs_ = true;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+};
+
+}  // namespace monorail

@@ -1,0 +1,57 @@
+// Embedding gather (dequantizing one row of the quantized table per token) and zero-centred RMSNorm
+// writing the fp16 perm8 GEMV input. One block per token.
+#include "common.cuh"
+#include "ops.h"
+
+namespace monorail {
+namespace {
+
+__global__ void rmsnorm_kernel(const float* x, int H, const float* w, float eps, float add_one, __half* out) {
+  __shared__ float red[32];
+  const float* xr = x + (size_t)blockIdx.x * H;
+  float ss = 0.f;
+  for (int k = threadIdx.x; k < H; k += blockDim.x) ss += xr[k] * xr[k];
+  ss = block_sum(ss, red);
+  const float r = rsqrtf(ss / H + eps);
+  __half* o = out + (size_t)blockIdx.x * H;
+  for (int k = threadIdx.x; k < H; k += blockDim.x) o[perm8(k)] = __float2half(xr[k] * r * (w[k] + add_one));
+}
+
+__device__ inline int qcode(const QMatrix& E, const uint8_t* codes, const uint8_t* high, size_t row, int k) {
+  const size_t K = E.cols;
+  const int bits = E.q.bits;
+  if (bits == 8) return codes[row * K + k];
+  int c = (codes[row * (K / 2) + k / 2] >> ((k & 1) * 4)) & 0xF;
+  if (bits == 5) c |= ((high[row * (K / 8) + k / 8] >> (k & 7)) & 1) << 4;
+  if (bits == 6) c |= ((high[row * (K / 4) + k / 4] >> ((k & 3) * 2)) & 3) << 4;
+  return c;
+}
+
+__global__ void embed_kernel(QMatrix E, const int32_t* tokens, float* out) {
+  const int t = blockIdx.x;
+  const size_t row = (size_t)tokens[t];
+  const int K = (int)E.cols;
+  const auto* codes = reinterpret_cast<const uint8_t*>(E.codes);
+  const auto* high = reinterpret_cast<const uint8_t*>(E.high);
+  const auto* scales = reinterpret_cast<const __half*>(E.scales);
+  const float off = float(1 << (E.q.bits - 1));
+  for (int k = threadIdx.x; k < K; k += blockDim.x) {
+    float s = __half2float(scales[row * (K / E.q.group) + k / E.q.group]);
+    out[(size_t)t * K + k] = (float(qcode(E, codes, high, row, k)) - off) * s;
+  }
+}
+
+}  // namespace
+
+void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,
+                           cudaStream_t stream) {
+  rmsnorm_kernel<<<T, 512, 0, stream>>>(x, H, w, eps, add_one ? 1.f : 0.f, out);
+  MR_CHECK_LAUNCH("rmsnorm");
+}
+
+void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cudaStream_t stream) {
+  embed_kernel<<<T, 512, 0, stream>>>(E, tokens, out);
+  MR_CHECK_LAUNCH("embed_gather");
+}
+
+}  // namespace monorail

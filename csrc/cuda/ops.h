@@ -1,0 +1,100 @@
+// Contracts of the decode ops (token counts T = 1..16). Host-callable launchers; each launches on
+// `stream`, checks the launch and throws CudaError naming the op. All pointers are device memory.
+//
+// Layouts: residual stream fp32 [T, H] natural order. GEMV inputs fp16 [T, K] in perm8 order
+// (common.cuh). Quantized matrices: canonical groupwise layout (engine/quant.py), codes [N, K/2]
+// (4/5/6-bit low nibbles) or [N, K] (8-bit), high bits [N, K/8] (5) or [N, K/4] (6), fp16 scales
+// [N, K/G]; value = (code - 2^(B-1)) * scale.
+#pragma once
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "../alloc_sequence.h"
+
+namespace monorail {
+
+enum GemvEpilogue : int {
+  GEMV_STORE = 0,   // out_f32[t, n] = W x_t
+  GEMV_ADD = 1,     // out_f32[t, n] += W x_t           (residual add)
+  GEMV_SWIGLU = 2,  // rows interleaved (gate_p, up_p): out_h[t, perm8(p)] = silu(gate) * up
+};
+
+// y = W x for T tokens. Numerics: 4-bit codes are combined with x in fp16 over 8 products, every
+// other sum is fp32. ldo: row stride of the output in elements.
+void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
+           cudaStream_t stream);
+
+// y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
+void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,
+                           cudaStream_t stream);
+
+// out[t, :] = dequantized row tokens[t] of the quantized embedding table (fp32).
+void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cudaStream_t stream);
+
+// Depthwise causal conv (width Kc) + SiLU over T new tokens; state [C, Kc-1] holds the previous inputs
+// (oldest first) and is updated. x rows have stride ldx.
+void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, float* out,
+                      cudaStream_t stream);
+
+struct GdnDims {
+  int k_heads, v_heads, dk, dv;
+  float eps;  // rms_norm_eps of the gated output norm
+};
+// Gated DeltaNet recurrence for T tokens with fp32 state [v_heads, dv, dk] (v-major), followed by
+// the gated RMS norm: out_h[t, perm8(h*dv + j)] = rmsnorm(o)[j] * norm_w[j] * silu(z[t, h*dv + j]).
+// conv_out: [T, 2*k_heads*dk + v_heads*dv] (q | k | v after conv+SiLU); z/b/a rows have stride ldp.
+void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
+              const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
+              __half* out_h, cudaStream_t stream);
+
+struct AttnDims {
+  int n_heads, n_kv_heads, head_dim, rotary_dim;
+  float eps;
+  int kv_int8;  // 0: bf16 KV, 1: int8 group-64 with fp16 scales
+};
+// Per-step inputs that change every step (read on the device, so graph replays see new values).
+struct StepInputs {
+  int32_t tokens[kMaxStepTokens];
+  int32_t rope_pos[kMaxStepTokens][3];  // (t, h, w) mRoPE positions
+  int32_t kv_start;                      // cache slot of token 0 (tokens already in this lane's cache)
+  int32_t T;
+  int32_t lane;
+  int32_t pad;
+};
+
+// q/k RMS norm (zero-centred), partial interleaved mRoPE, q scaled by 1/sqrt(head_dim) into q_out
+// [T, n_heads, head_dim]; k and v appended to the cache at slots kv_start + t.
+void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
+               const float* inv_freq, const int mrope_section[3], const StepInputs* in, float* q_out,
+               char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream);
+
+// Causal attention of T query tokens over cache slots [0, kv_start + t], split over up to
+// kMaxAttnSplits chunks; the combine multiplies by sigmoid(gate) and writes fp16 perm8 [T, heads*hd].
+void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in, const char* k_cache,
+                 const char* v_cache, const char* k_scales, const char* v_scales, float* partials,
+                 const float* gate, int ld_gate, __half* out_h, cudaStream_t stream);
+
+struct SamplingParams {
+  float temperature;  // 0: greedy
+  int32_t top_k;      // 0: off
+  float top_p;        // 1: off
+  float min_p;        // 0: off
+  float repetition_penalty;  // 1: off
+  float presence_penalty;
+  float frequency_penalty;
+  int32_t vocab_limit;  // ids >= this are never sampled
+  uint64_t seed;
+};
+// One token per row of logits [T, V]; row t's random stream is keyed by (seed, positions[t]).
+void sample_tokens(const float* logits, int T, int V, const SamplingParams& p, const int32_t* counts,
+                   const StepInputs* in, char* scratch, int32_t* out_tokens, cudaStream_t stream);
+
+// counts[ids[i]] += 1 (repetition penalty bookkeeping).
+void count_tokens(int32_t* counts, const int32_t* ids, int n, cudaStream_t stream);
+
+// Fill a quantized matrix with random codes and scales (benchmarks): scales ~ scale_mag * U(0.5,1).
+void fill_random_qmatrix(const QMatrix& W, uint64_t seed, float scale_mag, cudaStream_t stream);
+void fill_random_f32(float* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+
+}  // namespace monorail

@@ -1,0 +1,197 @@
+// Quantized GEMV for T = 1..16 tokens over the canonical groupwise formats (4/5/6/8-bit, group 32/64).
+//
+// Work split: one warp owns a pair of output rows (so a SwiGLU pair gate/up lands in one warp);
+// lane l reads chunk c = l, l+32, ... of 32 consecutive weights of each row: 16 bytes of codes per
+// row per chunk (4-bit), coalesced as 512 contiguous bytes per warp. Two chunks are loaded before
+// either is used, so each lane keeps 4 x 16-byte loads in flight. x (fp16, perm8 order) is read
+// through L1, where every warp of the SM shares it.
+//
+// 4-bit path: a 32-bit code word holds elements k..k+7; (w >> 4i) & 0x000F000F | 0x64006400 is the
+// half2 (1024 + c_i, 1024 + c_{i+4}), which pairs with the perm8 half2 (x_i, x_{i+4}). Eight
+// products are summed in fp16, then in fp32. 5/6/8-bit: codes are decoded to fp32 per element.
+#include "common.cuh"
+#include "ops.h"
+
+namespace monorail {
+namespace {
+
+constexpr int kWarps = 4;
+
+struct GemvArgs {
+  const uint8_t* codes;
+  const uint8_t* high;
+  const __half* scales;
+  int N, K, gshift;
+  const __half* x;
+  int T;
+  int epi;
+  float* out_f32;
+  __half* out_h;
+  int ldo;
+};
+
+template <int BITS>
+struct Chunk {
+  uint4 lo;    // 32 x 4-bit (or the first 16 bytes of 8-bit)
+  uint4 hi8;   // 8-bit: second 16 bytes
+  uint2 high;  // 5-bit: .x, 6-bit: .x,.y
+};
+
+template <int BITS>
+__device__ inline void load_chunk(const GemvArgs& a, int row, int c, Chunk<BITS>& ch) {
+  const size_t K = a.K;
+  if (BITS == 8) {
+    const uint4* p = reinterpret_cast<const uint4*>(a.codes + row * K + c * 32);
+    ch.lo = __ldg(p);
+    ch.hi8 = __ldg(p + 1);
+  } else {
+    ch.lo = __ldg(reinterpret_cast<const uint4*>(a.codes + row * (K / 2) + c * 16));
+    if (BITS == 5) ch.high.x = __ldg(reinterpret_cast<const uint32_t*>(a.high + row * (K / 8) + c * 4));
+    if (BITS == 6) ch.high = __ldg(reinterpret_cast<const uint2*>(a.high + row * (K / 4) + c * 8));
+  }
+}
+
+// Code of element k (0..31) of a chunk, for the generic path (compile-time k after unrolling).
+template <int BITS>
+__device__ inline int code_of(const Chunk<BITS>& ch, int k) {
+  if (BITS == 8) {
+    uint32_t w = k < 16 ? (&ch.lo.x)[k >> 2] : (&ch.hi8.x)[(k - 16) >> 2];
+    return (w >> ((k & 3) * 8)) & 0xFF;
+  }
+  uint32_t w = (&ch.lo.x)[k >> 3];
+  int c = (w >> ((k & 7) * 4)) & 0xF;
+  if (BITS == 5) c |= ((ch.high.x >> k) & 1) << 4;
+  if (BITS == 6) c |= ((((&ch.high.x)[k >> 4]) >> ((k & 15) * 2)) & 3) << 4;
+  return c;
+}
+
+template <int BITS>
+__device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
+  if (BITS == 4) {
+    const __half2* x2 = reinterpret_cast<const __half2*>(xv);
+    const __half2 bias = __floats2half2_rn(1032.f, 1032.f);
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t w = (&ch.lo.x)[j];
+      __half2 acc = __floats2half2_rn(0.f, 0.f);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t bits = ((w >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
+        __half2 v = __hsub2(*reinterpret_cast<__half2*>(&bits), bias);
+        acc = __hfma2(v, x2[4 * j + i], acc);
+      }
+      float2 f = __half22float2(acc);
+      s += f.x + f.y;
+    }
+    return s;
+  } else {
+    const __half* xh = reinterpret_cast<const __half*>(xv);
+    const float off = float(1 << (BITS - 1));
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) s = fmaf(float(code_of<BITS>(ch, k)) - off, __half2float(xh[perm8(k)]), s);
+    return s;
+  }
+}
+
+template <int BITS, int TT>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int pair = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int r0 = 2 * pair;
+  if (r0 >= a.N) return;
+  const int r1 = min(r0 + 1, a.N - 1);
+  const int nch = a.K >> 5;
+  const int ngroups = a.K >> a.gshift;
+  float acc[2][TT];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int t = 0; t < TT; ++t) acc[r][t] = 0.f;
+
+  for (int c0 = lane; c0 < nch; c0 += 64) {
+    const int c1 = c0 + 32;
+    const bool has1 = c1 < nch;
+    Chunk<BITS> w[2][2];
+    load_chunk<BITS>(a, r0, c0, w[0][0]);
+    load_chunk<BITS>(a, r1, c0, w[1][0]);
+    if (has1) {
+      load_chunk<BITS>(a, r0, c1, w[0][1]);
+      load_chunk<BITS>(a, r1, c1, w[1][1]);
+    }
+    float s[2][2];
+    s[0][0] = __half2float(a.scales[(size_t)r0 * ngroups + ((c0 * 32) >> a.gshift)]);
+    s[1][0] = __half2float(a.scales[(size_t)r1 * ngroups + ((c0 * 32) >> a.gshift)]);
+    s[0][1] = has1 ? __half2float(a.scales[(size_t)r0 * ngroups + ((c1 * 32) >> a.gshift)]) : 0.f;
+    s[1][1] = has1 ? __half2float(a.scales[(size_t)r1 * ngroups + ((c1 * 32) >> a.gshift)]) : 0.f;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      if (u == 1 && !has1) break;
+      const int c = u == 0 ? c0 : c1;
+#pragma unroll
+      for (int t = 0; t < TT; ++t) {
+        if (t < a.T) {
+          const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K + c * 32);
+          uint4 xv[4] = {__ldg(xp), __ldg(xp + 1), __ldg(xp + 2), __ldg(xp + 3)};
+          acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
+          acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    acc[0][t] = warp_sum(acc[0][t]);
+    acc[1][t] = warp_sum(acc[1][t]);
+  }
+  // lane t writes token t: the epilogue is spread over lanes instead of serialised on lane 0
+#pragma unroll
+  for (int t = 0; t < TT; ++t) {
+    if (lane != t || t >= a.T) continue;
+    float* o = a.out_f32 + (size_t)t * a.ldo;
+    if (a.epi == GEMV_STORE) {
+      o[r0] = acc[0][t];
+      if (r0 + 1 < a.N) o[r0 + 1] = acc[1][t];
+    } else if (a.epi == GEMV_ADD) {
+      o[r0] += acc[0][t];
+      if (r0 + 1 < a.N) o[r0 + 1] += acc[1][t];
+    } else {
+      a.out_h[(size_t)t * a.ldo + perm8(pair)] = __float2half(silu(acc[0][t]) * acc[1][t]);
+    }
+  }
+}
+
+template <int BITS>
+void launch_bits(const GemvArgs& a, cudaStream_t st) {
+  dim3 grid(ceil_div(ceil_div(a.N, 2), kWarps)), block(kWarps * 32);
+  // 5/6/8-bit decode per element and are instantiated for T = 1 and T <= 16 only (compile time).
+  if (a.T <= 1) qgemv_kernel<BITS, 1><<<grid, block, 0, st>>>(a);
+  else if (BITS != 4) qgemv_kernel<BITS, 16><<<grid, block, 0, st>>>(a);
+  else if (a.T <= 2) qgemv_kernel<BITS, 2><<<grid, block, 0, st>>>(a);
+  else if (a.T <= 4) qgemv_kernel<BITS, 4><<<grid, block, 0, st>>>(a);
+  else if (a.T <= 8) qgemv_kernel<BITS, 8><<<grid, block, 0, st>>>(a);
+  else qgemv_kernel<BITS, 16><<<grid, block, 0, st>>>(a);
+}
+
+}  // namespace
+
+void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
+           cudaStream_t stream) {
+  if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
+  if (W.cols % 32 != 0 || W.cols % W.q.group != 0) throw std::invalid_argument("qgemv: K must be a multiple of 32 and of the group");
+  if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
+  GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
+             reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
+             x, T, epilogue, out_f32, out_h, ldo};
+  switch (W.q.bits) {
+    case 4: launch_bits<4>(a, stream); break;
+    case 5: launch_bits<5>(a, stream); break;
+    case 6: launch_bits<6>(a, stream); break;
+    case 8: launch_bits<8>(a, stream); break;
+    default: throw std::invalid_argument("qgemv: bits must be 4, 5, 6 or 8");
+  }
+  MR_CHECK_LAUNCH("qgemv");
+}
+
+}  // namespace monorail
