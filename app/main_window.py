@@ -27,6 +27,11 @@ class MainWindow(QMainWindow):
         self.settings = settings
         self.telemetry = telemetry
         self.editing_message_id: int | None = None
+        self._pending_stream: Message | None = None
+        self._stream_timer = QTimer(self)
+        self._stream_timer.setSingleShot(True)
+        self._stream_timer.setInterval(40)
+        self._stream_timer.timeout.connect(self._flush_stream)
         self.setWindowTitle("Monorail")
         self.resize(1280, 820)
 
@@ -186,8 +191,22 @@ class MainWindow(QMainWindow):
         self.refresh_conversations()
 
     def _message_updated(self, m: Message) -> None:
-        if m.conversation_id == self.controller.conversation_id:
-            self.chat.update_message(m)
+        if m.conversation_id != self.controller.conversation_id:
+            return
+        if m.status == "streaming" and m.id in self.chat.widgets:
+            # Re-rendering Markdown per token is wasted work: coalesce stream updates to ~25 per second.
+            self._pending_stream = m
+            if not self._stream_timer.isActive():
+                self._stream_timer.start()
+            return
+        self._stream_timer.stop()
+        self._pending_stream = None
+        self.chat.update_message(m)
+
+    def _flush_stream(self) -> None:
+        if self._pending_stream is not None:
+            self.chat.update_message(self._pending_stream)
+            self._pending_stream = None
 
     def _busy_changed(self, busy: bool) -> None:
         self.composer.set_busy(busy)

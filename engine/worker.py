@@ -18,7 +18,9 @@ reach it: cancellation sets the ``threading.Event`` the engine polls between tok
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
+import queue
 import threading
 import traceback
 from typing import Any, Callable
@@ -257,8 +259,16 @@ def worker_main(requests: Any, events: Any, factory_spec: str = DEFAULT_FACTORY)
         return
     events.put(P.WorkerReady(P.PROTOCOL_VERSION, os.getpid()))
     worker = _Worker(events, factory)
+    parent = multiprocessing.parent_process()
     while True:
-        req = requests.get()
+        try:
+            req = requests.get(timeout=1.0)
+        except queue.Empty:
+            # A GUI killed hard cannot send Shutdown: do not outlive it holding the GPU.
+            if parent is not None and not parent.is_alive():
+                worker.handle(P.Shutdown())
+                break
+            continue
         try:
             if not worker.handle(req):
                 break

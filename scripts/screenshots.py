@@ -154,6 +154,7 @@ def shoot(theme: str) -> list[Path]:
     window.resize(1360, 1010)
     window.show()
     populate(window)
+    window._flush_stream()          # show the latest streamed text now, not after the coalescing timer
     feed_dashboard(window)
     for _ in range(20):
         qapp.processEvents()

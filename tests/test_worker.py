@@ -106,3 +106,46 @@ def test_crash_kills_the_process():
 def test_bad_factory_spec_is_refused():
     with pytest.raises(ValueError, match="package.module:function"):
         resolve_factory("no_colon_here")
+
+
+def test_worker_exits_when_its_parent_dies(tmp_path):
+    """A GUI killed with SIGKILL cannot say goodbye; its worker must not keep the GPU."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pidfile = tmp_path / "worker.pid"
+    code = f"""
+import multiprocessing as mp, sys, time
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from engine.worker import worker_main
+if __name__ == '__main__':
+    ctx = mp.get_context('spawn')
+    rq, ev = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=worker_main, args=(rq, ev, {FAKE!r}))
+    p.start()
+    ev.get(timeout=30)
+    open({str(pidfile)!r}, 'w').write(str(p.pid))
+    time.sleep(60)
+"""
+    gui = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker_pid = int(pidfile.read_text())
+    os.kill(gui.pid, signal.SIGKILL)
+    gui.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker_pid, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{worker_pid}/stat").exists() and \
+                Path(f"/proc/{worker_pid}/stat").read_text().split()[2] == "Z":
+            return   # exited, waiting to be reaped
+        time.sleep(0.2)
+    os.kill(worker_pid, signal.SIGKILL)
+    raise AssertionError("the worker outlived its parent")
