@@ -5,7 +5,7 @@
 
 The order of operations, stated once (transformers' ``generate`` order for the warpers):
 
-  1. mask ids >= valid_vocab_size (embedding padding rows: 248077..248319 for the real model)
+  1. drop ids >= valid_vocab_size (embedding padding rows: 248077..248319 for the real model)
   2. penalties, vLLM's definitions: repetition (over prompt and output ids: a positive logit is
      divided by the penalty, a negative one multiplied), then frequency (minus penalty x count of
      the id in the output), then presence (minus penalty once if the id occurs in the output)
@@ -192,6 +192,10 @@ def uniforms(seed: int, steps: np.ndarray | Sequence[int] | int, token_ids: np.n
     return (words.astype(np.float64) + 0.5) * 2.0**-32
 
 
+# The largest noise a 32-bit uniform can give, -log(-log((2^32 - 0.5) / 2^32)), plus a margin.
+GUMBEL_MAX = float(-np.log(-np.log((2.0**32 - 0.5) * 2.0**-32))) + 1e-6
+
+
 def gumbel_noise(seed: int, steps: np.ndarray | Sequence[int] | int, token_ids: np.ndarray | Sequence[int]) -> np.ndarray:
     return -np.log(-np.log(uniforms(seed, steps, token_ids)))
 
@@ -229,19 +233,24 @@ class Sampler:
     # -- steps 1-2 ------------------------------------------------------------------------------
     def penalised_logits(self, logits: "torch.Tensor", generated_ids: Sequence[int],
                          prompt_ids: Sequence[int] = ()) -> "torch.Tensor":
-        """float32 [V]: padding ids masked to -inf and the penalties applied (a new tensor)."""
+        """float32 [valid_vocab_size]: the valid ids' logits with the penalties applied (a new tensor)."""
+        return self._penalised(logits, generated_ids, prompt_ids)[0]
+
+    def _penalised(self, logits: "torch.Tensor", generated_ids: Sequence[int],
+                   prompt_ids: Sequence[int]) -> tuple["torch.Tensor", bool]:
+        """Steps 1-2, plus whether every valid logit is finite (-inf ones are simply never drawn)."""
         import torch
 
         if logits.dim() != 1:
             raise ValueError(f"logits must be one vector [V], got shape {tuple(logits.shape)}")
         if logits.shape[0] < self.valid_vocab_size:
             raise ValueError(f"logits have {logits.shape[0]} entries but the vocabulary has {self.valid_vocab_size}")
-        x = logits.detach().to(torch.float32).clone()
-        x[self.valid_vocab_size:] = -math.inf
+        # Slicing drops the padding ids (step 1); the copy keeps the caller's tensor intact.
+        x = logits.detach()[: self.valid_vocab_size].to(torch.float32, copy=True)
         # One reduction answers "all finite?" in the usual case; the detailed checks run only if not.
-        if not bool(torch.isfinite(x[: self.valid_vocab_size].sum())) and (
-            bool(torch.isnan(x).any()) or bool(torch.isposinf(x).any())
-        ):
+        # Penalties cannot make a finite logit infinite, so the answer holds after them too.
+        all_finite = bool(torch.isfinite(x.sum()))
+        if not all_finite and (bool(torch.isnan(x).any()) or bool(torch.isposinf(x).any())):
             raise ValueError("logits contain NaN or +inf: the model output is broken, nothing can be sampled")
         p = self.params
         if p.repetition_penalty != 1.0:
@@ -253,7 +262,7 @@ class Sampler:
             ids, counts = self._ids_tensor(generated_ids, x.device).unique(return_counts=True)
             if ids.numel():
                 x[ids] -= p.frequency_penalty * counts.to(torch.float32) + p.presence_penalty
-        return x
+        return x, all_finite
 
     def _ids_tensor(self, ids: Sequence[int], device: Any) -> "torch.Tensor":
         import torch
@@ -270,26 +279,26 @@ class Sampler:
         import torch
 
         p = self.params
-        x = self.penalised_logits(logits, generated_ids, prompt_ids)[: self.valid_vocab_size]
+        x, all_finite = self._penalised(logits, generated_ids, prompt_ids)
         if p.greedy:  # one candidate: the argmax
             best = x.argmax().reshape(1)
             return Candidates(best, x[best])
-        x = x / p.temperature
-        all_finite = bool(torch.isfinite(x.sum()))
         finite_count = x.numel() if all_finite else int(torch.isfinite(x).sum())
         if finite_count == 0:
             raise ValueError("every logit is -inf after masking and penalties: nothing can be sampled")
-        top_k_active = 0 < p.top_k < finite_count
-        if top_k_active:
+        if 0 < p.top_k < finite_count:
+            # Dividing by T > 0 keeps the order, so top-k runs first and T touches only k logits.
             ids = _top_k_ids(x, p.top_k)
+            values = x[ids] / p.temperature
         else:
             ids = torch.arange(x.numel(), device=x.device) if all_finite else torch.isfinite(x).nonzero().squeeze(1)
-        if not top_k_active and p.top_p >= 1.0:
-            # Nothing below needs an order: skip the 248K-entry sort, keep id order.
-            return self._min_p(Candidates(ids, x[ids]))
+            values = (x / p.temperature) if all_finite else x[ids] / p.temperature
+            if p.top_p >= 1.0:
+                # Nothing below needs an order: skip the 248K-entry sort, keep id order.
+                return self._min_p(Candidates(ids, values))
         # Sort by decreasing logit; ids are increasing here, so a stable sort breaks ties to the lower id.
-        order = torch.sort(x[ids], descending=True, stable=True).indices
-        cand = Candidates(ids[order], x[ids[order]])
+        order = torch.sort(values, descending=True, stable=True).indices
+        cand = Candidates(ids[order], values[order])
 
         if p.top_p < 1.0:
             probs = cand.probabilities()
@@ -311,7 +320,7 @@ class Sampler:
         """The next token id. ``generated_ids``: this response's tokens so far (penalties and the
         default step); ``prompt_ids``: the prompt, used only by the repetition penalty."""
         if self.params.greedy:
-            return int(self.penalised_logits(logits, generated_ids, prompt_ids).argmax())
+            return int(self._penalised(logits, generated_ids, prompt_ids)[0].argmax())
         step = len(generated_ids) if step is None else step
         return self.sample_steps(logits, generated_ids, [step], prompt_ids=prompt_ids)[0]
 
@@ -327,9 +336,17 @@ class Sampler:
         if self.params.greedy:
             return [self.sample(logits, generated_ids, prompt_ids=prompt_ids)] * len(steps)
         cand = self.candidates(logits, generated_ids, prompt_ids)
-        noise = gumbel_noise(self.seed, np.asarray(steps, dtype=np.uint64), cand.ids.cpu().numpy())
-        scores = cand.logits.cpu().double().numpy()[None, :] + noise
         ids = cand.ids.cpu().numpy()
+        values = cand.logits.cpu().double().numpy()
+        step_arr = np.asarray(steps, dtype=np.uint64)
+        # Exact pruning, so a full-vocabulary draw does not need 248K Philox calls: no noise exceeds
+        # GUMBEL_MAX, so a token whose logit is below (the best token's score) - GUMBEL_MAX can
+        # never win. The winner is the same as scoring every candidate.
+        best = int(values.argmax())
+        best_scores = values[best] + gumbel_noise(self.seed, step_arr, ids[best : best + 1])[:, 0]
+        contenders = values >= best_scores.min() - GUMBEL_MAX
+        ids, values = ids[contenders], values[contenders]
+        scores = values[None, :] + gumbel_noise(self.seed, step_arr, ids)
         return [int(i) for i in ids[scores.argmax(axis=1)]]
 
 

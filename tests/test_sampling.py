@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from engine.sampling import (
+    GUMBEL_MAX,
     PRESETS,
     Sampler,
     SamplingParams,
@@ -235,6 +236,23 @@ def test_seeded_draws_are_reproducible_and_depend_on_seed_and_step():
     free = Sampler(SamplingParams(temperature=1.0), VALID)
     replay = Sampler(SamplingParams(temperature=1.0, seed=free.seed), VALID)
     assert free.sample_steps(logits, [], range(100)) == replay.sample_steps(logits, [], range(100))
+
+
+def test_draw_is_argmax_of_logit_plus_gumbel_over_all_candidates():
+    # The documented rule, computed here over every candidate (the sampler prunes hopeless ones).
+    generator = torch.Generator().manual_seed(2)
+    logits = torch.randn(1000, generator=generator) * 6.0  # spread enough that some ids cannot win
+    cases = [(SamplingParams(temperature=1.0, seed=11), True), (SamplingParams(temperature=1.3, top_p=0.99, seed=12), False)]
+    for params, prunes in cases:
+        sampler = Sampler(params, 1000)
+        cand = sampler.candidates(logits, [])
+        steps = np.arange(2000)
+        noise = gumbel_noise(sampler.seed, steps, cand.ids.numpy())
+        expected = cand.ids.numpy()[(cand.logits.double().numpy()[None, :] + noise).argmax(axis=1)]
+        assert sampler.sample_steps(logits, [], steps) == expected.tolist()
+        hopeless = cand.logits.double().numpy() < cand.logits.double().max().item() - GUMBEL_MAX
+        if prunes:
+            assert hopeless.sum() > 100  # the pruning path really is exercised
 
 
 def test_philox_known_answer_vectors():
