@@ -62,6 +62,25 @@ def test_send_streams_thinking_then_content_and_saves(qtbot, window):
     assert window.sidebar.list.count() == 1
 
 
+def test_messages_are_on_disk_before_the_request_and_while_streaming(qtbot, window):
+    from app.store import Store
+
+    window.controller.save_interval_s = 0.25
+    _send(qtbot, window, "SLOW story")
+    other = Store(window.controller.store.path)          # a second connection sees only committed data
+    try:
+        msgs = other.messages(window.controller.conversation_id)
+        assert [(m.role, m.status) for m in msgs] == [("user", "done"), ("assistant", "streaming")]
+        assert msgs[0].content == "SLOW story" and window.controller.busy
+        qtbot.waitUntil(lambda: "tick" in other.messages(window.controller.conversation_id)[1].content,
+                        timeout=20000)
+        assert window.controller.busy                       # saved while still streaming
+    finally:
+        window.controller.stop()
+        qtbot.waitUntil(lambda: not window.controller.busy, timeout=20000)
+        other.close()
+
+
 def test_stop_with_escape_keeps_partial_reply(qtbot, window):
     _send(qtbot, window, "SLOW story")
     qtbot.waitUntil(lambda: window.controller.active is not None and "tick" in window.controller.active.message.content,
