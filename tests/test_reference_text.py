@@ -252,3 +252,13 @@ def test_per_layer_trace_matches_transformers_hidden_states(mm):
     for layer in range(n):  # entries 0..n-1: embedding and outputs of layers 0..n-2
         assert rel_err(trace[layer], oracle[layer][0]) <= FP32_REL_TOL, f"entry {layer}"
     assert rel_err(out.hidden, oracle[n][0]) <= FP32_REL_TOL
+
+
+def test_attention_in_query_blocks_equals_oracle(mm, monkeypatch):
+    """Long contexts split queries into blocks to bound the score matrix; force 7-query blocks here."""
+    import engine.reference.attention as attention
+    model, ids = mm["ours"], mm["ids"][:PROMPT_LEN]
+    heads = model.config.text.num_attention_heads
+    monkeypatch.setattr(attention, "SCORE_ELEMENTS_PER_BLOCK", heads * PROMPT_LEN * 7)
+    out = model.forward(ids, model.new_state(PROMPT_LEN))
+    assert rel_err(out.logits, mm["full_logits"][:PROMPT_LEN]) <= FP32_REL_TOL

@@ -42,14 +42,27 @@ def gated_attention(x: torch.Tensor, w: AttentionWeights, cache: KVCache, cos: t
 
     start = cache.length
     keys, values = cache.append(k.transpose(0, 1), v.transpose(0, 1))  # [n_kv, L, hd], L = start + T
+    # queries in blocks so the fp32 score matrix stays bounded on long contexts
+    block = max(1, SCORE_ELEMENTS_PER_BLOCK // (n_heads * keys.shape[1]))
+    out = torch.cat([_attend(q[b0:b0 + block], keys, values, start + b0, n_kv_heads)
+                     for b0 in range(0, t, block)])
+    out = out.to(x.dtype) * torch.sigmoid(gate.reshape(t, n_heads * head_dim))
+    return F.linear(out, w.o_proj)
+
+
+SCORE_ELEMENTS_PER_BLOCK = 1 << 26  # 256 MiB of fp32 scores
+
+
+def _attend(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, first_pos: int,
+            n_kv_heads: int) -> torch.Tensor:
+    """Causal GQA softmax attention of queries ``[T, n_heads, hd]`` at positions first_pos.. over the cache."""
+    t, n_heads, head_dim = q.shape
     group = n_heads // n_kv_heads
     qh = q.transpose(0, 1).reshape(n_kv_heads, group * t, head_dim)      # rows: (group member, token)
     scores = (qh.float() @ keys.float().transpose(1, 2)) / math.sqrt(head_dim)  # [n_kv, group*T, L]
     scores = scores.view(n_kv_heads, group, t, -1)
-    q_pos = torch.arange(start, start + t, device=x.device)
-    k_pos = torch.arange(keys.shape[1], device=x.device)
+    q_pos = torch.arange(first_pos, first_pos + t, device=q.device)
+    k_pos = torch.arange(keys.shape[1], device=q.device)
     scores = scores.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
     probs = torch.softmax(scores, dim=-1).to(values.dtype).view(n_kv_heads, group * t, -1)
-    out = (probs @ values).view(n_heads, t, head_dim).transpose(0, 1).reshape(t, n_heads * head_dim)
-    out = out.to(x.dtype) * torch.sigmoid(gate.reshape(t, n_heads * head_dim))
-    return F.linear(out, w.o_proj)
+    return (probs @ values).view(n_heads, t, head_dim).transpose(0, 1).reshape(t, n_heads * head_dim)
