@@ -262,3 +262,14 @@ def test_attention_in_query_blocks_equals_oracle(mm, monkeypatch):
     monkeypatch.setattr(attention, "SCORE_ELEMENTS_PER_BLOCK", heads * PROMPT_LEN * 7)
     out = model.forward(ids, model.new_state(PROMPT_LEN))
     assert rel_err(out.logits, mm["full_logits"][:PROMPT_LEN]) <= FP32_REL_TOL
+
+
+def test_bad_inputs_are_refused_with_a_reason(mm):
+    model = mm["ours"]
+    vocab = model.config.text.vocab_size
+    with pytest.raises(ValueError, match=f"token id {vocab} is outside"):
+        model.forward(torch.tensor([1, vocab]), model.new_state(4))
+    with pytest.raises(ValueError, match="zero tokens"):
+        model.forward(torch.tensor([], dtype=torch.long), model.new_state(4))
+    with pytest.raises(ValueError, match=r"position_ids has shape \[1, 2\]"):
+        model.forward(torch.tensor([1, 2]), model.new_state(4), position_ids=torch.tensor([[0, 1]]))

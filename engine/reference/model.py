@@ -141,6 +141,10 @@ class ReferenceModel:
 
     # ---- forward ---------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        vocab = self.weights.embed_tokens.shape[0]
+        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= vocab):
+            bad = input_ids[(input_ids < 0) | (input_ids >= vocab)][0]
+            raise ValueError(f"token id {int(bad)} is outside this model's vocabulary (0..{vocab - 1})")
         return F.embedding(input_ids.to(self.device), self.weights.embed_tokens)
 
     def _positions(self, position_ids: torch.Tensor | None, start: int, t: int) -> torch.Tensor:
