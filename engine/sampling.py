@@ -59,7 +59,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0  # 1 = off
     seed: int | None = None  # None: the Sampler picks one and reports it
-    max_tokens: int | None = None  # None: until end of turn or the context limit
+    max_tokens: int | None = 32768  # Qwen's suggested output budget; None: until end of turn or context limit
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False

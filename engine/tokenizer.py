@@ -24,6 +24,15 @@ _PACKAGE_MODEL_NAME = "qwen3.6-27b"
 # Special tokens that end a turn (generation_config.json eos_token_id of the 27B checkpoints).
 EOS_TOKENS = ("<|im_end|>", "<|endoftext|>")
 
+# Added tokens that stand for text the model writes, not control: Qwen's tokenizer_config marks
+# them "special": false, so transformers' decode(skip_special_tokens=True) keeps them, and the
+# output parser needs them to split reasoning from content and find tool calls. Every other
+# added token (<|im_start|>, <|im_end|>, <|vision_start|>, ...) is a control token.
+TEXT_TAG_TOKENS = frozenset({
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
+    "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+})
+
 
 class TokenizerError(ValueError):
     """A token, id or text the tokenizer cannot handle."""
@@ -78,6 +87,9 @@ class Tokenizer:
             s: encoding.encode_single_token(s) for s in sorted(encoding.special_tokens_set)
         }
         self._id_to_special: dict[int, str] = {i: s for s, i in self._special_to_id.items()}
+        self.control_ids: frozenset[int] = frozenset(
+            i for s, i in self._special_to_id.items() if s not in TEXT_TAG_TOKENS
+        )
         # id -> raw bytes for every id (ordinary and special), used by decode and streaming.
         self._id_to_bytes: dict[int, bytes] = {
             i: (t.encode("utf-8") if isinstance(t, str) else t) for i, t in self._impl.decoder.items()
@@ -109,7 +121,12 @@ class Tokenizer:
         return self._special_to_id["<|im_end|>"]
 
     def is_special(self, token_id: int) -> bool:
+        """One of the 33 added tokens (control tokens and text tags such as <think>)."""
         return token_id in self._id_to_special
+
+    def is_control(self, token_id: int) -> bool:
+        """An added token that is not text (what ``skip_special`` drops): <|im_end|>, <|image_pad|>, ..."""
+        return token_id in self.control_ids
 
     def token_to_id(self, token: str) -> int:
         """Id of a token spelled as in Hugging Face's vocabulary.
@@ -170,14 +187,18 @@ class Tokenizer:
         return len(self.encode(text))
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
-        """Text of ``ids``; invalid UTF-8 (a sequence cut mid-character) becomes U+FFFD."""
+        """Text of ``ids``; invalid UTF-8 (a sequence cut mid-character) becomes U+FFFD.
+
+        skip_special drops control tokens as transformers' skip_special_tokens does; text tags
+        (<think>, </think>, <tool_call>, ...) stay, see TEXT_TAG_TOKENS.
+        """
         return self.decode_bytes(ids, skip_special).decode("utf-8", errors="replace")
 
     def decode_bytes(self, ids: Iterable[int], skip_special: bool = False) -> bytes:
         parts = []
         for token_id in ids:
             self._check_id(token_id)
-            if skip_special and token_id in self._id_to_special:
+            if skip_special and token_id in self.control_ids:
                 continue
             parts.append(self._id_to_bytes[token_id])
         return b"".join(parts)
@@ -192,6 +213,7 @@ class StreamDecoder:
     A token can hold part of a UTF-8 character (an emoji is often split over two or three tokens);
     such bytes are held back until the character is complete, so every piece returned is valid
     text and the concatenation of all pieces plus ``flush()`` equals ``decode(all ids)``.
+    skip_special drops control tokens only, as ``Tokenizer.decode`` does.
     """
 
     def __init__(self, tokenizer: Tokenizer, skip_special: bool = False) -> None:
@@ -202,7 +224,7 @@ class StreamDecoder:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, token_id: int) -> str:
-        if self._skip_special and self._tokenizer.is_special(token_id):
+        if self._skip_special and self._tokenizer.is_control(token_id):
             return ""
         return self._utf8.decode(self._tokenizer.id_to_bytes(token_id))
 

@@ -89,7 +89,23 @@ def test_specials_are_single_ids_only_when_allowed(tok):
     assert tok.im_end_id in with_special
     assert not any(tok.is_special(i) for i in as_text)
     assert tok.decode(as_text) == tok.decode(with_special) == text
-    assert tok.decode(with_special, skip_special=True) == "ab"
+    # skip_special drops control tokens but keeps the text tags the output parser needs.
+    assert tok.decode(with_special, skip_special=True) == "ab<think>"
+
+
+def test_skip_special_keeps_text_tags_drops_control_tokens(tok):
+    text = "<|im_start|>assistant\n<think>\nr\n</think>\n\n<tool_call>\nx\n</tool_call><|im_end|><|endoftext|>"
+    ids = tok.encode(text)
+    kept = "assistant\n<think>\nr\n</think>\n\n<tool_call>\nx\n</tool_call>"
+    assert tok.decode(ids, skip_special=True) == kept
+    decoder = tok.stream_decoder(skip_special=True)
+    assert decoder.push_many(ids) + decoder.flush() == kept
+    # Control tokens: every added token except the 12 text tags.
+    assert len(tok.control_ids) == 33 - 12
+    for name in ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|vision_start|>", "<|image_pad|>"):
+        assert tok.is_control(tok.token_to_id(name))
+    for name in ("<think>", "</think>", "<tool_call>", "</tool_call>"):
+        assert tok.is_special(tok.token_to_id(name)) and not tok.is_control(tok.token_to_id(name))
 
 
 def test_token_spelling_round_trip(tok):
