@@ -8,7 +8,6 @@ copy of the same public formula is used if that module is missing from this buil
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice

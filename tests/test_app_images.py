@@ -31,7 +31,7 @@ def _png(path, w=64, h=48, color="red"):
 
 def _drop(widget, mime: QMimeData) -> None:
     pos = QPointF(widget.rect().center())
-    enter = QDragEnterEvent(pos.toPoint(), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
+    enter = QDragEnterEvent(pos, Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                             Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(widget, enter)
     assert enter.isAccepted()

@@ -77,7 +77,6 @@ class FakeEngine:
             content.append(f" ({n_images} image{'s' if n_images > 1 else ''})")
         if "SLOW" in text:
             content += [" tick"] * 400
-        t0 = time.monotonic()
         count = 0
         for channel, pieces in (("reasoning", reasoning), ("content", content)):
             for piece in pieces:

@@ -1,5 +1,6 @@
-"""End to end with the real engine: the worker's default factory loads the built-in demo model
-(reference backend on CPU) and streams a short reply; the memory plan is computed in the worker."""
+"""The worker with the real engine modules: conversion of a Hugging Face folder with progress, and the
+memory plan of the result. (Loading and chatting with the demo model through the default factory is
+covered end to end by tests/test_app_real_demo.py.)"""
 
 from __future__ import annotations
 
@@ -25,39 +26,6 @@ def _until(events, pred, timeout):
         if pred(ev):
             return got
     raise AssertionError(f"timed out; got {got[-5:]}")
-
-
-@pytest.mark.slow   # 12-20 s: torch import and the demo model on CPU
-def test_demo_model_loads_and_streams_through_the_real_worker():
-    ctx = mp.get_context("spawn")
-    requests, events = ctx.Queue(), ctx.Queue()
-    proc = ctx.Process(target=worker_main, args=(requests, events, DEFAULT_FACTORY), daemon=True)
-    proc.start()
-    try:
-        _until(events, lambda e: isinstance(e, P.WorkerReady), 60)
-        requests.put(P.LoadModel("l", "demo", {"backend": "reference"}))
-        got = _until(events, lambda e: isinstance(e, (P.ModelLoaded, P.WorkerError)), 240)
-        loaded = got[-1]
-        assert isinstance(loaded, P.ModelLoaded), loaded
-        assert loaded.random_weights and "random weights" in loaded.name and loaded.context_limit > 0
-        requests.put(P.Generate("g", [{"role": "user", "content": "Hello"}],
-                                {"temperature": 0.0, "max_tokens": 8}, True))
-        got = _until(events, lambda e: isinstance(e, P.Finished), 240)
-        fin = got[-1]
-        assert fin.reason in ("stop", "length"), [e for e in got if isinstance(e, P.WorkerError)]
-        deltas = [e for e in got if isinstance(e, P.Delta)]
-        assert 1 <= fin.completion_tokens <= 8 and fin.prompt_tokens > 0
-        assert all(d.channel in ("reasoning", "content") for d in deltas)
-
-        requests.put(P.ComputePlan("p", "demo", {"kv_dtype": "int8", "max_context": 4096}))
-        plan = _until(events, lambda e: isinstance(e, (P.PlanResult, P.WorkerError)), 120)[-1]
-        assert isinstance(plan, P.PlanResult), plan
-        assert "KV pool" in plan.text and plan.plan["lines"] and plan.plan["budget_bytes"] > 0
-    finally:
-        requests.put(P.Shutdown())
-        proc.join(30)
-        if proc.is_alive():
-            proc.terminate()
 
 
 @pytest.mark.slow   # about 25 s plus the shared tiny checkpoint fixture
