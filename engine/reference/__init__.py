@@ -4,8 +4,8 @@ Text decoder and MTP head: ``engine.reference.model.ReferenceModel``; per-sequen
 ``engine.reference.state``. The vision tower lives in ``engine.reference.vision``.
 """
 
-from engine.reference.model import ForwardOutput, ReferenceModel, text_position_ids
+from engine.reference.model import ForwardOutput, ReferenceModel, decoder_layer, text_position_ids
 from engine.reference.state import GDNState, KVCache, ModelState, StateOverflowError
 
 __all__ = ["ForwardOutput", "GDNState", "KVCache", "ModelState", "ReferenceModel", "StateOverflowError",
-           "text_position_ids"]
+           "decoder_layer", "text_position_ids"]

@@ -41,6 +41,32 @@ def text_position_ids(start: int, t: int, device: torch.device | str = "cpu") ->
     return torch.arange(start, start + t, device=device).expand(3, t)
 
 
+def decoder_layer(x: torch.Tensor, lw: LayerWeights, t: TextConfig, *, kv: KVCache | None = None,
+                  gdn: GDNState | None = None, cos: torch.Tensor | None = None, sin: torch.Tensor | None = None,
+                  gdn_mode: str = "chunked") -> torch.Tensor:
+    """One decoder layer on the residual stream ``x [T, H]``: ``x += mixer(norm1(x)); x += mlp(norm2(x))``.
+
+    A full-attention layer (``lw.attention``) needs ``kv`` and the rope tables ``cos``/``sin``; a
+    Gated DeltaNet layer (``lw.gdn``) needs ``gdn``. Usable on its own, e.g. to check one
+    full-size layer of a native backend against this reference.
+    """
+    h = rms_norm_zero_centred(x, lw.input_norm, t.rms_norm_eps)
+    if lw.attention is not None:
+        if kv is None or cos is None or sin is None:
+            raise ValueError("a full-attention layer needs kv, cos and sin")
+        mixed = gated_attention(h, lw.attention, kv, cos, sin, n_heads=t.num_attention_heads,
+                                n_kv_heads=t.num_key_value_heads, head_dim=t.head_dim, eps=t.rms_norm_eps)
+    else:
+        if gdn is None:
+            raise ValueError("a Gated DeltaNet layer needs its GDNState")
+        mixed = gated_delta_net(h, lw.gdn, gdn, n_k_heads=t.linear_num_key_heads,
+                                n_v_heads=t.linear_num_value_heads, dk=t.linear_key_head_dim,
+                                dv=t.linear_value_head_dim, eps=t.rms_norm_eps, mode=gdn_mode)
+    x = x + mixed
+    h = rms_norm_zero_centred(x, lw.post_attention_norm, t.rms_norm_eps)
+    return x + swiglu_mlp(h, lw.gate_proj, lw.up_proj, lw.down_proj)
+
+
 class ReferenceModel:
     """Qwen3.5 hybrid text decoder (+ MTP head) evaluated with plain torch ops."""
 
@@ -154,20 +180,14 @@ class ReferenceModel:
             raise ValueError(f"position_ids has shape {list(position_ids.shape)}; expected [3, {t}] (t, h, w axes)")
         return position_ids.to(self.device)
 
+    def rope_tables(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin ``[T, rotary_dim]`` fp32 for positions ``[3, T]`` (what every attention layer uses)."""
+        return mrope_cos_sin(position_ids.to(self.device), self._inv_freq, self._axis_of_pair)
+
     def _layer(self, x: torch.Tensor, lw: LayerWeights, attn_cache: KVCache | None, gdn_state: GDNState | None,
                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        t = self.config.text
-        h = rms_norm_zero_centred(x, lw.input_norm, t.rms_norm_eps)
-        if lw.attention is not None:
-            mixed = gated_attention(h, lw.attention, attn_cache, cos, sin, n_heads=t.num_attention_heads,
-                                    n_kv_heads=t.num_key_value_heads, head_dim=t.head_dim, eps=t.rms_norm_eps)
-        else:
-            mixed = gated_delta_net(h, lw.gdn, gdn_state, n_k_heads=t.linear_num_key_heads,
-                                    n_v_heads=t.linear_num_value_heads, dk=t.linear_key_head_dim,
-                                    dv=t.linear_value_head_dim, eps=t.rms_norm_eps, mode=self.gdn_mode)
-        x = x + mixed
-        h = rms_norm_zero_centred(x, lw.post_attention_norm, t.rms_norm_eps)
-        return x + swiglu_mlp(h, lw.gate_proj, lw.up_proj, lw.down_proj)
+        return decoder_layer(x, lw, self.config.text, kv=attn_cache, gdn=gdn_state, cos=cos, sin=sin,
+                             gdn_mode=self.gdn_mode)
 
     def lm_head(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(hidden, self.weights.lm_head).float()
@@ -196,7 +216,7 @@ class ReferenceModel:
         if state.seq_len + t > state.max_tokens:
             raise ValueError(f"state holds {state.max_tokens} tokens; {state.seq_len} used, {t} more requested")
         pos = self._positions(position_ids, state.seq_len + state.rope_delta, t)
-        cos, sin = mrope_cos_sin(pos, self._inv_freq, self._axis_of_pair)
+        cos, sin = self.rope_tables(pos)
         tc = self.config.text
         if trace is not None:
             trace.append(x.clone())
@@ -228,6 +248,6 @@ class ReferenceModel:
         cache = state.mtp_kv
         t = hidden.shape[0]
         pos = self._positions(position_ids, cache.length + state.rope_delta, t)
-        cos, sin = mrope_cos_sin(pos, self._inv_freq, self._axis_of_pair)
+        cos, sin = self.rope_tables(pos)
         h = mtp_hidden(self, hidden.to(self.dtype), next_token_ids.reshape(-1), cache, cos, sin)
         return self.lm_head(h)
