@@ -32,6 +32,10 @@ class MainWindow(QMainWindow):
         self._stream_timer.setSingleShot(True)
         self._stream_timer.setInterval(40)
         self._stream_timer.timeout.connect(self._flush_stream)
+        self._stats_timer = QTimer(self)      # the worker reports its own process stats to the dashboard
+        self._stats_timer.setInterval(2000)
+        self._stats_timer.timeout.connect(self.controller.client.request_stats)
+        self._stats_timer.start()
         self.setWindowTitle("Monorail")
         self.resize(1280, 820)
 

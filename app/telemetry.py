@@ -118,6 +118,7 @@ class EngineStats:
     plan: dict | None = None
     model: str = ""
     backend: str = ""
+    worker: P.WorkerStats | None = None
 
 
 @dataclass
@@ -250,6 +251,9 @@ class Telemetry(QObject):
             self.history.add("decode_tok_s", now, ev.decode_tok_s)
             self.history.add("prefill_tok_s", now, ev.prefill_tok_s)
             self.stats_changed.emit(st)
+        elif isinstance(ev, P.WorkerStats):
+            self.stats.worker = ev
+            self.stats_changed.emit(self.stats)
         elif isinstance(ev, P.ModelLoaded):
             self.stats.plan, self.stats.model, self.stats.backend = ev.plan, ev.name, ev.backend
             self.stats_changed.emit(self.stats)

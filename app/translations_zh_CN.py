@@ -146,6 +146,12 @@ ZH_CN: dict[str, str] = {
     "{used} planned of {cap}": "已规划 {used} / 共 {cap}",
     "{cost} at {tariff} per kWh": "{cost}（电价 {tariff}/千瓦时）",
     "{name} · sampled every {s:g} s": "{name} · 每 {s:g} 秒采样",
+    "Engine process": "引擎进程",
+    "The engine worker has not reported yet.": "引擎进程尚未报告。",
+    "{rss} resident": "常驻内存 {rss}",
+    "generating": "生成中",
+    "pid {pid} · {model} · {backend} · {state}": "进程 {pid} · {model} · {backend} · {state}",
+    "no model": "无模型",
     # strings passed to tr() through variables
     "System": "跟随系统",
     "Light": "浅色",

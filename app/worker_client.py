@@ -114,6 +114,10 @@ class WorkerClient(QObject):
     def compute_plan(self, model: str, options: dict) -> str:
         return self.send(P.ComputePlan(new_request_id("plan"), model, options))
 
+    def request_stats(self) -> None:
+        if self.alive:
+            self._requests.put(P.GetStats(new_request_id("stats")))
+
     def convert(self, source: str, destination: str) -> str:
         return self.send(P.Convert(new_request_id("convert"), source, destination))
 

@@ -61,11 +61,17 @@ class Convert:
 
 
 @dataclass
+class GetStats:
+    """Ask the worker about itself (process memory, what is loaded, whether it is generating)."""
+    request_id: str
+
+
+@dataclass
 class Shutdown:
     request_id: str = "shutdown"
 
 
-Request = LoadModel | Generate | Cancel | Unload | ComputePlan | Convert | Shutdown
+Request = LoadModel | Generate | Cancel | Unload | ComputePlan | Convert | GetStats | Shutdown
 
 
 # ----------------------------------------------------------------------------- events
@@ -134,6 +140,17 @@ class Converted:
 
 
 @dataclass
+class WorkerStats:
+    request_id: str
+    pid: int
+    rss_bytes: int | None           # resident memory of the worker process
+    model: str | None               # None: nothing loaded
+    backend: str | None
+    generating: bool
+    device_bytes: int | None = None  # device memory the engine holds, when it can say
+
+
+@dataclass
 class WorkerError:
     """A typed, user-facing error. ``kind`` is the exception class name (e.g. "EngineError",
     "PromptTooLong", "ProtocolError"); ``message`` is meant to be shown as is."""
@@ -143,4 +160,4 @@ class WorkerError:
 
 
 Event = (WorkerReady | Progress | ModelLoaded | Unloaded | Delta | Finished | PlanResult
-         | Converted | WorkerError)
+         | Converted | WorkerStats | WorkerError)

@@ -145,6 +145,14 @@ def _info_event(request_id: str, info: Any) -> P.ModelLoaded:
                          plan=get("plan", None))
 
 
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _error(request_id: str | None, exc: BaseException) -> P.WorkerError:
     return P.WorkerError(request_id=request_id, kind=type(exc).__name__, message=str(exc) or repr(exc))
 
@@ -204,6 +212,9 @@ class _Worker:
             if req.request_id == self.gen_id:
                 self.cancel.set()
             return True
+        if isinstance(req, P.GetStats):
+            self.events.put(self._stats(req.request_id))
+            return True
         if isinstance(req, P.Generate):
             if self.engine is None:
                 self.events.put(P.WorkerError(req.request_id, "NoModel", "No model is loaded. Pick one in Settings."))
@@ -241,6 +252,14 @@ class _Worker:
         except Exception as exc:
             self.events.put(_error(getattr(req, "request_id", None), exc))
         return True
+
+    def _stats(self, request_id: str) -> P.WorkerStats:
+        info = getattr(self.engine, "info", None)
+        device = getattr(self.engine, "device_bytes", None)
+        return P.WorkerStats(request_id=request_id, pid=os.getpid(), rss_bytes=_rss_bytes(),
+                             model=getattr(info, "name", None), backend=getattr(info, "backend", None),
+                             generating=self.gen_thread is not None and self.gen_thread.is_alive(),
+                             device_bytes=device() if callable(device) else device)
 
     def _unload(self) -> None:
         if self.engine is not None:

@@ -35,6 +35,12 @@ def test_first_run_loads_demo_and_says_random_weights(window):
     assert not window.banner.isHidden() and "random weights" in window.banner.label.text()
 
 
+def test_dashboard_gets_worker_process_stats(qtbot, window):
+    qtbot.waitUntil(lambda: window.telemetry.stats.worker is not None, timeout=10000)
+    assert window.telemetry.stats.worker.pid == window.controller.client.pid
+    assert window.dashboard.engine.value.text().endswith("resident")
+
+
 def test_send_streams_thinking_then_content_and_saves(qtbot, window):
     seen_thinking = []
     window.controller.message_updated.connect(

@@ -67,6 +67,10 @@ def test_dashboard_without_gpu_says_so_and_shows_engine_stats(qtbot, store):
     assert dash.power.value.text() == "n/a"
     tel.engine_event(P.Finished("g", "stop", 5, 20, 0.2, 100.0, 12.5))
     assert dash.speed.value.text() == "12.5 tok/s"
+    assert dash.engine.value.text() == "n/a"
+    tel.engine_event(P.WorkerStats("s", 4321, 3 << 30, "demo", "reference", True))
+    assert dash.engine.value.text() == "3.00 GiB resident"
+    assert dash.engine.detail.text() == "pid 4321 · demo · reference · generating"
     tel.stop()
 
 

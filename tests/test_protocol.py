@@ -19,7 +19,7 @@ def _samples():
         P.ModelLoaded("r1", "demo", True, 4096, True, "reference", {"weights": 1}),
         P.Unloaded("r3"), P.Delta("r2", "reasoning", "hm"),
         P.Finished("r2", "stop", 3, 4, 0.1, 10.0, 20.0, 0.8, [{"name": "f"}]),
-        P.PlanResult("r4", None, "table"), P.Converted("r5", "/b"), P.WorkerError("r2", "PromptError", "too long"),
+        P.PlanResult("r4", None, "table"), P.GetStats("r6"), P.WorkerStats("r6", 1, 2 << 20, "demo", "reference", False), P.Converted("r5", "/b"), P.WorkerError("r2", "PromptError", "too long"),
     ]
 
 

@@ -80,6 +80,16 @@ def test_cancel_stops_a_long_reply(worker):
     assert got[-1].completion_tokens < 400
 
 
+def test_stats_report_the_worker_process(worker):
+    requests, events, proc = worker
+    requests.put(P.LoadModel("l4", "fake-stats", {}))
+    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    requests.put(P.GetStats("s1"))
+    st = _collect(events, lambda e: isinstance(e, P.WorkerStats))[-1]
+    assert st.pid == proc.pid and st.model == "fake-stats" and st.backend == "fake" and not st.generating
+    assert st.rss_bytes and st.rss_bytes > 1 << 20
+
+
 def test_load_failure_is_a_typed_error_and_worker_survives(worker):
     requests, events, proc = worker
     requests.put(P.LoadModel("bad", "broken", {}))

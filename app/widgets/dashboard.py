@@ -126,8 +126,9 @@ class Dashboard(QScrollArea):
         self.energy_reply = Card(tr("Energy per token (last reply)"))
         self.energy_today = Card(tr("Energy today"))
         self.energy_month = Card(tr("Energy this month"))
+        self.engine = Card(tr("Engine process"))
         cards = [self.vram, self.power, self.temp, self.clock, self.speed, self.prefill,
-                 self.energy_reply, self.energy_today, self.energy_month]
+                 self.energy_reply, self.energy_today, self.energy_month, self.engine]
         for i, card in enumerate(cards):
             grid.addWidget(card, i // 3, i % 3)
         col.addLayout(grid)
@@ -185,6 +186,15 @@ class Dashboard(QScrollArea):
                 j=st.last_reply_joules, n=st.last_reply_tokens))
         else:
             self.energy_reply.value.setText(NA)
+        wk = st.worker
+        if wk is None:
+            self.engine.value.setText(NA)
+            self.engine.detail.setText(tr("The engine worker has not reported yet."))
+        else:
+            self.engine.value.setText(tr("{rss} resident").format(rss=gib(wk.rss_bytes)))
+            state = tr("generating") if wk.generating else tr("idle")
+            self.engine.detail.setText(tr("pid {pid} · {model} · {backend} · {state}").format(
+                pid=wk.pid, model=wk.model or tr("no model"), backend=wk.backend or "-", state=state))
         rows, budget = plan_rows(st.plan)
         total = sum(b for _, b in rows)
         latest = self.telemetry.latest
