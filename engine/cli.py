@@ -15,6 +15,8 @@ COMMAND_MODULES = [
     "engine.commands.info",
     "engine.commands.plan",
     "engine.commands.chat",
+    "engine.commands.convert",
+    "engine.commands.inspect",
 ]
 
 
