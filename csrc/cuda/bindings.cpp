@@ -123,6 +123,24 @@ void register_cuda_bindings(py::module_& m) {
           ptr<__half>(out_h), ldo, 0);
     sync0("qgemv");
   });
+  m.def("op_qgemv_time", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
+                            int group, uintptr_t x, int T, uintptr_t out_f32, int reps) {
+    // back-to-back launches timed with events: the kernel's own time, launch gaps included
+    QMatrix W = qmat(codes, high, scales, N, K, bits, group);
+    cudaEvent_t a, b;
+    MR_CHECK(cudaEventCreate(&a), "event");
+    MR_CHECK(cudaEventCreate(&b), "event");
+    for (int i = 0; i < 3; ++i) qgemv(W, ptr<const __half>(x), T, GEMV_STORE, ptr<float>(out_f32), nullptr, (int)N, 0);
+    MR_CHECK(cudaEventRecord(a, 0), "event");
+    for (int i = 0; i < reps; ++i) qgemv(W, ptr<const __half>(x), T, GEMV_STORE, ptr<float>(out_f32), nullptr, (int)N, 0);
+    MR_CHECK(cudaEventRecord(b, 0), "event");
+    sync0("qgemv_time");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ms / reps;
+  });
   m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {
     rmsnorm_to_gemv_input(ptr<float>(x), T, H, ptr<float>(w), eps, add_one, ptr<__half>(out), 0);
     sync0("rmsnorm");

@@ -36,6 +36,13 @@ __global__ void fill_f32_kernel(float* p, int64_t n, uint64_t seed, float lo, fl
   }
 }
 
+__global__ void fill_bf16_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    float u = (mix64(seed ^ (uint64_t)i) >> 40) * (1.f / 16777216.f);
+    p[i] = __float2bfloat16(lo + (hi - lo) * u);
+  }
+}
+
 }  // namespace
 
 void fill_random_qmatrix(const QMatrix& W, uint64_t seed, float scale_mag, cudaStream_t st) {
@@ -188,6 +195,21 @@ void NativeEngine::randomize(uint64_t seed) {
       fill_random_f32(L.dt_bias, dims_.lin_v_heads, s++, -0.5f, 0.5f, stream_);
       fill_random_f32(L.gdn_norm, dims_.lin_v_dim, s++, 0.5f, 1.5f, stream_);
     }
+  }
+  // the KV pool too, so attention at depth is timed on real-looking data, never on zeros
+  const int64_t kv_elems = shape_.kv_capacity * dims_.n_kv_heads * dims_.head_dim;
+  for (auto& L : buf_.layers) {
+    if (!L.full) continue;
+    if (shape_.kv == KvDtype::BF16) {
+      fill_bf16_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__nv_bfloat16*>(L.k_cache), kv_elems, s++, -2.f, 2.f);
+      fill_bf16_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__nv_bfloat16*>(L.v_cache), kv_elems, s++, -2.f, 2.f);
+    } else {
+      fill_bytes_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<uint32_t*>(L.k_cache), kv_elems / 4, s++);
+      fill_bytes_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<uint32_t*>(L.v_cache), kv_elems / 4, s++);
+      fill_scales_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__half*>(L.k_scales), kv_elems / 64, s++, 0.02f);
+      fill_scales_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__half*>(L.v_scales), kv_elems / 64, s++, 0.02f);
+    }
+    MR_CHECK_LAUNCH("randomize (KV pool)");
   }
   synchronize();
 }

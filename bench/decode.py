@@ -1,0 +1,143 @@
+"""Decode benchmark of the native engine on random 27B-shaped weights (run on the GPU machine).
+
+    python bench/decode.py --out bench/results/decode-h200.json [--llamacpp-f16 f16.json --llamacpp-q8 q8.json]
+
+For bf16 and int8 KV and depths 0, 8K, 32K, 128K: the T=1 decode step is captured as a CUDA graph
+and replayed (median of several timed batches); bytes per step = streamed weights (everything but
+the embedding) + GDN state read and write + KV bytes x depth; roofline = measured copy bandwidth /
+bytes per step. llama.cpp figures come from llama-bench JSON files produced in the same device call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import os
+import statistics
+import subprocess
+
+DEPTHS = (0, 8192, 32768, 131072)
+
+
+def copy_bandwidth_gbs(nbytes: int = 4 << 30, reps: int = 20) -> float:
+    import torch
+    a = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    times = []
+    for _ in range(5):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(reps):
+            b.copy_(a)
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) / reps / 1e3)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * nbytes / statistics.median(times) / 1e9  # bytes read + bytes written
+
+
+def gemv_components(nat) -> list[dict]:
+    """Time single quantized GEMVs of the real shapes (T = 1): achieved bandwidth per shape."""
+    import torch
+    rows = []
+    for name, n, k in (("mlp_gate_up", 34816, 5120), ("mlp_down", 5120, 17408), ("gdn_in", 16480, 5120),
+                       ("gdn_out", 5120, 6144), ("lm_head", 248320, 5120)):
+        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
+        scales = (torch.rand(n, k // 64, device="cuda") * 0.01).half()
+        x = torch.randn(1, k, device="cuda").half()
+        out = torch.empty(1, n, device="cuda")
+        ms = statistics.median(nat.op_qgemv_time(codes.data_ptr(), 0, scales.data_ptr(), n, k, 4, 64, x.data_ptr(), 1,
+                                                 out.data_ptr(), 200) for _ in range(3))
+        nbytes = codes.numel() + scales.numel() * 2
+        rows.append({"matrix": name, "n": n, "k": k, "us": round(ms * 1e3, 2), "gbs": round(nbytes / ms / 1e6, 1)})
+        del codes, scales
+    torch.cuda.empty_cache()
+    return rows
+
+
+def llamacpp_rows(path: str | None, kv: str) -> dict[int, float]:
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        data = json.load(open(path))
+    except json.JSONDecodeError:
+        return {}
+    out = {}
+    for r in data:
+        if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0:
+            out[int(r.get("n_depth", 0))] = round(float(r["avg_ts"]), 1)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results/decode-h200.json")
+    ap.add_argument("--llamacpp-f16")
+    ap.add_argument("--llamacpp-q8")
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
+    args = ap.parse_args()
+    import torch
+    from engine.native import load_native
+    from engine.native_backend import NativeModel
+    from engine.plan import DEFAULT_RECIPE, streamed_weight_bytes
+    from engine.config import parse_config
+    from engine.plan_shapes import qwen35_27b_config
+
+    nat = load_native()
+    depths = [int(d) for d in args.depths.split(",")]
+    bw = copy_bandwidth_gbs()
+    print(f"copy bandwidth {bw:.0f} GB/s", flush=True)
+    comps = gemv_components(nat)
+    for c in comps:
+        print(f"gemv {c['matrix']:<12} {c['n']}x{c['k']}: {c['us']} us, {c['gbs']} GB/s", flush=True)
+    cfg = parse_config(qwen35_27b_config(vision=False))
+    wbytes = streamed_weight_bytes(cfg.text, DEFAULT_RECIPE)
+    peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
+    rows = []
+    for kv in ("bf16", "int8"):
+        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1)
+        e = model.engine
+        for depth in depths:
+            ms = statistics.median(e.time_steps(0, depth, args.steps) for _ in range(5))
+            tok_s = 1e3 / ms
+            nbytes = e.step_bytes(depth)
+            roof = bw * 1e9 / nbytes
+            row = {"depth": depth, "kv": kv, "tok_s": round(tok_s, 1), "roofline_fraction": round(tok_s / roof, 3),
+                   "bytes_per_step": nbytes, "roofline_tok_s": round(roof, 1), "ms_per_step": round(ms, 3),
+                   "llamacpp_tok_s": peers[kv].get(depth)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        # greedy sampling cost on top of the step (not part of the graph)
+        t0 = torch.cuda.Event(enable_timing=True)
+        t1 = torch.cuda.Event(enable_timing=True)
+        state = model.new_state(64)
+        model.forward(torch.tensor([1]), state)
+        t0.record()
+        for _ in range(20):
+            model.sample(state)
+        t1.record()
+        torch.cuda.synchronize()
+        print(f"greedy sample + readback: {t0.elapsed_time(t1) / 20 * 1e3:.1f} us", flush=True)
+        del model, e
+        gc.collect()
+    commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                                 text=True).stdout.strip()
+    result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
+              "weights_gb_per_token": round(wbytes / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1), "rows": rows,
+              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps,
+              "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV"}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# One device call: build the native module for sm_90, run the GPU tests, then the decode benchmark.
+#   bash bench/device_run.sh [tests|bench|all] [extra bench args]
+# Logs go to $OUT (the device tool's return folder) when set, else bench/results/.
+set -uo pipefail
+what=${1:-all}; shift || true
+out=${OUT:-bench/results}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
+t0=$(date +%s)
+MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$out/build.log" 2>&1 \
+  || { echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+python3 -c "from engine.native import native_status; print(native_status().summary())"
+if [[ $what == tests || $what == all ]]; then
+  python3 -m pytest -x -q -p no:cacheprovider tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py \
+    -s 2>&1 | tee "$out/tests.log" | grep -E "passed|failed|error|Error|assert|worst|tiny|full-width" | tail -40
+fi
+if [[ $what == bench || $what == all ]]; then
+  python3 bench/decode.py --out "$out/decode-h200.json" "$@" 2>&1 | tee "$out/bench.log"
+fi

@@ -1,0 +1,244 @@
+"""NativeModel: the CUDA engine (engine._native.NativeEngine) behind the reference model's API.
+
+    model = NativeModel.from_checkpoint(path_or_ckpt, kv_dtype="int8", max_context=32768,
+                                        vram_budget_bytes=24 << 30, recipe=DEFAULT_RECIPE)
+    state = model.new_state(max_tokens)            # a lane of the engine
+    out = model.forward(input_ids, state)          # out.logits: [T, V] fp32 (CPU), T <= 16 per step
+    ids = model.sample(state, temperature=0.7, top_p=0.9, seed=1)
+
+Weights are quantized at load time with engine.quant (round-to-nearest, the recipe's format per
+role) and uploaded in the canonical layout; the engine's arena is allocated once, from the memory
+plan, before any weight is uploaded. Prompts longer than one step go through the decode path in
+steps of up to 16 tokens (fast prefill is a later issue). ``NativeModel.random_27b`` builds the
+real 27B shapes with random weights generated on the GPU, for benchmarks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from engine.config import ModelConfig, TextConfig
+from engine.plan import DEFAULT_MARGIN, DEFAULT_RECIPE, MiB, PlanRequest, Recipe, make_plan, model_dims
+
+ProgressFn = Callable[[float, str], None]
+STEP_TOKENS = 16  # tokens per engine step (the verify width; prefill runs in such steps too)
+
+
+class NativeBackendError(RuntimeError):
+    """The native engine cannot serve this request (shape, capacity or lane misuse)."""
+
+
+@dataclass
+class NativeState:
+    """One sequence: its lane of the engine and how many tokens it has consumed."""
+    lane: int
+    max_tokens: int
+    seq_len: int = 0
+    rope_delta: int = 0
+    _model: "NativeModel | None" = field(default=None, repr=False)
+
+
+@dataclass
+class NativeOutput:
+    logits: "object"  # torch.Tensor [T, V] fp32 on the CPU
+    hidden: None = None
+
+
+def _text(cfg: ModelConfig | TextConfig) -> TextConfig:
+    return cfg.text if isinstance(cfg, ModelConfig) else cfg
+
+
+def _quantize(w, bits: int, group: int):
+    from engine.quant import QuantFormat, quantize
+    return quantize(w.float().contiguous(), QuantFormat(bits, group), method="rtn")
+
+
+def _np(t, dtype=None):
+    a = t.detach().cpu().contiguous().numpy()
+    return a if dtype is None else a.view(dtype)
+
+
+class NativeModel:
+    def __init__(self, config: ModelConfig, engine, plan, *, max_context: int, kv_dtype: str, lanes: int):
+        self.config = config
+        self.engine = engine
+        self.plan = plan
+        self.max_context = max_context
+        self.kv_dtype = kv_dtype
+        self._free_lanes = list(range(lanes))
+        self.device = "cuda"
+
+    # ---- construction ------------------------------------------------------------------------
+    @staticmethod
+    def _make_engine(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_budget_bytes: int | None,
+                     recipe: Recipe, lanes: int, step_tokens: int, margin: int):
+        from engine.native import load_native, native_status
+        st = native_status()
+        if not st.gpu_usable:
+            raise NativeBackendError(f"the native backend needs a CUDA GPU: {st.reason}")
+        native = load_native()
+        free, _total = native.device_memory()
+        budget = vram_budget_bytes if vram_budget_bytes else max(0, free - margin)
+        req = PlanRequest(max_context=max_context, kv_dtype=kv_dtype, max_concurrency=lanes,
+                          speculative_window=step_tokens - 1, vram_budget=budget, recipe=recipe,
+                          margin=margin if vram_budget_bytes else 0)
+        plan = make_plan(config, req)
+        if not plan.fits:  # refuse before the engine touches the device
+            raise native.BudgetError(plan.format_table())
+        t = config.text
+        from engine.reference.rope import inverse_frequencies  # same fp32 frequencies as the reference
+        inv = inverse_frequencies(t.rotary_dim, t.rope_theta).tolist()
+        engine = native.NativeEngine(model_dims(config), req.shape_dict(), budget, t.rms_norm_eps, t.rope_theta,
+                                     list(t.mrope_section), inv)
+        return engine, plan
+
+    @classmethod
+    def from_checkpoint(cls, path_or_ckpt, *, kv_dtype: str = "int8", max_context: int = 32768,
+                        vram_budget_bytes: int | None = None, recipe: Recipe = DEFAULT_RECIPE, lanes: int = 1,
+                        progress: ProgressFn | None = None, margin: int = DEFAULT_MARGIN) -> "NativeModel":
+        from engine.loader import Checkpoint
+        src = Checkpoint.open(path_or_ckpt) if not hasattr(path_or_ckpt, "text") else path_or_ckpt
+        cfg: ModelConfig = src.config
+        report = progress or (lambda f, m: None)
+        report(0.1, "Planning device memory")
+        engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
+                                        vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=lanes,
+                                        step_tokens=STEP_TOKENS, margin=margin)
+        model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=lanes)
+        model._load_weights(src, recipe, report)
+        report(1.0, "Native engine ready")
+        return model
+
+    @classmethod
+    def random_27b(cls, *, kv_dtype: str = "int8", max_context: int = 131072 + 512, recipe: Recipe = DEFAULT_RECIPE,
+                   seed: int = 0, vram_budget_bytes: int | None = None) -> "NativeModel":
+        """Real 27B shapes, random weights generated on the GPU (benchmarks)."""
+        from engine.config import parse_config
+        from engine.plan_shapes import qwen35_27b_config
+        cfg = parse_config(qwen35_27b_config(vision=False))
+        engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
+                                        vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=1,
+                                        step_tokens=1, margin=DEFAULT_MARGIN)
+        engine.randomize(seed)
+        return cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1)
+
+    def _load_weights(self, src, recipe: Recipe, report: ProgressFn) -> None:
+        t = self.config.text
+        e = self.engine
+
+        def matrix(role: str, layer: int, w, row_offset: int = 0, row_stride: int = 1) -> None:
+            bits, group = recipe.spec(role)
+            q = _quantize(w, bits, group)
+            e.load_matrix(role, layer, row_offset, row_stride, _np(q.codes),
+                          None if q.high is None else _np(q.high), _np(q.scales, np.uint16))
+
+        def vec(kind: str, layer: int, w) -> None:
+            e.load_vector(kind, layer, _np(w.float().reshape(-1)))
+
+        matrix("embed", -1, src.text("embed_tokens.weight"))
+        matrix("lm_head", -1, src.text("lm_head.weight"))
+        vec("final_norm", -1, src.text("norm.weight"))
+        for i in range(t.num_hidden_layers):
+            report(0.1 + 0.85 * i / t.num_hidden_layers, f"Quantizing and uploading layer {i + 1}/{t.num_hidden_layers}")
+            p = f"layers.{i}."
+            vec("input_norm", i, src.text(p + "input_layernorm.weight"))
+            vec("post_norm", i, src.text(p + "post_attention_layernorm.weight"))
+            if t.is_full_attention(i):
+                a = p + "self_attn."
+                q = src.text(a + "q_proj.weight")
+                k = src.text(a + "k_proj.weight")
+                matrix("attn_qkv", i, q, 0)
+                matrix("attn_qkv", i, k, q.shape[0])
+                matrix("attn_qkv", i, src.text(a + "v_proj.weight"), q.shape[0] + k.shape[0])
+                matrix("attn_o", i, src.text(a + "o_proj.weight"))
+                vec("q_norm", i, src.text(a + "q_norm.weight"))
+                vec("k_norm", i, src.text(a + "k_norm.weight"))
+            else:
+                g = p + "linear_attn."
+                row = 0
+                for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
+                    w = src.text(g + name + ".weight")
+                    matrix("gdn_in", i, w, row)
+                    row += w.shape[0]
+                matrix("gdn_out", i, src.text(g + "out_proj.weight"))
+                vec("conv_w", i, src.text(g + "conv1d.weight"))
+                vec("a_log", i, src.text(g + "A_log"))
+                vec("dt_bias", i, src.text(g + "dt_bias"))
+                vec("gdn_norm", i, src.text(g + "norm.weight"))
+            m = p + "mlp."
+            matrix("mlp_gate_up", i, src.text(m + "gate_proj.weight"), 0, 2)  # rows interleaved gate/up
+            matrix("mlp_gate_up", i, src.text(m + "up_proj.weight"), 1, 2)
+            matrix("mlp_down", i, src.text(m + "down_proj.weight"))
+
+    # ---- the reference model's API -------------------------------------------------------------
+    @property
+    def text_config(self) -> TextConfig:
+        return self.config.text
+
+    @property
+    def has_mtp(self) -> bool:
+        return False  # the MTP head is not in the native engine yet
+
+    def new_state(self, max_tokens: int) -> NativeState:
+        if max_tokens > self.max_context:
+            raise NativeBackendError(f"max_tokens {max_tokens} exceeds the planned context {self.max_context}")
+        if not self._free_lanes:
+            raise NativeBackendError("every lane of the native engine is in use (max concurrency reached)")
+        lane = self._free_lanes.pop(0)
+        self.engine.reset_lane(lane)
+        return NativeState(lane=lane, max_tokens=max_tokens, _model=self)
+
+    def release(self, state: NativeState) -> None:
+        if state.lane not in self._free_lanes:
+            self._free_lanes.append(state.lane)
+            self._free_lanes.sort()
+
+    def forward(self, input_ids, state: NativeState, position_ids=None, inputs_embeds=None, *,
+                last_only: bool = False) -> NativeOutput:
+        import torch
+        if inputs_embeds is not None:
+            raise NativeBackendError("the native engine does not take input embeddings (images) yet")
+        ids = [int(x) for x in torch.as_tensor(input_ids).reshape(-1).tolist()]
+        if not ids:
+            raise NativeBackendError("forward needs at least one token")
+        if state.seq_len + len(ids) > state.max_tokens:
+            raise NativeBackendError(f"{state.seq_len + len(ids)} tokens exceed this sequence's limit "
+                                     f"of {state.max_tokens}")
+        vocab = self.config.text.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise NativeBackendError(f"token id out of range 0..{vocab - 1}")
+        pos = None
+        if position_ids is not None:
+            pos = torch.as_tensor(position_ids).reshape(3, len(ids)).T.contiguous()
+        outs = []
+        for s in range(0, len(ids), STEP_TOKENS):
+            chunk = ids[s:s + STEP_TOKENS]
+            if pos is not None:
+                rp = pos[s:s + len(chunk)].reshape(-1).tolist()
+            else:
+                base = state.seq_len + state.rope_delta
+                rp = [base + j for j in range(len(chunk)) for _ in range(3)]
+            self.engine.forward(state.lane, chunk, [int(v) for v in rp], state.seq_len)
+            state.seq_len += len(chunk)
+            if not last_only or s + STEP_TOKENS >= len(ids):
+                outs.append(torch.from_numpy(self.engine.logits(len(chunk))))
+        logits = torch.cat(outs)
+        return NativeOutput(logits[-1:] if last_only else logits)
+
+    def sample(self, state: NativeState, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+               min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+               frequency_penalty: float = 0.0, seed: int = 0, vocab_limit: int | None = None,
+               rows: int = 1) -> list[int]:
+        """Sample from the last forward's logits (its last `rows` rows) on the device."""
+        params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                      repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
+                      frequency_penalty=frequency_penalty, seed=seed,
+                      vocab_limit=vocab_limit or self.config.text.vocab_size)
+        return list(self.engine.sample(state.lane, rows, params))
+
+    def count_tokens(self, state: NativeState, ids: list[int]) -> None:
+        """Feed tokens to the repetition-penalty counts of this lane."""
+        self.engine.count_tokens(state.lane, [int(i) for i in ids])

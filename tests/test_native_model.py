@@ -1,0 +1,201 @@
+"""The native engine end to end against the reference model on the same dequantized weights (GPU).
+
+- a tiny checkpoint written by transformers (27B head sizes, small widths): 64 teacher-forced decode
+  steps, logits within tolerance at every step, greedy tokens equal wherever the reference's top-2
+  margin exceeds the tolerance;
+- full-width layers (27B hidden/intermediate/head shapes, 3 GDN + 1 attention layer, small vocab);
+- the arena: device memory identical before and after many requests; an impossible budget fails
+  before anything is allocated."""
+
+from __future__ import annotations
+
+import pytest
+
+from native_helpers import TOL_MODEL_BF16KV, TOL_MODEL_INT8KV, rel_err, requires_gpu
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+torch = pytest.importorskip("torch")
+
+
+class DictSource:
+    """A tensor source (the interface ReferenceModel and NativeModel load from) over a dict."""
+
+    def __init__(self, config, tensors: dict):
+        self.config = config
+        self.tensors = tensors
+
+    def text(self, rel_key, dtype=None):
+        t = self.tensors[rel_key]
+        return t if dtype is None else t.to(dtype)
+
+    def get(self, full_key, dtype=None):
+        return self.text(full_key, dtype)
+
+    def has(self, full_key):
+        return full_key in self.tensors
+
+    def keys(self):
+        return list(self.tensors)
+
+
+def dequantized_source(src: DictSource, recipe) -> DictSource:
+    """The same checkpoint with every quantized matrix replaced by its dequantized value (RTN, as loaded)."""
+    from engine.native_backend import _quantize
+    roles = {"embed_tokens.weight": "embed", "lm_head.weight": "lm_head"}
+    out = {}
+    for k, v in src.tensors.items():
+        role = roles.get(k)
+        if role is None and k.endswith(".weight") and v.dim() == 2:
+            if ".mlp.gate_proj" in k or ".mlp.up_proj" in k:
+                role = "mlp_gate_up"
+            elif ".mlp.down_proj" in k:
+                role = "mlp_down"
+            elif ".linear_attn.out_proj" in k:
+                role = "gdn_out"
+            elif ".linear_attn.in_proj" in k:
+                role = "gdn_in"
+            elif ".self_attn.o_proj" in k:
+                role = "attn_o"
+            elif ".self_attn." in k:
+                role = "attn_qkv"
+        if role is not None:
+            bits, group = recipe.spec(role)
+            out[k] = _quantize(v, bits, group).dequantize().to(v.dtype)
+        else:
+            out[k] = v
+    return DictSource(src.config, out)
+
+
+def source_from_checkpoint(path) -> DictSource:
+    from engine.loader import Checkpoint
+    from engine.loader import text_tensor_shapes
+    ck = Checkpoint.open(path)
+    keys = [k for k in text_tensor_shapes(ck.config.text) if not k.startswith("mtp.")]
+    return DictSource(ck.config, {k: ck.text(k).float() for k in keys})
+
+
+def teacher_forced(native_model, ref_model, tokens, tol):
+    """Logits of both models at every step; returns the worst relative error and greedy agreement."""
+    ns = native_model.new_state(len(tokens) + 1)
+    rs = ref_model.new_state(len(tokens) + 1)
+    worst, checked, agree = 0.0, 0, 0
+    try:
+        for tok in tokens:
+            x = torch.tensor([tok])
+            ln = native_model.forward(x, ns).logits[-1].double()
+            lr = ref_model.forward(x, rs).logits[-1].double().cpu()
+            err = rel_err(ln, lr)
+            worst = max(worst, err)
+            top2 = torch.topk(lr, 2).values
+            # greedy must agree where the reference's margin is beyond the logit error scale
+            if float(top2[0] - top2[1]) > tol * float(lr.norm()) / lr.numel() ** 0.5 * 4:
+                checked += 1
+                agree += int(int(ln.argmax()) == int(lr.argmax()))
+    finally:
+        native_model.release(ns)
+    return worst, checked, agree
+
+
+@pytest.fixture(scope="module")
+def tiny_native_ckpt(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from tiny_models import TinyShape, make_tiny_hf_model
+    shape = TinyShape(hidden_size=256, intermediate_size=512, linear_head_dim=128)
+    _, path = make_tiny_hf_model(tmp_path_factory.mktemp("tiny_native"), seed=5, vision=False, mtp=False,
+                                 text_only_layout=True, vocab_size=1024, num_hidden_layers=8, shape=shape)
+    return path
+
+
+@pytest.mark.parametrize("kv, tol", [("bf16", TOL_MODEL_BF16KV), ("int8", TOL_MODEL_INT8KV)])
+def test_tiny_model_64_teacher_forced_steps(tiny_native_ckpt, kv, tol):
+    from engine.native_backend import NativeModel
+    from engine.plan import DEFAULT_RECIPE
+    from engine.reference.model import ReferenceModel
+    src = source_from_checkpoint(tiny_native_ckpt)
+    native = NativeModel.from_checkpoint(src, kv_dtype=kv, max_context=256, vram_budget_bytes=2 << 30)
+    ref = ReferenceModel.from_checkpoint(dequantized_source(src, DEFAULT_RECIPE), device="cuda", gdn_mode="recurrent",
+                                         mtp=False)
+    tokens = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(1)).tolist()
+    worst, checked, agree = teacher_forced(native, ref, tokens, tol)
+    print(f"tiny {kv}: worst logits rel err {worst:.2e}, greedy agree {agree}/{checked}")
+    assert worst < tol
+    assert checked >= 32 and agree == checked
+
+
+def test_multi_token_step_equals_single_steps(tiny_native_ckpt):
+    from engine.native_backend import NativeModel
+    src = source_from_checkpoint(tiny_native_ckpt)
+    m = NativeModel.from_checkpoint(src, kv_dtype="bf16", max_context=128, vram_budget_bytes=2 << 30)
+    tokens = torch.randint(0, 1000, (21,), generator=torch.Generator().manual_seed(2))
+    s1 = m.new_state(64)
+    a = m.forward(tokens, s1).logits  # steps of 16 + 5 tokens
+    m.release(s1)
+    s2 = m.new_state(64)
+    b = torch.cat([m.forward(tokens[i:i + 1], s2).logits for i in range(21)])
+    m.release(s2)
+    assert rel_err(a, b) < 5e-3  # same ops, different token-tile instantiations
+
+
+def full_width_source(n_layers=4, vocab=2048, seed=0):
+    """27B widths (hidden 5120, intermediate 17408, 24/4 x 256 attention, 16/48 x 128 GDN), few layers."""
+    from engine.config import parse_config
+    from engine.loader import text_tensor_shapes
+    from engine.plan_shapes import qwen35_27b_config
+    raw = qwen35_27b_config(vision=False)
+    raw["text_config"].update(num_hidden_layers=n_layers, vocab_size=vocab, mtp_num_hidden_layers=0)
+    cfg = parse_config(raw)
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for k, shp in text_tensor_shapes(cfg.text).items():
+        if k.startswith("mtp."):
+            continue
+        if len(shp) == 1 or k.endswith("conv1d.weight"):
+            t = torch.randn(shp, generator=g) * 0.1
+            if k.endswith("A_log"):
+                t = torch.rand(shp, generator=g) * 2 - 1
+        else:
+            t = torch.randn(shp, generator=g) * (0.5 / shp[-1] ** 0.5)
+        tensors[k] = t
+    return DictSource(cfg, tensors)
+
+
+def test_full_width_layers_vs_reference():
+    from engine.native_backend import NativeModel
+    from engine.plan import DEFAULT_RECIPE
+    from engine.reference.model import ReferenceModel
+    src = full_width_source()
+    native = NativeModel.from_checkpoint(src, kv_dtype="bf16", max_context=64, vram_budget_bytes=8 << 30)
+    ref = ReferenceModel.from_checkpoint(dequantized_source(src, DEFAULT_RECIPE), device="cuda", gdn_mode="recurrent",
+                                         mtp=False)
+    tokens = torch.randint(0, 2000, (8,), generator=torch.Generator().manual_seed(3)).tolist()
+    worst, checked, agree = teacher_forced(native, ref, tokens, TOL_MODEL_BF16KV)
+    print(f"full-width 3 GDN + 1 attention layers: worst logits rel err {worst:.2e}")
+    assert worst < TOL_MODEL_BF16KV
+
+
+def test_device_memory_constant_across_requests(tiny_native_ckpt):
+    from engine.native import load_native
+    from engine.native_backend import NativeModel
+    nat = load_native()
+    m = NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="int8", max_context=256,
+                                    vram_budget_bytes=2 << 30)
+    torch.cuda.synchronize()
+    free_before = nat.device_memory()[0]
+    g = torch.Generator().manual_seed(4)
+    for n in (1, 7, 16, 33, 100, 3, 200):
+        s = m.new_state(256)
+        m.forward(torch.randint(0, 1000, (n,), generator=g), s)
+        m.sample(s, temperature=0.7, top_p=0.9, seed=n)
+        m.release(s)
+    assert nat.device_memory()[0] == free_before
+
+
+def test_over_budget_launch_allocates_nothing(tiny_native_ckpt):
+    from engine.native import load_native
+    from engine.native_backend import NativeModel
+    nat = load_native()
+    free_before = nat.device_memory()[0]
+    with pytest.raises(MemoryError, match="DOES NOT FIT|budget"):
+        NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="bf16", max_context=1 << 20,
+                                    vram_budget_bytes=64 << 20)
+    assert nat.device_memory()[0] == free_before

@@ -1,0 +1,320 @@
+"""Every native decode kernel against an fp64 torch oracle on the GPU (marked gpu; skipped without one).
+
+Inputs are fresh random draws for each case, outputs are poisoned with NaN before the call, and the
+tolerances are the named presets in native_helpers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_Q4, from_perm8, rel_err, requires_gpu,
+                            step_inputs, to_perm8)
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def nat():
+    from engine.native import load_native
+    return load_native()
+
+
+def quantized(n, k, bits, group, gen):
+    from engine.quant import QuantFormat, quantize
+    w = torch.randn(n, k, generator=gen) * 0.05
+    q = quantize(w, QuantFormat(bits, group), method="rtn")
+    dev = lambda t: None if t is None else t.cuda()  # noqa: E731
+    return q, dev(q.codes), dev(q.high), dev(q.scales), q.dequantize().double().cuda()
+
+
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+@pytest.mark.parametrize("group", [32, 64])
+@pytest.mark.parametrize("T", [1, 2, 3, 5, 16])
+def test_qgemv_store_and_residual_add(nat, bits, group, T):
+    gen = torch.Generator().manual_seed(bits * 100 + group + T)
+    N, K = 250, 1152  # odd row pair at the end; K/32 = 36 chunks: a partial second round of lanes
+    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    xp = to_perm8(x)
+    ref = (wd @ x.double().T).T  # [T, N]
+    out = torch.full((T, N), float("nan"), device="cuda")
+    nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits, group,
+                 xp.data_ptr(), T, 0, out.data_ptr(), 0, N)
+    tol = TOL_GEMV_Q4 if bits == 4 else TOL_FP32
+    assert not out.isnan().any()
+    assert rel_err(out, ref) < tol
+    res = torch.randn(T, N, device="cuda")
+    acc = res.clone()
+    nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits, group,
+                 xp.data_ptr(), T, 1, acc.data_ptr(), 0, N)
+    assert rel_err(acc - res, ref) < tol * 2
+
+
+@pytest.mark.parametrize("bits", [4, 6])
+@pytest.mark.parametrize("T", [1, 4, 9])
+def test_qgemv_swiglu(nat, bits, T):
+    gen = torch.Generator().manual_seed(7 + bits + T)
+    I, K = 192, 512
+    q, codes, high, scales, wd = quantized(2 * I, K, bits, 64, gen)  # rows interleaved gate/up
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    y = (wd @ x.double().T).T
+    ref = torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]
+    out = torch.full((T, I), float("nan"), device="cuda").half()
+    nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), 2 * I, K, bits, 64,
+                 to_perm8(x).data_ptr(), T, 2, 0, out.data_ptr(), I)
+    got = from_perm8(out.float())
+    assert not got.isnan().any()
+    assert rel_err(got, ref) < TOL_GEMV_Q4 + TOL_FP16_OUT
+
+
+def test_qgemv_full_width_27b_shape(nat):
+    # one real MLP down projection: K = 17408, N = 5120
+    gen = torch.Generator().manual_seed(3)
+    q, codes, high, scales, wd = quantized(5120, 17408, 4, 64, gen)
+    x = torch.randn(1, 17408, generator=gen).half().cuda()
+    out = torch.full((1, 5120), float("nan"), device="cuda")
+    nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), 5120, 17408, 4, 64, to_perm8(x).data_ptr(), 1, 0,
+                 out.data_ptr(), 0, 5120)
+    assert rel_err(out, (wd @ x.double().T).T) < TOL_GEMV_Q4
+
+
+@pytest.mark.parametrize("T", [1, 3, 16])
+@pytest.mark.parametrize("add_one", [True, False])
+def test_rmsnorm(nat, T, add_one):
+    H = 5120
+    x = torch.randn(T, H, device="cuda") * 3
+    w = torch.randn(H, device="cuda") * 0.2
+    out = torch.full((T, H), float("nan"), device="cuda").half()
+    nat.op_rmsnorm(x.data_ptr(), T, H, w.data_ptr(), 1e-6, add_one, out.data_ptr())
+    xd = x.double()
+    ref = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * (w.double() + (1 if add_one else 0))
+    assert rel_err(from_perm8(out.float()), ref) < TOL_FP16_OUT
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_embed_gather(nat, bits):
+    gen = torch.Generator().manual_seed(11)
+    q, codes, high, scales, wd = quantized(1000, 256, bits, 64, gen)
+    tok = torch.tensor([5, 999, 0, 5], dtype=torch.int32, device="cuda")
+    out = torch.full((4, 256), float("nan"), device="cuda")
+    nat.op_embed(codes.data_ptr(), 0, scales.data_ptr(), 1000, 256, bits, 64, tok.data_ptr(), 4, out.data_ptr())
+    assert rel_err(out, wd[tok.long()]) < TOL_FP32
+
+
+def test_conv_update_carries_state(nat):
+    C, Kc, ld = 1000, 4, 1100
+    w = torch.randn(C, Kc, device="cuda")
+    state = torch.randn(C, Kc - 1, device="cuda")
+    hist = state.double().T.clone()  # [Kc-1, C], oldest first
+    for T in (3, 1, 5):
+        x = torch.randn(T, ld, device="cuda")
+        out = torch.full((T, C), float("nan"), device="cuda")
+        nat.op_conv(x.data_ptr(), ld, T, C, Kc, w.data_ptr(), state.data_ptr(), out.data_ptr())
+        seq = torch.cat([hist, x[:, :C].double()])  # [Kc-1+T, C]
+        ref = torch.stack([(seq[t:t + Kc] * w.double().T).sum(0) for t in range(T)])
+        assert rel_err(out, torch.nn.functional.silu(ref)) < TOL_FP32
+        hist = seq[-(Kc - 1):]
+        assert rel_err(state.T, hist) < TOL_FP32
+
+
+def gdn_oracle(conv_out, z, b, a, a_log, dt_bias, norm_w, S, kh, vh, eps):
+    """fp64 delta rule + gated norm; S [vh, dk, dv] (k-major as in the math)."""
+    T = conv_out.shape[0]
+    dk = dv = 128
+    q = conv_out[:, :kh * dk].view(T, kh, dk)
+    k = conv_out[:, kh * dk:2 * kh * dk].view(T, kh, dk)
+    v = conv_out[:, 2 * kh * dk:].view(T, vh, dv)
+    rep = vh // kh
+    q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(dk)
+    k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    outs = []
+    for t in range(T):
+        g = -torch.exp(a_log) * torch.nn.functional.softplus(a[t] + dt_bias)
+        beta = torch.sigmoid(b[t])
+        o = torch.empty(vh, dv, dtype=torch.float64, device=S.device)
+        for h in range(vh):
+            kk, qq = k[t, h // rep], q[t, h // rep]
+            S[h] = S[h] * torch.exp(g[h])
+            u = beta[h] * (v[t, h] - S[h].T @ kk)
+            S[h] = S[h] + torch.outer(kk, u)
+            o[h] = S[h].T @ qq
+        r = torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps)
+        outs.append((o * r * norm_w * torch.nn.functional.silu(z[t].view(vh, dv))).reshape(-1))
+    return torch.stack(outs), S
+
+
+@pytest.mark.parametrize("T", [1, 2, 4])
+def test_gdn_step(nat, T):
+    kh, vh, eps = 4, 12, 1e-6
+    conv_dim = 2 * kh * 128 + vh * 128
+    ldp = vh * 128 + 2 * vh + 7
+    conv_out = torch.randn(T, conv_dim, device="cuda")
+    zba = torch.randn(T, ldp, device="cuda")
+    z, b, a = zba[:, :vh * 128], zba[:, vh * 128:vh * 128 + vh], zba[:, vh * 128 + vh:]
+    a_log = torch.randn(vh, device="cuda") * 0.5
+    dt_bias = torch.randn(vh, device="cuda") * 0.5
+    norm_w = torch.rand(128, device="cuda") + 0.5
+    S0 = torch.randn(vh, 128, 128, device="cuda") * 0.1  # [h, k, v]
+    state = S0.transpose(1, 2).contiguous()               # device layout [h, v, k]
+    out = torch.full((T, vh * 128), float("nan"), device="cuda").half()
+    # z/b/a are addressed with row stride ldp from their own base pointers
+    nat.op_gdn(conv_out.data_ptr(), zba.data_ptr(), zba.data_ptr() + vh * 128 * 4, zba.data_ptr() + (vh * 128 + vh) * 4,
+               ldp, T, kh, vh, eps, a_log.data_ptr(), dt_bias.data_ptr(), norm_w.data_ptr(), state.data_ptr(),
+               out.data_ptr())
+    ref, S = gdn_oracle(conv_out.double(), z.double(), b.double(), a.double(), a_log.double(), dt_bias.double(),
+                        norm_w.double(), S0.double().clone(), kh, vh, eps)
+    assert rel_err(from_perm8(out.float()), ref) < TOL_FP16_OUT
+    assert rel_err(state.transpose(1, 2), S) < TOL_FP32 * 10  # exp/softplus intrinsics in the decay
+
+
+def rope_oracle(x, pos3, inv_freq, sec, rot):
+    """x [..., hd] fp64, pos3 (t, h, w); NeoX partial rope with interleaved mRoPE."""
+    half = rot // 2
+    axis = []
+    for i in range(half):
+        ax = 1 if (i % 3 == 1 and i < 3 * sec[1]) else 2 if (i % 3 == 2 and i < 3 * sec[2]) else 0
+        axis.append(ax)
+    ang = torch.tensor([pos3[axis[i]] * float(inv_freq[i]) for i in range(half)], dtype=torch.float64, device=x.device)
+    ang = torch.cat([ang, ang])
+    xr = x[..., :rot]
+    rotated = torch.cat([-xr[..., half:], xr[..., :half]], -1)
+    return torch.cat([xr * ang.cos() + rotated * ang.sin(), x[..., rot:]], -1)
+
+
+@pytest.mark.parametrize("kv_int8", [0, 1])
+@pytest.mark.parametrize("T, kv_start", [(1, 0), (1, 5000), (3, 777), (16, 300)])
+def test_attention_decode(nat, kv_int8, T, kv_start):
+    nh, nkv, hd, rot, eps = 24, 4, 256, 64, 1e-6
+    sec = [11, 11, 10]
+    cap = kv_start + T + 5
+    ldp = 2 * nh * hd + 2 * nkv * hd
+    qkv = torch.randn(T, ldp, device="cuda")
+    q_norm = torch.randn(hd, device="cuda") * 0.1
+    k_norm = torch.randn(hd, device="cuda") * 0.1
+    inv_freq = (1.0 / (1e7 ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot))).cuda()
+    pos = [(kv_start + t + 10, kv_start + t + 3, kv_start + t) for t in range(T)]  # distinct axes
+    inp = step_inputs([0] * T, pos, kv_start)
+    if kv_int8:
+        kc = torch.randint(-127, 128, (cap, nkv, hd), dtype=torch.int8, device="cuda")
+        vc = torch.randint(-127, 128, (cap, nkv, hd), dtype=torch.int8, device="cuda")
+        ks = (torch.rand(cap, nkv, hd // 64, device="cuda") * 0.02 + 0.001).half()
+        vs = (torch.rand(cap, nkv, hd // 64, device="cuda") * 0.02 + 0.001).half()
+    else:
+        kc = torch.randn(cap, nkv, hd, device="cuda").bfloat16()
+        vc = torch.randn(cap, nkv, hd, device="cuda").bfloat16()
+        ks = vs = torch.zeros(1, device="cuda")
+    q_buf = torch.empty(T, nh, hd, device="cuda")
+    parts = torch.empty(T, nh, nat.MAX_ATTN_SPLITS, hd + 2, device="cuda")
+    out = torch.full((T, nh * hd), float("nan"), device="cuda").half()
+    nat.op_attention(qkv.data_ptr(), ldp, T, nh, nkv, rot, eps, kv_int8, q_norm.data_ptr(), k_norm.data_ptr(),
+                     inv_freq.data_ptr(), sec, inp.data_ptr(), q_buf.data_ptr(), kc.data_ptr(), vc.data_ptr(),
+                     ks.data_ptr(), vs.data_ptr(), parts.data_ptr(), out.data_ptr())
+    x = qkv.double()
+    qh = x[:, :2 * nh * hd].view(T, nh, 2 * hd)
+    q, gate = qh[..., :hd], qh[..., hd:]
+    k_new = x[:, 2 * nh * hd:2 * nh * hd + nkv * hd].view(T, nkv, hd)
+    v_new = x[:, 2 * nh * hd + nkv * hd:].view(T, nkv, hd)
+    nrm = lambda y, w: y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps) * (1 + w.double())  # noqa: E731
+    q = torch.stack([rope_oracle(nrm(q[t], q_norm), pos[t], inv_freq, sec, rot) for t in range(T)])
+    k_new = torch.stack([rope_oracle(nrm(k_new[t], k_norm), pos[t], inv_freq, sec, rot) for t in range(T)])
+    # the appended entries: exact for bf16 rounding, within half a quantization step for int8
+    if kv_int8:
+        deq = lambda c, s: c.double() * s.double().repeat_interleave(64, -1)  # noqa: E731
+        K = deq(kc, ks)
+        V = deq(vc, vs)
+        new = slice(kv_start, kv_start + T)
+        step_k = ks[new].double().repeat_interleave(64, -1)
+        assert ((K[new] - k_new).abs() <= step_k * 0.5 + 1e-3 * k_new.abs()).all()
+        assert ((V[new] - v_new).abs() <= vs[new].double().repeat_interleave(64, -1) * 0.5 + 1e-3 * v_new.abs()).all()
+    else:
+        K, V = kc.double(), vc.double()
+        assert rel_err(K[kv_start:kv_start + T], k_new) < 4e-3  # bf16 rounding
+    ref = torch.empty(T, nh, hd, dtype=torch.float64, device="cuda")
+    for t in range(T):
+        L = kv_start + t + 1
+        for h in range(nh):
+            s = (K[:L, h // (nh // nkv)] @ q[t, h]) / math.sqrt(hd)
+            ref[t, h] = torch.softmax(s, 0) @ V[:L, h // (nh // nkv)]
+    ref = (ref * torch.sigmoid(gate)).reshape(T, nh * hd)
+    got = from_perm8(out.float())
+    assert not got.isnan().any()
+    assert rel_err(got, ref) < TOL_ATTN
+
+
+def _sample(nat, logits, params, counts=None, kv_start=0):
+    T, V = logits.shape
+    inp = step_inputs([0] * T, [(kv_start + t,) * 3 for t in range(T)], kv_start)
+    scratch = torch.empty(T, V, device="cuda")
+    out = torch.full((T,), -1, dtype=torch.int32, device="cuda")
+    nat.op_sample(logits.data_ptr(), T, V, params, 0 if counts is None else counts.data_ptr(), inp.data_ptr(),
+                  scratch.data_ptr(), out.data_ptr())
+    return out.cpu().tolist()
+
+
+def test_sampling_greedy_and_penalties(nat):
+    V = 248320
+    logits = torch.randn(4, V, device="cuda") * 3
+    assert _sample(nat, logits, {}) == logits.argmax(-1).tolist()
+    # ids at or above vocab_limit are never chosen
+    lim = 248077
+    logits[:, lim + 5] = 100.0
+    assert _sample(nat, logits, {"vocab_limit": lim}) == logits[:, :lim].argmax(-1).tolist()
+    # repetition penalty on the top token of row 0 (HF rule: divide positive logits by the penalty)
+    counts = torch.zeros(V, dtype=torch.int32, device="cuda")
+    top = int(logits[0, :lim].argmax())
+    counts[top] = 2
+    adj = logits[0, :lim].clone()
+    adj[top] = adj[top] / 50.0 - 0.5 - 0.25 * 2
+    got = _sample(nat, logits[:1].contiguous(), {"vocab_limit": lim, "repetition_penalty": 50.0,
+                                                  "presence_penalty": 0.5, "frequency_penalty": 0.25}, counts)
+    assert got == [int(adj.argmax())]
+
+
+def test_sampling_distribution_topk_topp_minp_and_replay(nat):
+    V = 1000
+    base = torch.randn(V, device="cuda") * 2
+    params = {"temperature": 0.8, "top_k": 40, "top_p": 0.8, "min_p": 0.02, "seed": 1234}
+    # expected distribution (HF order: temperature, top-k, top-p, min-p), in fp64
+    l = base.double() / 0.8
+    keep = l >= torch.topk(l, 40).values[-1]
+    p = torch.softmax(torch.where(keep, l, torch.tensor(-math.inf, dtype=torch.float64, device="cuda")), 0)
+    order = torch.argsort(p, descending=True)
+    csum = torch.cumsum(p[order], 0)
+    n_keep = int((csum < 0.8).sum()) + 1
+    keep2 = torch.zeros(V, dtype=torch.bool, device="cuda")
+    keep2[order[:n_keep]] = True
+    p2 = torch.where(keep2, p, torch.zeros_like(p))
+    keep3 = keep2 & (p2 >= 0.02 * p2.max())
+    expect = torch.where(keep3, p2, torch.zeros_like(p2))
+    expect = expect / expect.sum()
+    T, rounds = 16, 250
+    logits = base.expand(T, V).contiguous()
+    counts = torch.zeros(V, dtype=torch.float64)
+    for r in range(rounds):
+        for tok in _sample(nat, logits, params, kv_start=r * T):
+            counts[tok] += 1
+    n = T * rounds
+    freq = counts / n
+    assert counts[~keep3.cpu()].sum() == 0, "sampled a token outside the kept set"
+    sigma = torch.sqrt(expect.cpu() * (1 - expect.cpu()) / n)
+    assert ((freq - expect.cpu()).abs() <= 5 * sigma + 1e-9).all()
+    # replay: same seed and positions give the same tokens; another seed differs somewhere
+    a = _sample(nat, logits, params, kv_start=4096)
+    assert a == _sample(nat, logits, params, kv_start=4096)
+    assert a != _sample(nat, logits, {**params, "seed": 99}, kv_start=4096)
+
+
+def test_cuda_error_becomes_exception_naming_the_op(nat):
+    x = torch.zeros(1, 64, device="cuda")
+    w = torch.zeros(64, device="cuda")
+    out = torch.zeros(1, 64, device="cuda").half()
+    with pytest.raises(nat.CudaError, match="rmsnorm"):
+        nat.op_rmsnorm(x.data_ptr(), 0, 64, w.data_ptr(), 1e-6, True, out.data_ptr())  # empty grid
+    # the process and the context survive: the next op works
+    x.normal_()
+    nat.op_rmsnorm(x.data_ptr(), 1, 64, w.data_ptr(), 1e-6, True, out.data_ptr())
+    assert torch.isfinite(out.float()).all()
