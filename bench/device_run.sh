@@ -14,7 +14,7 @@ MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps 
 echo "build: $(( $(date +%s) - t0 )) s"
 python3 -c "from engine.native import native_status; print(native_status().summary())"
 if [[ $what == tests || $what == all ]]; then
-  python3 -m pytest -x -q -p no:cacheprovider tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py \
+  python3 -m pytest -q -p no:cacheprovider tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py \
     -s 2>&1 | tee "$out/tests.log" | grep -E "passed|failed|error|Error|assert|worst|tiny|full-width" | tail -40
 fi
 if [[ $what == bench || $what == all ]]; then
