@@ -187,3 +187,19 @@ def test_index_shard_names_must_stay_inside_the_folder(tiny_text_hf, tmp_path):
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match="not a plain file name"):
         Checkpoint.open(folder)
+
+
+def test_expected_shapes_add_up_to_the_27b_parameter_counts():
+    """text_tensor_shapes on the 27B config sums to MODEL.md's published counts (text and MTP)."""
+    import math
+    from engine.config import parse_config
+    cfg = parse_config(dict(
+        model_type="qwen3_5_text", hidden_size=5120, num_hidden_layers=64, intermediate_size=17408,
+        vocab_size=248320, num_attention_heads=24, num_key_value_heads=4, head_dim=256,
+        rope_parameters=dict(rope_type="default", rope_theta=1e7, partial_rotary_factor=0.25,
+                             mrope_section=[11, 11, 10], mrope_interleaved=True),
+        linear_num_key_heads=16, linear_key_head_dim=128, linear_num_value_heads=48, linear_value_head_dim=128,
+        linear_conv_kernel_dim=4, mtp_num_hidden_layers=1))
+    shapes = text_tensor_shapes(cfg.text)
+    assert sum(math.prod(s) for k, s in shapes.items() if not k.startswith("mtp.")) == 26_895_998_464
+    assert sum(math.prod(s) for k, s in shapes.items() if k.startswith("mtp.")) == 424_699_392
