@@ -172,3 +172,28 @@ def test_remote_backend_through_the_worker_with_fallback_key(qtbot, tmp_path, mo
         w.controller.shutdown()
         w.controller.store.close()
         srv.shutdown()
+
+
+def test_picking_an_hf_folder_starts_conversion_and_reports_errors(qtbot, tmp_path, monkeypatch):
+    """The worker refuses this fake checkpoint; the dialog shows the converter's message, not a crash."""
+    from PySide6.QtWidgets import QFileDialog
+
+    from test_app_support import close_window, make_window
+
+    keyring.set_keyring(MemoryKeyring())
+    folder = tmp_path / "not-qwen"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama", "architectures": ["LlamaForCausalLM"]}')
+    (folder / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
+    w = make_window(qtbot, tmp_path / "data", monkeypatch)
+    try:
+        d = SettingsDialog(w.settings, w.controller, w)
+        qtbot.addWidget(d)
+        monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(folder))
+        d._pick_folder()
+        assert d.model_path.text() == str(folder) and d.convert_button.isVisibleTo(d)
+        assert d.convert_bar.isVisibleTo(d)
+        qtbot.waitUntil(lambda: not d._pending, timeout=60000)
+        assert "llama" in d.convert_label.text().lower() and not d.convert_bar.isVisibleTo(d)
+    finally:
+        close_window(w)

@@ -226,6 +226,8 @@ class SettingsDialog(QDialog):
         path = QFileDialog.getExistingDirectory(self, tr("Pick a Hugging Face checkpoint folder"))
         if path:
             self.model_path.setText(path)
+            if looks_like_hf_folder(path):
+                self._convert()   # a picked checkpoint becomes an artifact; the engine can also load it as is
 
     def _show_key_status(self) -> None:
         st = key_store_status()
