@@ -60,6 +60,7 @@ class ChatController(QObject):
         self.active: ActiveReply | None = None
         self.load_request: str | None = None
         self.draft_tokens = 0
+        self.last_worker_error = ""
         client.ready.connect(self._on_ready)
         client.event.connect(self._on_event)
         client.crashed.connect(self._on_crash)
@@ -102,6 +103,9 @@ class ChatController(QObject):
         self.load_model()
 
     def _on_crash(self, cause: str) -> None:
+        if self.last_worker_error:   # what the worker said before it went: more useful than an exit code
+            cause = f"{cause}: {self.last_worker_error}"
+            self.last_worker_error = ""
         if self.active is not None:
             self._finish_active("error", error=tr("the engine worker stopped ({cause})").format(cause=cause))
         self.model = None
@@ -130,6 +134,9 @@ class ChatController(QObject):
                              "settings", tr("Open settings"))
         elif self.active is not None and getattr(ev, "request_id", None) == self.active.request_id:
             self._on_reply_event(ev)
+        elif isinstance(ev, P.WorkerError) and ev.request_id is None:   # not tied to a request: start-up, protocol
+            self.last_worker_error = ev.message
+            self.banner.emit("error", tr("Engine: {msg}").format(msg=ev.message), "restart", tr("Restart engine"))
 
     def _on_reply_event(self, ev) -> None:
         m = self.active.message

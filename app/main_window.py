@@ -37,6 +37,7 @@ class MainWindow(QMainWindow):
         self._stats_timer.timeout.connect(self.controller.client.request_stats)
         self._stats_timer.start()
         self.setWindowTitle("Monorail")
+        self.setAcceptDrops(True)
         self.resize(1280, 820)
 
         self.sidebar = Sidebar()
@@ -165,6 +166,13 @@ class MainWindow(QMainWindow):
         m = next((m for m in self.controller.messages() if m.id == message_id), None)
         if m is not None:
             QGuiApplication.clipboard().setText(m.content)
+
+    # Images dropped anywhere on the window (the chat, the sidebar) go to the composer.
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.composer.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.composer.dropEvent(event)
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt override)
         # Esc reaches here from the composer and the chat, which leave it unhandled.

@@ -56,6 +56,13 @@ def test_drag_and_drop_file_then_send_reaches_engine(qtbot, window, tmp_path):
     assert window.composer.attachments == []
 
 
+def test_drop_on_the_chat_area_attaches_too(window, tmp_path):
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(_png(tmp_path / "shot.png")))])
+    _drop(window, mime)
+    assert [a.name for a in window.composer.attachments] == ["shot.png"]
+
+
 def test_paste_image_and_remove_it(qtbot, window):
     img = QImage(300, 200, QImage.Format.Format_RGB32)
     img.fill(QColor("blue"))

@@ -68,3 +68,25 @@ def test_app_restart_shows_history_and_marks_interrupted_replies(qtbot, tmp_path
         assert not w2.banner.isHidden()
     finally:
         close_window(w2)
+
+
+def test_worker_that_cannot_start_is_reported(qtbot, tmp_path, monkeypatch):
+    """A broken engine install (the factory cannot be imported) is an error banner, not a hang."""
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    from app.main import build
+    from test_app_support import NoGpu
+
+    _, w = build(factory="no_such_module:factory", nvml_source=NoGpu())
+    qtbot.addWidget(w)
+    w.controller.start()
+    try:
+        qtbot.waitUntil(lambda: w.banner.kind == "error", timeout=30000)
+        qtbot.wait(300)
+        text = w.banner.label.text()
+        assert "no_such_module" in text
+        assert w.banner.button.text() == "Restart engine"
+        assert w.controller.send("hi", [], True) != ""            # refused with a reason, nothing stored
+        assert w.controller.store.conversations() == []
+    finally:
+        w.controller.shutdown()
+        w.controller.store.close()
