@@ -117,7 +117,10 @@ class ChatController(QObject):
     # -- events -----------------------------------------------------------------------------
     def _on_event(self, ev) -> None:
         self.worker_event.emit(ev)
-        if isinstance(ev, P.Progress) and ev.request_id == self.load_request:
+        if isinstance(ev, P.WorkerError) and ev.request_id is None:   # not tied to a request: start-up, protocol
+            self.last_worker_error = ev.message
+            self.banner.emit("error", tr("Engine: {msg}").format(msg=ev.message), "restart", tr("Restart engine"))
+        elif isinstance(ev, P.Progress) and ev.request_id == self.load_request:
             self.load_progress.emit(ev.fraction, ev.message)
         elif isinstance(ev, P.ModelLoaded) and ev.request_id == self.load_request:
             self.model = ev
@@ -134,9 +137,6 @@ class ChatController(QObject):
                              "settings", tr("Open settings"))
         elif self.active is not None and getattr(ev, "request_id", None) == self.active.request_id:
             self._on_reply_event(ev)
-        elif isinstance(ev, P.WorkerError) and ev.request_id is None:   # not tied to a request: start-up, protocol
-            self.last_worker_error = ev.message
-            self.banner.emit("error", tr("Engine: {msg}").format(msg=ev.message), "restart", tr("Restart engine"))
 
     def _on_reply_event(self, ev) -> None:
         m = self.active.message
