@@ -19,6 +19,7 @@ from app.store import Attachment
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
 MAX_IMAGES_PER_MESSAGE = 8
 MAX_ASPECT_RATIO = 200
+MAX_SOURCE_PIXELS = 100_000_000   # the engine refuses larger sources (decompression-bomb guard)
 ACCEPTED_FORMATS = {"png": "image/png", "jpeg": "image/jpeg", "jpg": "image/jpeg", "webp": "image/webp",
                     "gif": "image/gif", "bmp": "image/bmp"}
 FILE_DIALOG_FILTER = "Images (*.png *.jpg *.jpeg *.webp *.gif *.bmp)"
@@ -68,6 +69,10 @@ def attachment_from_bytes(data: bytes, name: str) -> Attachment:
     w, h = size.width(), size.height()
     if w <= 0 or h <= 0:
         raise AttachmentError(tr("{name} could not be read as an image; the file may be damaged.").format(name=name))
+    if w * h > MAX_SOURCE_PIXELS:
+        raise AttachmentError(tr("{name} is {w}x{h} ({mp:.0f} megapixels); images must be at most {limit} megapixels. "
+                                 "Scale it down first.").format(name=name, w=w, h=h, mp=w * h / 1e6,
+                                                                 limit=MAX_SOURCE_PIXELS // 1_000_000))
     if max(w, h) / min(w, h) > MAX_ASPECT_RATIO:
         raise AttachmentError(tr("{name} is {w}x{h}: too long and thin (aspect ratio above {r}:1).").format(
             name=name, w=w, h=h, r=MAX_ASPECT_RATIO))

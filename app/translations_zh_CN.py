@@ -39,6 +39,8 @@ ZH_CN: dict[str, str] = {
     "{name} is not a supported image (PNG, JPEG, WebP, GIF or BMP).": "{name} 不是受支持的图片格式（PNG、JPEG、WebP、GIF 或 BMP）。",
     "{name} could not be read as an image; the file may be damaged.": "无法将 {name} 读取为图片，文件可能已损坏。",
     "{name} is {w}x{h}: too long and thin (aspect ratio above {r}:1).": "{name} 尺寸为 {w}x{h}：过于细长（宽高比超过 {r}:1）。",
+    "{name} is {w}x{h} ({mp:.0f} megapixels); images must be at most {limit} megapixels. Scale it down first.":
+        "{name} 尺寸为 {w}x{h}（{mp:.0f} 百万像素）；图片不能超过 {limit} 百万像素。请先缩小。",
     "At most {n} images per message.": "每条消息最多 {n} 张图片。",
     "Cannot open {name}: {reason}": "无法打开 {name}：{reason}",
     "Message Monorail… (Enter sends, Shift+Enter new line; drop or paste images)":

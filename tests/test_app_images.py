@@ -116,5 +116,20 @@ def test_model_without_vision_refuses_images(qtbot, window, tmp_path):
 
 
 def test_image_token_count_follows_the_model_formula():
+    from app.attachments import _local_image_tokens
+    from engine.image import image_token_count
+
     assert image_tokens(1024, 1024) == 1024 + 2
-    assert image_tokens(64, 48) >= 64 + 2           # small images are upscaled to at least 65,536 pixels
+    assert image_tokens(64, 48) == 70 + 2           # upscaled to 320 x 224 (>= 65,536 pixels), plus start/end markers
+    for w, h in [(1, 200), (333, 77), (1920, 1080), (4096, 4096), (8000, 6000), (12345, 67), (31, 33)]:
+        assert _local_image_tokens(w, h) == image_token_count(w, h), (w, h)
+
+
+def test_huge_pixel_counts_are_refused_before_decoding(tmp_path):
+    img = QImage(12_000, 9_000, QImage.Format.Format_Mono)     # 108 MP; 1 bit per pixel keeps the file small
+    img.fill(0)
+    path = tmp_path / "huge.png"
+    assert img.save(str(path), "PNG")
+    from app.attachments import attachment_from_file
+    with pytest.raises(AttachmentError, match="at most 100 megapixels"):
+        attachment_from_file(path)
