@@ -149,6 +149,8 @@ ZH_CN: dict[str, str] = {
     "{cost} at {tariff} per kWh": "{cost}（电价 {tariff}/千瓦时）",
     "{name} · sampled every {s:g} s": "{name} · 每 {s:g} 秒采样",
     "Engine process": "引擎进程",
+    "last {m:.1f} min · {lo:.{d}f}–{hi:.{d}f} {unit}": "最近 {m:.1f} 分钟 · {lo:.{d}f}–{hi:.{d}f} {unit}",
+    "{n} recent replies": "最近 {n} 条回复",
     "Engine: {msg}": "引擎：{msg}",
     "The engine worker has not reported yet.": "引擎进程尚未报告。",
     "{rss} resident": "常驻内存 {rss}",

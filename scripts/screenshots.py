@@ -139,6 +139,7 @@ def feed_dashboard(window) -> None:
         tel.ingest(tel.source.read())
     for rate in (71.2, 74.8, 73.9, 148.3, 152.0):
         tel.engine_event(P.Finished("x", "stop", 1394, 412, 0.41, 3150.0, rate, 0.78 if rate > 100 else None))
+    tel.engine_event(P.WorkerStats("stats", 48213, int(3.1 * 2**30), "Qwen3.6-27B (4.1 bpw)", "native", True))
     tel.reply_started("x")
     tel.source.mj += 1_310_000
     tel.reply_finished(412)
@@ -194,9 +195,30 @@ def shoot(theme: str) -> list[Path]:
 
 
 
+def _ensure_fonts() -> None:
+    """Offscreen Qt draws no text without fonts. Use fontconfig's when there are any; otherwise
+    point Qt at the DejaVu fonts matplotlib ships (pip), or stop with a clear message."""
+    import shutil
+    import subprocess
+
+    if shutil.which("fc-list") and subprocess.run(["fc-list"], capture_output=True, text=True).stdout.strip():
+        return
+    try:
+        import matplotlib
+        os.environ.setdefault("QT_QPA_FONTDIR", str(Path(matplotlib.get_data_path()) / "fonts" / "ttf"))
+    except ImportError:
+        raise SystemExit("No fonts found: install fonts-dejavu-core, or `pip install matplotlib` for its bundled "
+                         "DejaVu fonts, so the screenshots show text.") from None
+
+
 def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
-    QApplication.instance() or QApplication(sys.argv[:1])
+    _ensure_fonts()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    from PySide6.QtGui import QFontDatabase
+    if not QFontDatabase.families():
+        raise SystemExit("Qt found no fonts; the screenshots would have no text.")
+    del app
     for theme in ("light", "dark"):
         for p in shoot(theme):
             print(p.relative_to(ROOT))

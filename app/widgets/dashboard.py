@@ -166,11 +166,20 @@ class Dashboard(QScrollArea):
                 reasons = ", ".join(tr(r) for r in s.throttle_reasons) or tr("none")
             self.clock.detail.setText(tr("Throttle reasons: {r}").format(r=reasons))
             self.power.detail.setText(tr("Utilisation: {u}").format(u=fmt(s.utilization, ".0f", " %")))
-        self.vram.plot.set_values(h.values("vram_gib"))
-        self.power.plot.set_values(h.values("power_w"))
-        self.temp.plot.set_values(h.values("temperature_c"))
-        self.clock.plot.set_values(h.values("sm_clock_mhz"))
+        for card, name, unit in ((self.vram, "vram_gib", "GiB"), (self.power, "power_w", "W"),
+                                 (self.temp, "temperature_c", "°C"), (self.clock, "sm_clock_mhz", "MHz")):
+            card.plot.set_values(h.values(name), self._caption(name, unit))
         self.update_energy()
+
+    def _caption(self, name: str, unit: str) -> str:
+        series = self.telemetry.history.series.get(name)
+        if not series or len(series) < 2:
+            return ""
+        span = series[-1][0] - series[0][0]
+        lo, hi = min(v for _, v in series), max(v for _, v in series)
+        digits = 1 if hi < 100 else 0
+        return tr("last {m:.1f} min · {lo:.{d}f}–{hi:.{d}f} {unit}").format(m=span / 60, lo=lo, hi=hi, d=digits,
+                                                                           unit=unit)
 
     # -- engine ------------------------------------------------------------------------------------
     def on_stats(self, st: EngineStats) -> None:
@@ -178,7 +187,8 @@ class Dashboard(QScrollArea):
         accept = fmt(None if st.spec_accept_rate is None else 100 * st.spec_accept_rate, ".0f", " %")
         self.speed.detail.setText(tr("Speculative acceptance: {a} · TTFT {t}").format(
             a=accept, t=fmt(st.ttft_s, ".2f", " s")))
-        self.speed.plot.set_values(self.telemetry.history.values("decode_tok_s"))
+        self.speed.plot.set_values(self.telemetry.history.values("decode_tok_s"),
+                                   tr("{n} recent replies").format(n=len(self.telemetry.history.values("decode_tok_s"))))
         self.prefill.value.setText(fmt(st.prefill_tok_s, ".0f", " tok/s"))
         if st.last_reply_joules is not None and st.last_reply_tokens:
             self.energy_reply.value.setText(f"{st.last_reply_joules / st.last_reply_tokens:.2f} J")

@@ -11,22 +11,31 @@ class Sparkline(QWidget):
     def __init__(self, color: str = "#2f6feb", parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.values: list[float] = []
+        self.caption = ""            # e.g. "last 5 min · 120-410 W", drawn under the line
         self.color = QColor(color)
         self.grid = QColor("#888888")
-        self.setMinimumHeight(46)
+        self.setMinimumHeight(58)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
 
     def sizeHint(self) -> QSize:
-        return QSize(220, 46)
+        return QSize(220, 58)
 
-    def set_values(self, values: list[float]) -> None:
+    def set_values(self, values: list[float], caption: str = "") -> None:
         self.values = list(values)
+        self.caption = caption
         self.update()
 
     def paintEvent(self, _event) -> None:  # noqa: N802 (Qt override)
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        r = QRectF(self.rect()).adjusted(2, 4, -2, -4)
+        r = QRectF(self.rect()).adjusted(2, 4, -2, -16)
+        if self.caption:
+            font = p.font()
+            font.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
+            p.setFont(font)
+            p.setPen(self.palette().color(self.foregroundRole()))
+            p.drawText(QRectF(self.rect()).adjusted(2, 0, -2, 0), Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignLeft,
+                       self.caption)
         grid = QColor(self.grid)
         grid.setAlpha(70)
         p.setPen(QPen(grid, 1, Qt.PenStyle.DotLine))
