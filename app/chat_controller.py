@@ -18,7 +18,7 @@ from app.i18n import tr
 from app.keystore import get_api_key
 from app.settings import Settings
 from app.store import Attachment, Message, Store
-from app.worker_client import WorkerClient
+from app.worker_client import WorkerClient, new_request_id
 from engine import protocol as P
 
 DEMO_MODEL = "demo"
@@ -59,6 +59,7 @@ class ChatController(QObject):
         self.conversation_id: int | None = None
         self.active: ActiveReply | None = None
         self.load_request: str | None = None
+        self.loading = False
         self.draft_tokens = 0
         self.last_worker_error = ""
         client.ready.connect(self._on_ready)
@@ -97,7 +98,22 @@ class ChatController(QObject):
         self.model = None
         self.model_changed.emit(None)
         self.load_progress.emit(0.0, tr("Loading {model}…").format(model=model))
-        self.load_request = self.client.load(model, options)
+        self.loading = True
+        try:
+            self.load_request = self.client.load(model, options)
+        except RuntimeError as exc:   # no worker: say so instead of pretending to load
+            self.loading = False
+            self.load_progress.emit(1.0, "")
+            self.banner.emit("error", str(exc), "restart", tr("Restart engine"))
+
+    def unload_model(self) -> None:
+        if self.busy:
+            self.stop()
+        if self.client.alive:
+            self.client.send(P.Unload(new_request_id("unload")))
+        self.model = None
+        self.model_changed.emit(None)
+        self.banner.emit("info", tr("Model unloaded. Reload it from the File menu (Ctrl+R)."), "", "")
 
     def _on_ready(self, _pid: int) -> None:
         self.load_model()
@@ -109,6 +125,7 @@ class ChatController(QObject):
         if self.active is not None:
             self._finish_active("error", error=tr("the engine worker stopped ({cause})").format(cause=cause))
         self.model = None
+        self.loading = False
         self.model_changed.emit(None)
         self.load_progress.emit(1.0, "")
         self.banner.emit("error", tr("The engine stopped unexpectedly ({cause}). Your conversation is saved.")
@@ -123,6 +140,7 @@ class ChatController(QObject):
         elif isinstance(ev, P.Progress) and ev.request_id == self.load_request:
             self.load_progress.emit(ev.fraction, ev.message)
         elif isinstance(ev, P.ModelLoaded) and ev.request_id == self.load_request:
+            self.loading = False
             self.model = ev
             self.load_progress.emit(1.0, "")
             self.model_changed.emit(ev)
@@ -132,6 +150,7 @@ class ChatController(QObject):
                                  "settings", tr("Open settings"))
             self.update_context()
         elif isinstance(ev, P.WorkerError) and ev.request_id == self.load_request:
+            self.loading = False
             self.load_progress.emit(1.0, "")
             self.banner.emit("error", tr("Could not load the model: {msg}").format(msg=ev.message),
                              "settings", tr("Open settings"))
@@ -238,7 +257,8 @@ class ChatController(QObject):
         if not self.client.alive:
             return tr("The engine is not running. Restart it from the banner.")
         if self.model is None:
-            return tr("The model is still loading.")
+            return tr("The model is still loading.") if self.loading else \
+                tr("No model is loaded. Reload it (Ctrl+R) or pick one in Settings.")
         return ""
 
     def send(self, text: str, attachments: list[Attachment], enable_thinking: bool) -> str:

@@ -95,9 +95,12 @@ class MainWindow(QMainWindow):
         for text, shortcut, slot in ((tr("New chat"), "Ctrl+N", self.controller.new_conversation),
                                      (tr("Search chats"), "Ctrl+K", self.sidebar.focus_search),
                                      (tr("Settings…"), "Ctrl+,", self.open_settings),
+                                     (tr("Reload model"), "Ctrl+R", self.controller.load_model),
+                                     (tr("Unload model (free GPU memory)"), "", self.controller.unload_model),
                                      (tr("Quit"), "Ctrl+Q", self.close)):
             act = QAction(text, self)
-            act.setShortcut(QKeySequence(shortcut))
+            if shortcut:
+                act.setShortcut(QKeySequence(shortcut))
             act.triggered.connect(slot)
             m.addAction(act)
         self.addActions(m.actions())   # shortcuts work even with the menu bar hidden

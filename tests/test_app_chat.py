@@ -145,3 +145,13 @@ def test_shift_enter_adds_a_line_instead_of_sending(qtbot, window):
     window.composer.edit.moveCursor(window.composer.edit.textCursor().MoveOperation.End)
     qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
     assert window.composer.text() == "line one\n" and window.controller.conversation_id is None
+
+
+def test_unload_and_reload_from_the_menu(qtbot, window):
+    unload = next(a for a in window.actions() if a.text().startswith("Unload model"))
+    unload.trigger()
+    assert window.controller.model is None and not window.composer.attach_button.isEnabled()
+    assert "No model is loaded" in window.controller.send("hi", [], True)
+    reload_action = next(a for a in window.actions() if a.shortcut().toString() == "Ctrl+R")
+    reload_action.trigger()
+    qtbot.waitUntil(lambda: window.controller.model is not None, timeout=20000)

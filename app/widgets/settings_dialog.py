@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (QCheckBox, QComboBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog,
                                QFormLayout, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QProgressBar, QPushButton,
@@ -133,6 +134,13 @@ class SettingsDialog(QDialog):
         f.addRow(tr("VRAM budget"), self.budget)
         self.plan_button = QPushButton(tr("Show memory plan"))
         self.plan_button.clicked.connect(self.request_plan)
+        # The plan follows the settings as they change (debounced), so it is seen before OK.
+        self._plan_timer = QTimer(self)
+        self._plan_timer.setSingleShot(True)
+        self._plan_timer.setInterval(400)
+        self._plan_timer.timeout.connect(self.request_plan)
+        for signal in (self.context.valueChanged, self.kv.currentIndexChanged, self.budget.valueChanged):
+            signal.connect(lambda *_: self._plan_timer.start())
         f.addRow("", self.plan_button)
         self.plan_view = QPlainTextEdit()
         self.plan_view.setReadOnly(True)
