@@ -155,3 +155,15 @@ def test_unload_and_reload_from_the_menu(qtbot, window):
     reload_action = next(a for a in window.actions() if a.shortcut().toString() == "Ctrl+R")
     reload_action.trigger()
     qtbot.waitUntil(lambda: window.controller.model is not None, timeout=20000)
+
+
+def test_ctrl_enter_sends_when_enter_is_set_to_add_lines(qtbot, window):
+    window.composer.edit.enter_sends = False
+    window.composer.set_text("a")
+    window.composer.edit.moveCursor(window.composer.edit.textCursor().MoveOperation.End)
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return)
+    assert window.composer.text() == "a\n" and window.controller.conversation_id is None
+    qtbot.keyClick(window.composer.edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    assert window.controller.conversation_id is not None
+    _wait_idle(qtbot, window)
+    assert window.controller.store.messages(window.controller.conversation_id)[0].content == "a"
