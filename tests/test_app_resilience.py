@@ -90,3 +90,18 @@ def test_worker_that_cannot_start_is_reported(qtbot, tmp_path, monkeypatch):
     finally:
         w.controller.shutdown()
         w.controller.store.close()
+
+
+def test_protocol_mismatch_is_refused_with_a_message(qtbot, tmp_path, monkeypatch):
+    from engine import protocol as P
+
+    w = make_window(qtbot, tmp_path, monkeypatch, start=False)
+    monkeypatch.setattr(P, "PROTOCOL_VERSION", P.PROTOCOL_VERSION + 1)   # the GUI side only; the child is fresh
+    w.controller.start()
+    try:
+        qtbot.waitUntil(lambda: w.banner.kind == "error", timeout=30000)
+        assert "protocol" in w.banner.label.text() and "Reinstall" in w.banner.label.text()
+        qtbot.wait(500)
+        assert w.controller.model is None and w.controller.load_request is None   # nothing was loaded
+    finally:
+        close_window(w)
