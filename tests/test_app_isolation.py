@@ -14,6 +14,10 @@ import app
 for m in pkgutil.walk_packages(app.__path__, 'app.'):
     importlib.import_module(m.name)
 from app.main import build
+from app.attachments import image_tokens
+image_tokens(640, 480)                      # runtime paths that reach into engine/ must stay light too
+from app.widgets.settings_dialog import looks_like_hf_folder
+looks_like_hf_folder('.')
 print('torch' in sys.modules, 'engine._native' in sys.modules, 'transformers' in sys.modules)
 """
     env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"}
