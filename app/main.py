@@ -46,8 +46,25 @@ def build(factory: str | None = None, nvml_source=None, argv: list[str] | None =
     return qapp, window
 
 
+def no_display_reason() -> str:
+    """Why a window cannot open here ('' when it can): Qt would otherwise abort with a core dump."""
+    import os
+
+    if os.environ.get("QT_QPA_PLATFORM") or os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return ""
+    if sys.platform.startswith("linux"):
+        return ("No graphical display found (neither DISPLAY nor WAYLAND_DISPLAY is set). Run `monorail` from a "
+                "desktop session, or chat in the terminal with `monorail chat`.")
+    return ""
+
+
 def run(argv: list[str] | None = None) -> int:
     import multiprocessing
+
+    reason = no_display_reason()
+    if reason:
+        print(reason, file=sys.stderr)
+        return 1
 
     multiprocessing.freeze_support()   # a frozen bundle re-enters here to become the engine worker
     qapp, window = build(argv=argv)

@@ -32,3 +32,11 @@ def test_engine_layer_does_not_import_qt():
     code = "import sys, engine.worker, engine.protocol, engine.remote; print(any(m.startswith('PySide6') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_monorail_without_a_display_says_why():
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    out = subprocess.run([sys.executable, "-m", "engine.cli"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 1 and "No graphical display" in out.stderr
