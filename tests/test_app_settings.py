@@ -34,12 +34,18 @@ class MemoryKeyring(KeyringBackend):
         self.data.pop((service, username), None)
 
 
+@pytest.fixture(autouse=True)
+def restore_keyring():
+    """Tests swap the process-wide keyring backend; put the original back."""
+    old = keyring.get_keyring()
+    yield
+    keyring.set_keyring(old)
+
+
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
-    old = keyring.get_keyring()
-    yield tmp_path
-    keyring.set_keyring(old)
+    return tmp_path
 
 
 def test_settings_round_trip_through_dialog(qtbot, data_dir):
