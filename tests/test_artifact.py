@@ -19,7 +19,7 @@ from engine.convert import convert
 def artifact_path(tiny_checkpoint, tmp_path_factory):
     """The tiny checkpoint with every bit width and both group sizes (RTN: fast)."""
     path = tmp_path_factory.mktemp("art") / "mixed.monorail"
-    convert(tiny_checkpoint, path, recipe="test-mixed", method="rtn", allow_test_shapes=True)
+    convert(tiny_checkpoint, path, recipe="test-mixed", method="rtn", allow_test_shapes=True, threads=1)
     return path
 
 
@@ -136,7 +136,7 @@ def test_cli_inspect_and_convert(tiny_checkpoint, artifact_path, tmp_path, capsy
                  "--quantizer", "rtn", "-q"]) == 2  # tiny shapes need the switch
     assert "MONORAIL_ALLOW_TEST_SHAPES" in capsys.readouterr().err
     assert main(["convert", str(tiny_checkpoint), "-o", str(tmp_path / "x.monorail"), "--recipe", "q4",
-                 "--quantizer", "rtn", "--allow-test-shapes"]) == 0
+                 "--quantizer", "rtn", "--allow-test-shapes", "--threads", "1"]) == 0
     cap = capsys.readouterr()
     assert "wrote" in cap.out and "[104/104]" in cap.err and "ETA" in cap.err
     assert json.loads(read_header(tmp_path / "x.monorail").metadata["monorail.recipe"])["method"] == "rtn"

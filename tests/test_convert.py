@@ -42,7 +42,7 @@ def artifacts(tiny_checkpoint, tmp_path_factory):
     paths = {}
     for name in ("q8", "q4-27b"):
         events[name] = []
-        convert(tiny_checkpoint, out / f"{name}.monorail", recipe=name, allow_test_shapes=True,
+        convert(tiny_checkpoint, out / f"{name}.monorail", recipe=name, allow_test_shapes=True, threads=1,
                 progress=events[name].append)
         paths[name] = out / f"{name}.monorail"
     return paths, events
@@ -132,7 +132,7 @@ def test_metadata_provenance_and_determinism(tiny_checkpoint, artifacts, tmp_pat
     assert art.source["tensors"] == len(_source_tensors(tiny_checkpoint))
     assert art.generation_config()["eos_token_id"] == list(art.config.text.eos_token_ids)
     # same input, same recipe: byte-identical artifact (and so the same source digest)
-    again = convert(tiny_checkpoint, tmp_path / "again.monorail", recipe="q4-27b", allow_test_shapes=True)
+    again = convert(tiny_checkpoint, tmp_path / "again.monorail", recipe="q4-27b", allow_test_shapes=True, threads=1)
     assert again.source_digest == art.source["digest"]
     assert (tmp_path / "again.monorail").read_bytes() == artifacts[0]["q4-27b"].read_bytes()
 
@@ -144,7 +144,7 @@ def test_embedded_tokenizer_files_and_chat_template(tiny_checkpoint, tmp_path):
     (src / "chat_template.jinja").write_text(template)
     (src / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 262144, "eos_token": "<|im_end|>"}))
     (src / "preprocessor_config.json").write_text(json.dumps({"patch_size": 16, "merge_size": 2}))
-    convert(src, tmp_path / "a.monorail", recipe="q4", method="rtn", allow_test_shapes=True)
+    convert(src, tmp_path / "a.monorail", recipe="q4", method="rtn", allow_test_shapes=True, threads=1)
     art = Artifact.open(tmp_path / "a.monorail", allow_test_shapes=True)
     assert art.chat_template() == template
     assert art.preprocessor_config() == {"patch_size": 16, "merge_size": 2}
@@ -206,7 +206,7 @@ def test_fp8_block_scaled_source(tiny_checkpoint, tmp_path):
         assert torch.allclose(got.double(), want, rtol=2.0 ** -23, atol=0), key
     source.close()
 
-    convert(tmp_path / "fp8", tmp_path / "fp8.monorail", recipe="q8", allow_test_shapes=True)
+    convert(tmp_path / "fp8", tmp_path / "fp8.monorail", recipe="q8", allow_test_shapes=True, threads=1)
     art = Artifact.open(tmp_path / "fp8.monorail", allow_test_shapes=True)
     assert art.source["dtype"].startswith("fp8-e4m3 block 128x128")
     assert not any(k.endswith("_scale_inv") for k in art.weights)
@@ -227,7 +227,7 @@ def test_fp8_refusals(tiny_checkpoint, tmp_path):
     del tensors[key + "_scale_inv"]
     save_file(tensors, shard)
     with pytest.raises(ConvertError, match=rf"'{key}' is FP8 .* block scale '{key}_scale_inv' is missing"):
-        convert(tmp_path / "fp8", tmp_path / "x.monorail", allow_test_shapes=True)
+        convert(tmp_path / "fp8", tmp_path / "x.monorail", allow_test_shapes=True, threads=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,27 +257,27 @@ def test_refusals(tiny_checkpoint, tmp_path, monkeypatch):
     cfg["model_type"], cfg["architectures"] = "llama", ["LlamaForCausalLM"]
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="'model_type' is 'llama'"):
-        convert(bad, out, allow_test_shapes=True)
+        convert(bad, out, allow_test_shapes=True, threads=1)
 
     key = "model.language_model.layers.1.mlp.down_proj.weight"
     missing = tmp_path / "missing"
     shutil.copytree(tiny_checkpoint, missing)
     _edit_tensor(missing, key, None)
     with pytest.raises(RegistryError, match=rf"'{key}' is missing \(expected shape \[64, 128\]\)"):
-        convert(missing, out, allow_test_shapes=True)
+        convert(missing, out, allow_test_shapes=True, threads=1)
 
     wrong = tmp_path / "wrong"
     shutil.copytree(tiny_checkpoint, wrong)
     _edit_tensor(wrong, key, torch.zeros(64, 96))
     with pytest.raises(RegistryError, match=rf"'{key}' has shape \[64, 96\]; expected \[64, 128\]"):
-        convert(wrong, out, allow_test_shapes=True)
+        convert(wrong, out, allow_test_shapes=True, threads=1)
 
     noshard = tmp_path / "noshard"
     shutil.copytree(tiny_checkpoint, noshard)
     (noshard / "model-mtp.safetensors").unlink()
     with pytest.raises(ConvertError, match="shard 'model-mtp.safetensors' listed in .* is missing"):
-        convert(noshard, out, allow_test_shapes=True)
+        convert(noshard, out, allow_test_shapes=True, threads=1)
 
     with pytest.raises(ConvertError, match="not a folder"):
-        convert(tmp_path / "nowhere", out, allow_test_shapes=True)
+        convert(tmp_path / "nowhere", out, allow_test_shapes=True, threads=1)
     assert not out.exists() and not Path(str(out) + ".partial").exists()

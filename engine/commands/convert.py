@@ -60,7 +60,8 @@ def _run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else TerminalProgress()
     try:
         result = convert(args.hf_dir, args.output, recipe=args.recipe, method=args.quantizer,
-                         allow_test_shapes=True if args.allow_test_shapes else None, progress=progress)
+                         allow_test_shapes=True if args.allow_test_shapes else None, progress=progress,
+                         threads=args.threads)
     except KeyboardInterrupt:
         print("\ninterrupted: no artifact was written (run the same command again to start over)", file=sys.stderr)
         return 130
@@ -88,6 +89,8 @@ def register(subparsers) -> None:
                    help="override the recipe's quantizer (search: per-group scale search, default; rtn: faster)")
     p.add_argument("--allow-test-shapes", action="store_true",
                    help="accept tiny test models with the 27B ratios (also MONORAIL_ALLOW_TEST_SHAPES=1)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="CPU threads for quantization (default: torch's choice; 1 is best on a busy machine)")
     p.add_argument("--show-errors", type=int, default=5, metavar="N", help="list the N largest errors (default 5)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
