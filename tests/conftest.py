@@ -33,3 +33,21 @@ def tiny_text_hf(tmp_path_factory):
     pytest.importorskip("transformers")
     from tiny_models import make_tiny_hf_model
     return make_tiny_hf_model(tmp_path_factory.mktemp("tiny_text"), seed=1, text_only_layout=True, vision=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Empty the Qt clipboard while Python is still alive.
+
+    Tests put Python-created QMimeData on the clipboard (paste tests); Qt's own exit handlers would
+    otherwise destroy it after the interpreter has finalised, which segfaults the process at exit
+    (seen: SIGSEGV in Shiboken::Object::destroy from libQt6Gui's exit handler) and fails CI.
+    """
+    import sys
+
+    qtgui = sys.modules.get("PySide6.QtGui")
+    if qtgui is None:
+        return
+    app = qtgui.QGuiApplication.instance()
+    if app is not None:
+        app.clipboard().clear()
+        app.processEvents()
