@@ -159,7 +159,7 @@ class Engine:
         device = options.device or ("cuda" if torch.cuda.is_available() else "cpu")
         report(0.1, f"Loading weights on {device}")
         try:
-            model = ReferenceModel.from_checkpoint(ckpt, device=device, dtype=torch.float32)
+            model = ReferenceModel.from_checkpoint(ckpt, device=device, dtype=torch.float32, gdn_mode="auto")
         except EngineError:
             raise
         except Exception as exc:

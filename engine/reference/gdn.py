@@ -106,6 +106,10 @@ def delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: tor
     return out.transpose(0, 1)
 
 
+# "auto" mode: below this many tokens the per-token recurrence beats the chunked (WY) form on a CPU.
+AUTO_CHUNKED_MIN_TOKENS = 16
+
+
 def gated_delta_net(x: torch.Tensor, w: GDNWeights, state: GDNState, *, n_k_heads: int, n_v_heads: int,
                     dk: int, dv: int, eps: float, mode: str = "chunked") -> torch.Tensor:
     """The mixer of a GDN layer over ``x [T, H]`` (already input-normed); returns ``[T, H]``."""
@@ -123,12 +127,14 @@ def gated_delta_net(x: torch.Tensor, w: GDNWeights, state: GDNState, *, n_k_head
     k = k.repeat_interleave(per_key, dim=1)
     v = v.float().view(t, n_v_heads, dv)
 
+    if mode == "auto":  # the two forms agree (tests); the step loop is cheaper for a few tokens
+        mode = "recurrent" if t < AUTO_CHUNKED_MIN_TOKENS else "chunked"
     if mode == "recurrent":
         o = delta_rule_recurrent(q, k, v, g, beta, state.recurrent)
     elif mode == "chunked":
         o = delta_rule_chunked(q, k, v, g, beta, state.recurrent)
     else:
-        raise ValueError(f"gdn mode {mode!r}: expected 'chunked' or 'recurrent'")
+        raise ValueError(f"gdn mode {mode!r}: expected 'chunked', 'recurrent' or 'auto'")
 
     o = rms_norm_gated(o.to(x.dtype), z, w.norm, eps).reshape(t, n_v_heads * dv)
     return F.linear(o, w.out_proj)

@@ -27,7 +27,7 @@ from engine.reference.rope import inverse_frequencies, mrope_axis_of_pair, mrope
 from engine.reference.state import GDNState, KVCache, ModelState
 from engine.reference.weights import LayerWeights, TensorSource, TextWeights, load_text_weights
 
-GDN_MODES = ("chunked", "recurrent")
+GDN_MODES = ("chunked", "recurrent", "auto")
 
 
 @dataclass
