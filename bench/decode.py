@@ -100,6 +100,7 @@ def main() -> int:
     wbytes = streamed_weight_bytes(cfg.text, DEFAULT_RECIPE)
     peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
     rows = []
+    profiles = []
     for kv in ("bf16", "int8"):
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1)
         e = model.engine
@@ -113,6 +114,18 @@ def main() -> int:
                    "llamacpp_tok_s": peers[kv].get(depth)}
             rows.append(row)
             print(json.dumps(row), flush=True)
+        # where the time goes: one un-captured step with an event after every op (gaps included)
+        for depth in (0, max(depths)):
+            prof: dict[str, list[float]] = {}
+            for op, ms in e.profile_step(0, depth):
+                prof.setdefault(op, []).append(ms)
+            total = sum(sum(v) for v in prof.values())
+            summary = {op: {"count": len(v), "ms": round(sum(v), 3)} for op, v in
+                       sorted(prof.items(), key=lambda kv_: -sum(kv_[1]))}
+            profiles.append({"kv": kv, "depth": depth, "total_ms": round(total, 3), "ops": summary})
+            print(f"profile {kv} depth {depth}: {total:.3f} ms un-captured", flush=True)
+            for op, v in summary.items():
+                print(f"   {op:<28} x{v['count']:<4} {v['ms']:8.3f} ms", flush=True)
         # greedy sampling cost on top of the step (not part of the graph)
         t0 = torch.cuda.Event(enable_timing=True)
         t1 = torch.cuda.Event(enable_timing=True)
@@ -130,7 +143,7 @@ def main() -> int:
                                                                  text=True).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "weights_gb_per_token": round(wbytes / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1), "rows": rows,
-              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps,
+              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "profiles": profiles,
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV"}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

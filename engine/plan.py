@@ -194,6 +194,13 @@ class MemoryPlan:
                 return ln
         raise KeyError(label)
 
+    def as_dict(self) -> dict:
+        """Plain data for the worker protocol and the dashboard."""
+        return {"lines": [{"label": ln.label, "bytes": ln.bytes} for ln in self.lines], "total": self.total,
+                "arena_bytes": self.arena_bytes, "budget": self.budget, "fits": self.fits, "deficit": self.deficit,
+                "largest_context": self.largest_context, "max_context": self.request.max_context,
+                "kv_dtype": self.request.kv_dtype, "recipe": self.request.recipe.name}
+
     def format_table(self) -> str:
         r = self.request
         head = (f"memory plan: recipe {r.recipe.name}, context {r.max_context:,}, KV {r.kv_dtype}, "

@@ -154,7 +154,7 @@ def test_gdn_step(nat, T):
     ldp = vh * 128 + 2 * vh + 7
     conv_out = torch.randn(T, conv_dim, device="cuda")
     zba = torch.randn(T, ldp, device="cuda")
-    z, b, a = zba[:, :vh * 128], zba[:, vh * 128:vh * 128 + vh], zba[:, vh * 128 + vh:]
+    z, b, a = zba[:, :vh * 128], zba[:, vh * 128:vh * 128 + vh], zba[:, vh * 128 + vh:vh * 128 + 2 * vh]
     a_log = torch.randn(vh, device="cuda") * 0.5
     dt_bias = torch.randn(vh, device="cuda") * 0.5
     norm_w = torch.rand(128, device="cuda") + 0.5

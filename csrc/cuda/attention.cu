@@ -1,7 +1,7 @@
 // Gated full attention for decode/verify (T = 1..16 query tokens):
 //  attn_prep   : q/k zero-centred RMSNorm, partial interleaved mRoPE, KV append (bf16 or int8 g64).
 //  attn_split  : one block per (split, kv head, token); the block streams its chunk of the cache in
-//                tiles of 128 positions with an online softmax for the 6 (GQA) query heads of its
+//                tiles of 256 positions with an online softmax for the 6 (GQA) query heads of its
 //                kv head, so K and V are read once per token for all of them.
 //  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
 // The number of positions per split is derived on the device from kv_start + T, so one captured
@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kHd = 256;    // head_dim this kernel set is built for
 constexpr int kGroup = 6;   // query heads per kv head (max)
-constexpr int kTile = 128;  // positions per softmax tile
+constexpr int kTile = 256;  // positions per softmax tile
 
 __device__ inline int mrope_axis(int i, const int* sec) {
   if (i % 3 == 1 && i < 3 * sec[1]) return 1;
@@ -93,44 +93,61 @@ __device__ inline int split_len(int L_all) {
   return max(kTile, (s + kTile - 1) / kTile * kTile);
 }
 
-// 16 consecutive dims of one cache row starting at dim0, as fp32.
+// Raw cache bytes of 16 consecutive dims (scores) and 8 consecutive dims (values) of one row,
+// loaded first and converted later so that several rows' loads are in flight at once.
+template <bool INT8> struct Raw16 { uint4 a, b; };
+template <> struct Raw16<true> { uint4 a; __half s; };
+template <bool INT8> struct Raw8 { uint4 a; };
+template <> struct Raw8<true> { uint2 a; __half s; };
+
 template <bool INT8>
-__device__ inline void load16(const char* cache, const char* scales, size_t rowidx, int nkv_hd_row, int dim0,
-                              float (&v)[16]) {
-  if (!INT8) {
+__device__ inline void load16(const char* cache, const char* scales, size_t rowidx, int dim0, Raw16<INT8>& r) {
+  if constexpr (!INT8) {
     const uint4* p = reinterpret_cast<const uint4*>(cache + (rowidx * kHd + dim0) * 2);
-    uint4 a = __ldg(p), b = __ldg(p + 1);
-    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    r.a = __ldg(p);
+    r.b = __ldg(p + 1);
+  } else {
+    r.a = __ldg(reinterpret_cast<const uint4*>(cache + rowidx * kHd + dim0));
+    r.s = reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64];
+  }
+}
+template <bool INT8>
+__device__ inline void unpack16(const Raw16<INT8>& r, float (&v)[16]) {
+  if constexpr (!INT8) {
+    const uint32_t w[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       v[2 * j] = __uint_as_float(w[j] << 16);
       v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
     }
   } else {
-    uint4 a = __ldg(reinterpret_cast<const uint4*>(cache + rowidx * kHd + dim0));
-    float s = __half2float(reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64]);
-    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+    const float s = __half2float(r.s);
+    const uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
 #pragma unroll
     for (int j = 0; j < 16; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
   }
-  (void)nkv_hd_row;
 }
-
-// 8 consecutive dims of one V row.
 template <bool INT8>
-__device__ inline void load8(const char* cache, const char* scales, size_t rowidx, int dim0, float (&v)[8]) {
-  if (!INT8) {
-    uint4 a = __ldg(reinterpret_cast<const uint4*>(cache + (rowidx * kHd + dim0) * 2));
-    const uint32_t w[4] = {a.x, a.y, a.z, a.w};
+__device__ inline void load8(const char* cache, const char* scales, size_t rowidx, int dim0, Raw8<INT8>& r) {
+  if constexpr (!INT8) {
+    r.a = __ldg(reinterpret_cast<const uint4*>(cache + (rowidx * kHd + dim0) * 2));
+  } else {
+    r.a = __ldg(reinterpret_cast<const uint2*>(cache + rowidx * kHd + dim0));
+    r.s = reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64];
+  }
+}
+template <bool INT8>
+__device__ inline void unpack8(const Raw8<INT8>& r, float (&v)[8]) {
+  if constexpr (!INT8) {
+    const uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       v[2 * j] = __uint_as_float(w[j] << 16);
       v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
     }
   } else {
-    uint2 a = __ldg(reinterpret_cast<const uint2*>(cache + rowidx * kHd + dim0));
-    float s = __half2float(reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64]);
-    const uint32_t w[2] = {a.x, a.y};
+    const float s = __half2float(r.s);
+    const uint32_t w[2] = {r.a.x, r.a.y};
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
   }
@@ -138,6 +155,8 @@ __device__ inline void load8(const char* cache, const char* scales, size_t rowid
 
 template <bool INT8>
 __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
+  constexpr int KU = 4;  // positions per half-warp per score iteration (8 rows of K in flight per warp)
+  constexpr int VU = 8;  // positions per warp per value iteration (8 rows of V in flight per warp)
   __shared__ float ps[kGroup][kTile];
   __shared__ float mstate[kGroup], lstate[kGroup], alpha_s[kGroup];
   const int split = blockIdx.x, kvh = blockIdx.y, t = blockIdx.z;
@@ -165,7 +184,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
       qr[g][j] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + l16 * 16 + j] : 0.f;
-  // V: warp w takes positions w, w+4, ...; lane owns dims lane*8 .. +8
+  // values: lane owns dims lane*8 .. +8
   float acc[kGroup][8];
 #pragma unroll
   for (int g = 0; g < kGroup; ++g)
@@ -175,28 +194,36 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 
   for (int tile0 = p0; tile0 < p1; tile0 += kTile) {
     const int n = min(kTile, p1 - tile0);
-    for (int pb = warp * 2; pb < n; pb += 8) {  // whole warps iterate: the shuffles need all lanes
-      const int pi = pb + hw;
-      const bool valid = pi < n;
-      const size_t rowidx = (size_t)(tile0 + (valid ? pi : pb)) * nkv + kvh;
-      float kv[16];
-      load16<INT8>(a.k_cache, a.k_scales, rowidx, 0, l16 * 16, kv);
-      float sc[kGroup];
+    // each block iteration covers 4 warps x 2 halves x KU positions; loop bounds are warp-uniform
+    for (int base = warp * 2 * KU; base < n; base += 4 * 2 * KU) {
+      Raw16<INT8> r[KU];
 #pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        float s = 0.f;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) s = fmaf(qr[g][j], kv[j], s);
-#pragma unroll
-        for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        sc[g] = s;
+      for (int u = 0; u < KU; ++u) {
+        const int pi = min(base + 2 * u + hw, n - 1);
+        load16<INT8>(a.k_cache, a.k_scales, (size_t)(tile0 + pi) * nkv + kvh, l16 * 16, r[u]);
       }
-      if (l16 == 0 && valid)
 #pragma unroll
-        for (int g = 0; g < kGroup; ++g) ps[g][pi] = sc[g];
+      for (int u = 0; u < KU; ++u) {
+        float kv[16];
+        unpack16<INT8>(r[u], kv);
+        float sc[kGroup];
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+          float s = 0.f;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) s = fmaf(qr[g][j], kv[j], s);
+#pragma unroll
+          for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+          sc[g] = s;
+        }
+        const int pi = base + 2 * u + hw;
+        if (l16 == 0 && pi < n)
+#pragma unroll
+          for (int g = 0; g < kGroup; ++g) ps[g][pi] = sc[g];
+      }
     }
     __syncthreads();
-    // online softmax bookkeeping: warp g (< group) handles head g... 4 warps cover 6 heads in 2 rounds
+    // online softmax bookkeeping, one warp per head
     for (int g = warp; g < group; g += 4) {
       float m = -INFINITY;
       for (int pi = lane; pi < n; pi += 32) m = fmaxf(m, ps[g][pi]);
@@ -223,21 +250,30 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[g][j] *= al;
     }
-    for (int pi = warp; pi < n; pi += 4) {
-      const size_t rowidx = (size_t)(tile0 + pi) * nkv + kvh;
-      float vv[8];
-      load8<INT8>(a.v_cache, a.v_scales, rowidx, lane * 8, vv);
+    for (int base = warp * VU; base < n; base += 4 * VU) {
+      Raw8<INT8> r[VU];
 #pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        const float pg = g < group ? ps[g][pi] : 0.f;
+      for (int u = 0; u < VU; ++u) {
+        const int pi = min(base + u, n - 1);
+        load8<INT8>(a.v_cache, a.v_scales, (size_t)(tile0 + pi) * nkv + kvh, lane * 8, r[u]);
+      }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(pg, vv[j], acc[g][j]);
+      for (int u = 0; u < VU; ++u) {
+        if (base + u >= n) break;
+        float vv[8];
+        unpack8<INT8>(r[u], vv);
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g) {
+          const float pg = g < group ? ps[g][base + u] : 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(pg, vv[j], acc[g][j]);
+        }
       }
     }
     __syncthreads();
   }
-  // sum the 4 warps' accumulators through shared memory (reuse ps: 6 x 128 floats = 3 KB per pass)
-  float* red = &ps[0][0];  // [kGroup * kHd / 2] per pass; do dims in two halves of 128
+  // sum the 4 warps' accumulators through shared memory, 128 dims at a time (ps is free now)
+  float* red = &ps[0][0];
   for (int half = 0; half < 2; ++half) {
     for (int w = 0; w < 4; ++w) {
       if (warp == w && (lane >> 4) == half) {

@@ -106,6 +106,7 @@ void register_cuda_bindings(py::module_& m) {
       .def("set_use_graphs", &NativeEngine::set_use_graphs)
       .def("synchronize", &NativeEngine::synchronize)
       .def("time_steps", &NativeEngine::time_steps)
+      .def("profile_step", &NativeEngine::profile_step)
       .def("step_bytes", &NativeEngine::step_bytes)
       .def_property_readonly("arena_bytes", &NativeEngine::arena_bytes)
       .def_property_readonly("planned_total", &NativeEngine::planned_total);

@@ -267,23 +267,30 @@ void NativeEngine::enqueue_step(int lane, int T) {
   AttnDims ad{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, int8 ? 1 : 0};
 
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
+  mark("embed");
   for (auto& L : buf_.layers) {
     rmsnorm_to_gemv_input(w.resid, T, H, L.input_norm, eps_, true, xin, st);
+    mark("rmsnorm");
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
       qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      mark("gemv gdn_in");
       conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w,
                        buf_.conv_state + lane * cstate_lane + L.gdn_index * cstate_layer, w.conv_out, st);
+      mark("conv_update_silu");
       const float* z = w.proj + C;
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;
       gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
                buf_.gdn_state + lane * gstate_lane + L.gdn_index * gstate_layer, mix, st);
+      mark("gdn_step");
       qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+      mark("gemv gdn_out");
     } else {
       const int ldp = (int)d.attn_qkv_rows();
       qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      mark("gemv attn_qkv");
       const int64_t off = lane_slot0 * kv_row * (int8 ? 1 : 2);
       const int64_t soff = lane_slot0 * kv_row / 64 * 2;
       char* kc = L.k_cache + off;
@@ -291,15 +298,60 @@ void NativeEngine::enqueue_step(int lane, int T) {
       char* ks = int8 ? L.k_scales + soff : nullptr;
       char* vs = int8 ? L.v_scales + soff : nullptr;
       attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
+      mark("attn_prep");
       attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st);
+      mark("attn_decode");
       qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+      mark("gemv attn_o");
     }
     rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
+    mark("rmsnorm");
     qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
+    mark("gemv gate_up");
     qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st);
+    mark("gemv down");
   }
   rmsnorm_to_gemv_input(w.resid, T, H, buf_.final_norm, eps_, true, xin, st);
+  mark("rmsnorm");
   qgemv(buf_.lm_head, xin, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, st);
+  mark("gemv lm_head");
+}
+
+void NativeEngine::mark(const char* op) {
+  if (!trace_) return;
+  cudaEvent_t e;
+  MR_CHECK(cudaEventCreate(&e), "profile event");
+  MR_CHECK(cudaEventRecord(e, stream_), "profile event");
+  trace_->emplace_back(op, e);
+}
+
+std::vector<std::pair<std::string, float>> NativeEngine::profile_step(int lane, int kv_start) {
+  std::vector<int32_t> tok{1};
+  const bool g = use_graphs_;
+  use_graphs_ = false;
+  std::vector<std::pair<std::string, cudaEvent_t>> trace;
+  try {
+    forward(lane, tok, {}, kv_start);  // warm
+    synchronize();
+    trace_ = &trace;
+    mark("start");
+    forward(lane, tok, {}, kv_start);
+  } catch (...) {
+    trace_ = nullptr;
+    use_graphs_ = g;
+    throw;
+  }
+  trace_ = nullptr;
+  use_graphs_ = g;
+  synchronize();
+  std::vector<std::pair<std::string, float>> out;
+  for (size_t i = 1; i < trace.size(); ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, trace[i - 1].second, trace[i].second);
+    out.emplace_back(trace[i].first, ms);
+  }
+  for (auto& e : trace) cudaEventDestroy(e.second);
+  return out;
 }
 
 void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos,

@@ -46,6 +46,8 @@ class NativeEngine {
   void synchronize();
   // Timing: replays the captured T=1 step n times (same inputs), returns milliseconds per step.
   float time_steps(int lane, int kv_start, int n);
+  // Runs one un-captured T=1 step with an event after every op: (op name, milliseconds) in order.
+  std::vector<std::pair<std::string, float>> profile_step(int lane, int kv_start);
 
   int64_t arena_bytes() const { return arena_bytes_; }
   int64_t planned_total() const { return planned_total_; }
@@ -73,6 +75,8 @@ class NativeEngine {
   int mrope_section_[3];
   bool use_graphs_ = true;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::vector<std::pair<std::string, cudaEvent_t>>* trace_ = nullptr;  // set only by profile_step
+  void mark(const char* op);
 };
 
 }  // namespace monorail

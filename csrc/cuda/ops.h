@@ -20,7 +20,7 @@ enum GemvEpilogue : int {
   GEMV_SWIGLU = 2,  // rows interleaved (gate_p, up_p): out_h[t, perm8(p)] = silu(gate) * up
 };
 
-// y = W x for T tokens. Numerics: 4-bit codes are combined with x in fp16 over 8 products, every
+// y = W x for T tokens. Numerics: 4-bit codes are combined with x in fp16 over 16 products, every
 // other sum is fp32. ldo: row stride of the output in elements.
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream);

@@ -2,13 +2,16 @@
 //
 // Work split: one warp owns a pair of output rows (so a SwiGLU pair gate/up lands in one warp);
 // lane l reads chunk c = l, l+32, ... of 32 consecutive weights of each row: 16 bytes of codes per
-// row per chunk (4-bit), coalesced as 512 contiguous bytes per warp. Two chunks are loaded before
-// either is used, so each lane keeps 4 x 16-byte loads in flight. x (fp16, perm8 order) is read
+// row per chunk (4-bit), coalesced as 512 contiguous bytes per warp. Four chunks of both rows are
+// loaded before any is used (8 x 16-byte loads in flight per lane), and the grid is sized to the
+// GPU (grid-stride over row pairs) so there is no partial last wave. x (fp16, perm8 order) is read
 // through L1, where every warp of the SM shares it.
 //
 // 4-bit path: a 32-bit code word holds elements k..k+7; (w >> 4i) & 0x000F000F | 0x64006400 is the
-// half2 (1024 + c_i, 1024 + c_{i+4}), which pairs with the perm8 half2 (x_i, x_{i+4}). Eight
+// half2 (1024 + c_i, 1024 + c_{i+4}), which pairs with the perm8 half2 (x_i, x_{i+4}). Sixteen
 // products are summed in fp16, then in fp32. 5/6/8-bit: codes are decoded to fp32 per element.
+#include <algorithm>
+
 #include "common.cuh"
 #include "ops.h"
 
@@ -72,14 +75,17 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
     const __half2 bias = __floats2half2_rn(1032.f, 1032.f);
     float s = 0.f;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      uint32_t w = (&ch.lo.x)[j];
+    for (int jj = 0; jj < 4; jj += 2) {
       __half2 acc = __floats2half2_rn(0.f, 0.f);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t bits = ((w >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
-        __half2 v = __hsub2(*reinterpret_cast<__half2*>(&bits), bias);
-        acc = __hfma2(v, x2[4 * j + i], acc);
+      for (int j = jj; j < jj + 2; ++j) {
+        const uint32_t w = (&ch.lo.x)[j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          uint32_t bits = ((w >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
+          __half2 v = __hsub2(*reinterpret_cast<__half2*>(&bits), bias);
+          acc = __hfma2(v, x2[4 * j + i], acc);
+        }
       }
       float2 f = __half22float2(acc);
       s += f.x + f.y;
@@ -97,81 +103,103 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
 
 template <int BITS, int TT>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
+  constexpr int U = 4;  // chunks per row loaded before any is used: 2 rows x 4 x 16 B in flight per lane
   const int lane = threadIdx.x & 31;
-  const int pair = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int r0 = 2 * pair;
-  if (r0 >= a.N) return;
-  const int r1 = min(r0 + 1, a.N - 1);
+  const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
-  float acc[2][TT];
+  // grid-stride over row pairs: the grid is sized to the GPU, so no partial last wave
+  for (int pair = blockIdx.x * kWarps + (threadIdx.x >> 5); pair < npairs; pair += gridDim.x * kWarps) {
+    const int r0 = 2 * pair;
+    const int r1 = min(r0 + 1, a.N - 1);
+    float acc[2][TT];
 #pragma unroll
-  for (int r = 0; r < 2; ++r)
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int t = 0; t < TT; ++t) acc[r][t] = 0.f;
-
-  for (int c0 = lane; c0 < nch; c0 += 64) {
-    const int c1 = c0 + 32;
-    const bool has1 = c1 < nch;
-    Chunk<BITS> w[2][2];
-    load_chunk<BITS>(a, r0, c0, w[0][0]);
-    load_chunk<BITS>(a, r1, c0, w[1][0]);
-    if (has1) {
-      load_chunk<BITS>(a, r0, c1, w[0][1]);
-      load_chunk<BITS>(a, r1, c1, w[1][1]);
-    }
-    float s[2][2];
-    s[0][0] = __half2float(a.scales[(size_t)r0 * ngroups + ((c0 * 32) >> a.gshift)]);
-    s[1][0] = __half2float(a.scales[(size_t)r1 * ngroups + ((c0 * 32) >> a.gshift)]);
-    s[0][1] = has1 ? __half2float(a.scales[(size_t)r0 * ngroups + ((c1 * 32) >> a.gshift)]) : 0.f;
-    s[1][1] = has1 ? __half2float(a.scales[(size_t)r1 * ngroups + ((c1 * 32) >> a.gshift)]) : 0.f;
+      for (int t = 0; t < TT; ++t) acc[r][t] = 0.f;
+    for (int cb = lane; cb < nch; cb += 32 * U) {
+      Chunk<BITS> w[2][U];
+      float s[2][U];
 #pragma unroll
-    for (int u = 0; u < 2; ++u) {
-      if (u == 1 && !has1) break;
-      const int c = u == 0 ? c0 : c1;
+      for (int u = 0; u < U; ++u) {
+        const int c = cb + 32 * u;
+        if (c < nch) {
+          load_chunk<BITS>(a, r0, c, w[0][u]);
+          load_chunk<BITS>(a, r1, c, w[1][u]);
+          s[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
+          s[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
+        }
+      }
 #pragma unroll
-      for (int t = 0; t < TT; ++t) {
-        if (t < a.T) {
-          const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K + c * 32);
-          uint4 xv[4] = {__ldg(xp), __ldg(xp + 1), __ldg(xp + 2), __ldg(xp + 3)};
-          acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
-          acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
+      for (int u = 0; u < U; ++u) {
+        const int c = cb + 32 * u;
+        if (c >= nch) break;
+#pragma unroll
+        for (int t = 0; t < TT; ++t) {
+          if (t < a.T) {
+            const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K + c * 32);
+            uint4 xv[4] = {__ldg(xp), __ldg(xp + 1), __ldg(xp + 2), __ldg(xp + 3)};
+            acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
+            acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
+          }
         }
       }
     }
-  }
 #pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    acc[0][t] = warp_sum(acc[0][t]);
-    acc[1][t] = warp_sum(acc[1][t]);
-  }
-  // lane t writes token t: the epilogue is spread over lanes instead of serialised on lane 0
+    for (int t = 0; t < TT; ++t) {
+      acc[0][t] = warp_sum(acc[0][t]);
+      acc[1][t] = warp_sum(acc[1][t]);
+    }
+    // lane t writes token t: the epilogue is spread over lanes instead of serialised on lane 0
 #pragma unroll
-  for (int t = 0; t < TT; ++t) {
-    if (lane != t || t >= a.T) continue;
-    float* o = a.out_f32 + (size_t)t * a.ldo;
-    if (a.epi == GEMV_STORE) {
-      o[r0] = acc[0][t];
-      if (r0 + 1 < a.N) o[r0 + 1] = acc[1][t];
-    } else if (a.epi == GEMV_ADD) {
-      o[r0] += acc[0][t];
-      if (r0 + 1 < a.N) o[r0 + 1] += acc[1][t];
-    } else {
-      a.out_h[(size_t)t * a.ldo + perm8(pair)] = __float2half(silu(acc[0][t]) * acc[1][t]);
+    for (int t = 0; t < TT; ++t) {
+      if (lane != t || t >= a.T) continue;
+      float* o = a.out_f32 + (size_t)t * a.ldo;
+      if (a.epi == GEMV_STORE) {
+        o[r0] = acc[0][t];
+        if (r0 + 1 < a.N) o[r0 + 1] = acc[1][t];
+      } else if (a.epi == GEMV_ADD) {
+        o[r0] += acc[0][t];
+        if (r0 + 1 < a.N) o[r0 + 1] += acc[1][t];
+      } else {
+        a.out_h[(size_t)t * a.ldo + perm8(pair)] = __float2half(silu(acc[0][t]) * acc[1][t]);
+      }
     }
   }
 }
 
+int sm_count() {
+  static int n = 0;
+  if (!n) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+  }
+  return n;
+}
+
+// One resident wave: as many blocks as the SMs hold at once (from the occupancy calculator).
+template <int BITS, int TT>
+void launch(const GemvArgs& a, cudaStream_t st) {
+  static int per_sm = 0;
+  if (!per_sm) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qgemv_kernel<BITS, TT>, kWarps * 32, 0) != cudaSuccess ||
+        per_sm <= 0)
+      per_sm = 4;
+  }
+  dim3 grid(std::min(ceil_div(ceil_div(a.N, 2), kWarps), sm_count() * per_sm)), block(kWarps * 32);
+  qgemv_kernel<BITS, TT><<<grid, block, 0, st>>>(a);
+}
+
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
-  dim3 grid(ceil_div(ceil_div(a.N, 2), kWarps)), block(kWarps * 32);
   // 5/6/8-bit decode per element and are instantiated for T = 1 and T <= 16 only (compile time).
-  if (a.T <= 1) qgemv_kernel<BITS, 1><<<grid, block, 0, st>>>(a);
-  else if (BITS != 4) qgemv_kernel<BITS, 16><<<grid, block, 0, st>>>(a);
-  else if (a.T <= 2) qgemv_kernel<BITS, 2><<<grid, block, 0, st>>>(a);
-  else if (a.T <= 4) qgemv_kernel<BITS, 4><<<grid, block, 0, st>>>(a);
-  else if (a.T <= 8) qgemv_kernel<BITS, 8><<<grid, block, 0, st>>>(a);
-  else qgemv_kernel<BITS, 16><<<grid, block, 0, st>>>(a);
+  if (a.T <= 1) launch<BITS, 1>(a, st);
+  else if (BITS != 4) launch<BITS, 16>(a, st);
+  else if (a.T <= 2) launch<BITS, 2>(a, st);
+  else if (a.T <= 4) launch<BITS, 4>(a, st);
+  else if (a.T <= 8) launch<BITS, 8>(a, st);
+  else launch<BITS, 16>(a, st);
 }
 
 }  // namespace
