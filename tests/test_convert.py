@@ -281,3 +281,15 @@ def test_refusals(tiny_checkpoint, tmp_path, monkeypatch):
     with pytest.raises(ConvertError, match="not a folder"):
         convert(tmp_path / "nowhere", out, allow_test_shapes=True, threads=1)
     assert not out.exists() and not Path(str(out) + ".partial").exists()
+
+
+def test_text_only_layout_round_trip(tiny_text_hf, tmp_path):
+    """A text-only save (model.layers.*, Qwen3_5ForCausalLM) converts and loads under its own names."""
+    folder = tiny_text_hf[1]
+    convert(folder, tmp_path / "text.monorail", recipe="q8", method="rtn", allow_test_shapes=True, threads=1)
+    art = Artifact.open(tmp_path / "text.monorail", allow_test_shapes=True)
+    assert art.text_prefix == "model." and "model.layers.0.mlp.up_proj.weight" in art.weights
+    assert not art.config.has_vision and art.config.has_mtp
+    base = _logits(ReferenceModel.from_checkpoint(Checkpoint.open(folder)), PROMPT)
+    got = _logits(ReferenceModel.from_checkpoint(art.checkpoint()), PROMPT)
+    assert float((got - base).norm() / base.norm()) < 0.10  # same bound as the multimodal q8 case
