@@ -262,6 +262,8 @@ class Artifact:
     def checkpoint(self) -> "ArtifactCheckpoint":
         return ArtifactCheckpoint(self)
 
+    checkpoint_view = checkpoint  # the name engine/api.py uses
+
     # ---- tokenizer, template and configs -------------------------------------------------
     def chat_template(self) -> str | None:
         """The embedded chat template (chat_template.jinja, else tokenizer_config.json's), or None."""
