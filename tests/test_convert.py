@@ -272,6 +272,17 @@ def test_refusals(tiny_checkpoint, tmp_path, monkeypatch):
     with pytest.raises(RegistryError, match=rf"'{key}' has shape \[64, 96\]; expected \[64, 128\]"):
         convert(wrong, out, allow_test_shapes=True, threads=1)
 
+    extra = tmp_path / "extra"
+    shutil.copytree(tiny_checkpoint, extra)
+    _edit_tensor(extra, "model.language_model.norm.weight", torch.zeros(64))  # rewrite the shard ...
+    shard = next(p for p in extra.glob("model*.safetensors") if "mtp" not in p.name)
+    tensors = load_file(shard)
+    tensors["model.language_model.layers.0.mlp.gate_proj.bias"] = torch.zeros(128)  # ... with a stranger
+    save_file(tensors, shard)
+    with pytest.raises(RegistryError, match=r"'model.language_model.layers.0.mlp.gate_proj.bias' \(shape \[128\]\) "
+                                            r"is not part of this architecture"):
+        convert(extra, out, allow_test_shapes=True, threads=1)
+
     noshard = tmp_path / "noshard"
     shutil.copytree(tiny_checkpoint, noshard)
     (noshard / "model-mtp.safetensors").unlink()

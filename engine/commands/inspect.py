@@ -72,6 +72,12 @@ def _run(args: argparse.Namespace) -> int:
     text_mtp = sum(b for r, (_, _, b, _) in by_role.items() if r != "vision")
     print(f"{'text + MTP':<36}{text_mtp:>17,}{text_mtp / GIB:>8.3f}")
     print(f"{'vision':<36}{by_role['vision'][2]:>17,}{by_role['vision'][2] / GIB:>8.3f}")
+    t = art.config.text
+    kv4 = 262144 * len(t.full_attention_layers) * 2 * t.num_key_value_heads * t.head_dim * 17 // 32
+    total = text_mtp + kv4 + by_role["vision"][2]
+    print(f"\nweights + 4-bit KV (int4 K/V, g64 fp16 scales) for 262,144 tokens ({kv4 / GIB:.2f} GiB) + vision = "
+          f"{total / GIB:.2f} GiB of 24 GiB, {(24 * GIB - total) / GIB:.2f} GiB left for state, workspaces and "
+          "the CUDA context")
     print()
     for line in _plan_section(art):
         print(line)
