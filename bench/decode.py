@@ -41,23 +41,38 @@ def copy_bandwidth_gbs(nbytes: int = 4 << 30, reps: int = 20) -> float:
     return 2 * nbytes / statistics.median(times) / 1e9  # bytes read + bytes written
 
 
-def gemv_components(nat) -> list[dict]:
-    """Time single quantized GEMVs of the real shapes (T = 1): achieved bandwidth per shape."""
+GEMV_SHAPES = (("mlp_gate_up", 34816, 5120, 64), ("mlp_down", 5120, 17408, 64), ("gdn_in", 16480, 5120, 48),
+               ("gdn_out", 5120, 6144, 48), ("lm_head", 248320, 5120, 1))
+VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipelined persistent"}
+
+
+def gemv_components(nat) -> tuple[list[dict], int]:
+    """Time single 4-bit GEMVs of the real shapes (T = 1) for every launch variant; returns the rows
+    and the variant with the least time per step (weighted by how often each shape runs)."""
     import torch
     rows = []
-    for name, n, k in (("mlp_gate_up", 34816, 5120), ("mlp_down", 5120, 17408), ("gdn_in", 16480, 5120),
-                       ("gdn_out", 5120, 6144), ("lm_head", 248320, 5120)):
-        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
-        scales = (torch.rand(n, k // 64, device="cuda") * 0.01).half()
+    per_step = {v: 0.0 for v in VARIANTS}
+    for name, n, k, count in GEMV_SHAPES:
+        # several weight copies rotate so the 60 MB L2 never holds the matrix between launches
+        copies = max(1, min(8, (2 << 30) // (n * k // 2)))
+        mats = [(torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda"),
+                 (torch.rand(n, k // 64, device="cuda") * 0.01).half()) for _ in range(copies)]
         x = torch.randn(1, k, device="cuda").half()
         out = torch.empty(1, n, device="cuda")
-        ms = statistics.median(nat.op_qgemv_time(codes.data_ptr(), 0, scales.data_ptr(), n, k, 4, 64, x.data_ptr(), 1,
-                                                 out.data_ptr(), 200) for _ in range(3))
-        nbytes = codes.numel() + scales.numel() * 2
-        rows.append({"matrix": name, "n": n, "k": k, "us": round(ms * 1e3, 2), "gbs": round(nbytes / ms / 1e6, 1)})
-        del codes, scales
+        nbytes = n * k // 2 + n * k // 64 * 2
+        for v in VARIANTS:
+            nat.set_qgemv_variant(v)
+            ms = statistics.median(statistics.mean(
+                nat.op_qgemv_time(c.data_ptr(), 0, sc.data_ptr(), n, k, 4, 64, x.data_ptr(), 1, out.data_ptr(), 50)
+                for c, sc in mats) for _ in range(3))
+            per_step[v] += ms * count
+            rows.append({"matrix": name, "n": n, "k": k, "variant": VARIANTS[v], "us": round(ms * 1e3, 2),
+                         "gbs": round(nbytes / ms / 1e6, 1)})
+        del mats
     torch.cuda.empty_cache()
-    return rows
+    best = min(per_step, key=per_step.get)
+    nat.set_qgemv_variant(best)
+    return rows, best
 
 
 def llamacpp_rows(path: str | None, kv: str) -> dict[int, float]:
@@ -93,17 +108,30 @@ def main() -> int:
     depths = [int(d) for d in args.depths.split(",")]
     bw = copy_bandwidth_gbs()
     print(f"copy bandwidth {bw:.0f} GB/s", flush=True)
-    comps = gemv_components(nat)
+    comps, best = gemv_components(nat)
     for c in comps:
-        print(f"gemv {c['matrix']:<12} {c['n']}x{c['k']}: {c['us']} us, {c['gbs']} GB/s", flush=True)
+        print(f"gemv {c['matrix']:<12} {c['n']}x{c['k']} {c['variant']:<24}: {c['us']} us, {c['gbs']} GB/s", flush=True)
+    print(f"using GEMV variant {best} ({VARIANTS[best]})", flush=True)
     cfg = parse_config(qwen35_27b_config(vision=False))
     wbytes = streamed_weight_bytes(cfg.text, DEFAULT_RECIPE)
     peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
     rows = []
     profiles = []
+    leave_out = []
+    attn_variant = {}
     for kv in ("bf16", "int8"):
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1)
         e = model.engine
+        # attention variant: q in registers (0) or shared memory (1), whichever is faster at the deepest depth
+        vt = {}
+        for v in (0, 1):
+            nat.set_attn_variant(v)
+            e.reset_graphs()
+            vt[v] = statistics.median(e.time_steps(0, max(depths), args.steps) for _ in range(3))
+        attn_variant[kv] = min(vt, key=vt.get)
+        nat.set_attn_variant(attn_variant[kv])
+        e.reset_graphs()
+        print(f"attention variant times at depth {max(depths)} ({kv}): {vt} -> {attn_variant[kv]}", flush=True)
         for depth in depths:
             ms = statistics.median(e.time_steps(0, depth, args.steps) for _ in range(5))
             tok_s = 1e3 / ms
@@ -114,6 +142,18 @@ def main() -> int:
                    "llamacpp_tok_s": peers[kv].get(depth)}
             rows.append(row)
             print(json.dumps(row), flush=True)
+        # in-graph cost of each op class: time the captured step with that class left out
+        classes = {1: "rmsnorm", 2: "conv", 4: "gdn_step", 8: "attention", 16: "mlp gemv", 32: "mixer gemv"}
+        for depth in (0, max(depths)):
+            base = statistics.median(e.time_steps(0, depth, args.steps) for _ in range(3))
+            costs = {"full_step_ms": round(base, 3)}
+            for m, name in classes.items():
+                e.set_skip_mask(m)
+                costs[name] = round(base - statistics.median(e.time_steps(0, depth, args.steps) for _ in range(3)), 3)
+            e.set_skip_mask(0)
+            costs["rest (lm_head, embed, gaps)"] = round(base - sum(v for k_, v in costs.items() if k_ != "full_step_ms"), 3)
+            leave_out.append({"kv": kv, "depth": depth, "ms": costs})
+            print(f"leave-one-out {kv} depth {depth}: {costs}", flush=True)
         # where the time goes: one un-captured step with an event after every op (gaps included)
         for depth in (0, max(depths)):
             prof: dict[str, list[float]] = {}
@@ -143,7 +183,8 @@ def main() -> int:
                                                                  text=True).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "weights_gb_per_token": round(wbytes / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1), "rows": rows,
-              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "profiles": profiles,
+              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_variant": VARIANTS[best], "profiles": profiles,
+              "leave_one_out": leave_out, "attention_variant": attn_variant,
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV"}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

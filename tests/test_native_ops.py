@@ -54,6 +54,24 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
+@pytest.mark.parametrize("variant", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("N, K", [(250, 1152), (5120, 17408)])
+def test_qgemv_launch_variants(nat, variant, N, K):
+    # every T = 1 launch variant (U, persistent grid, software pipeline) computes the same product
+    gen = torch.Generator().manual_seed(variant * 7 + N)
+    q, codes, high, scales, wd = quantized(N, K, 4, 64, gen)
+    x = torch.randn(1, K, generator=gen).half().cuda()
+    out = torch.full((1, N), float("nan"), device="cuda")
+    nat.set_qgemv_variant(variant)
+    try:
+        nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, to_perm8(x).data_ptr(), 1, 0,
+                     out.data_ptr(), 0, N)
+    finally:
+        nat.set_qgemv_variant(1)
+    assert not out.isnan().any()
+    assert rel_err(out, (wd @ x.double().T).T) < TOL_GEMV_Q4
+
+
 @pytest.mark.parametrize("bits", [4, 6])
 @pytest.mark.parametrize("T", [1, 4, 9])
 def test_qgemv_swiglu(nat, bits, T):
@@ -185,9 +203,18 @@ def rope_oracle(x, pos3, inv_freq, sec, rot):
     return torch.cat([xr * ang.cos() + rotated * ang.sin(), x[..., rot:]], -1)
 
 
+@pytest.mark.parametrize("variant", [0, 1])
 @pytest.mark.parametrize("kv_int8", [0, 1])
 @pytest.mark.parametrize("T, kv_start", [(1, 0), (1, 5000), (3, 777), (16, 300)])
-def test_attention_decode(nat, kv_int8, T, kv_start):
+def test_attention_decode(nat, variant, kv_int8, T, kv_start):
+    nat.set_attn_variant(variant)
+    try:
+        _attention_case(nat, kv_int8, T, kv_start)
+    finally:
+        nat.set_attn_variant(0)
+
+
+def _attention_case(nat, kv_int8, T, kv_start):
     nh, nkv, hd, rot, eps = 24, 4, 256, 64, 1e-6
     sec = [11, 11, 10]
     cap = kv_start + T + 5

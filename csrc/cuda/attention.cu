@@ -153,7 +153,9 @@ __device__ inline void unpack8(const Raw8<INT8>& r, float (&v)[8]) {
   }
 }
 
-template <bool INT8>
+// QSMEM: the 6 query heads live in shared memory (read as float4) instead of 96 registers per lane,
+// trading shared-memory reads for occupancy (bench/decode.py times both).
+template <bool INT8, bool QSMEM>
 __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
   constexpr int KU = 4;  // positions per half-warp per score iteration (8 rows of K in flight per warp)
   constexpr int VU = 8;  // positions per warp per value iteration (8 rows of V in flight per warp)
@@ -178,12 +180,21 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
   }
   // scores: half-warp per position, lane16 owns dims lane16*16 .. +16; q in registers
   const int hw = lane >> 4, l16 = lane & 15;
-  float qr[kGroup][16];
+  __shared__ float4 qs4[QSMEM ? kGroup : 1][kHd / 4];
+  float qr[QSMEM ? 1 : kGroup][16];
+  if (QSMEM) {
+    for (int e = threadIdx.x; e < kGroup * kHd; e += blockDim.x) {
+      const int g = e / kHd, dd = e % kHd;
+      reinterpret_cast<float*>(&qs4[0][0])[e] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + dd] : 0.f;
+    }
+    __syncthreads();
+  } else {
 #pragma unroll
-  for (int g = 0; g < kGroup; ++g)
+    for (int g = 0; g < (QSMEM ? 1 : kGroup); ++g)
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-      qr[g][j] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + l16 * 16 + j] : 0.f;
+      for (int j = 0; j < 16; ++j)
+        qr[g][j] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + l16 * 16 + j] : 0.f;
+  }
   // values: lane owns dims lane*8 .. +8
   float acc[kGroup][8];
 #pragma unroll
@@ -210,8 +221,19 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 #pragma unroll
         for (int g = 0; g < kGroup; ++g) {
           float s = 0.f;
+          if (QSMEM) {
 #pragma unroll
-          for (int j = 0; j < 16; ++j) s = fmaf(qr[g][j], kv[j], s);
+            for (int j4 = 0; j4 < 4; ++j4) {
+              const float4 q4 = qs4[g][l16 * 4 + j4];
+              s = fmaf(q4.x, kv[4 * j4], s);
+              s = fmaf(q4.y, kv[4 * j4 + 1], s);
+              s = fmaf(q4.z, kv[4 * j4 + 2], s);
+              s = fmaf(q4.w, kv[4 * j4 + 3], s);
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) s = fmaf(qr[QSMEM ? 0 : g][j], kv[j], s);
+          }
 #pragma unroll
           for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
           sc[g] = s;
@@ -319,7 +341,14 @@ __global__ void __launch_bounds__(kHd) attn_combine_kernel(const float* part, At
   out_h[(size_t)t * d.n_heads * kHd + perm8(h * kHd + i)] = __float2half(num / den * sigmoidf_(g));
 }
 
+bool g_attn_qsmem = false;
+
 }  // namespace
+
+void set_attn_variant(int v) {
+  if (v != 0 && v != 1) throw std::invalid_argument("attention variant must be 0 (q in registers) or 1 (q in shared memory)");
+  g_attn_qsmem = v == 1;
+}
 
 void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
                const float* inv_freq, const int mrope_section[3], const StepInputs* in, float* q_out,
@@ -339,8 +368,13 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     throw std::invalid_argument("attn_decode: at most 6 query heads per kv head");
   SplitArgs a{q, d, in, k_cache, v_cache, k_scales, v_scales, partials};
   dim3 grid(kMaxAttnSplits, d.n_kv_heads, T);
-  if (d.kv_int8) attn_split_kernel<true><<<grid, 128, 0, stream>>>(a);
-  else attn_split_kernel<false><<<grid, 128, 0, stream>>>(a);
+  if (d.kv_int8) {
+    if (g_attn_qsmem) attn_split_kernel<true, true><<<grid, 128, 0, stream>>>(a);
+    else attn_split_kernel<true, false><<<grid, 128, 0, stream>>>(a);
+  } else {
+    if (g_attn_qsmem) attn_split_kernel<false, true><<<grid, 128, 0, stream>>>(a);
+    else attn_split_kernel<false, false><<<grid, 128, 0, stream>>>(a);
+  }
   MR_CHECK_LAUNCH("attn_split");
   attn_combine_kernel<<<dim3(T, d.n_heads), kHd, 0, stream>>>(partials, d, in, gate, ld_gate, out_h);
   MR_CHECK_LAUNCH("attn_combine");

@@ -107,6 +107,8 @@ void register_cuda_bindings(py::module_& m) {
       .def("synchronize", &NativeEngine::synchronize)
       .def("time_steps", &NativeEngine::time_steps)
       .def("profile_step", &NativeEngine::profile_step)
+      .def("set_skip_mask", &NativeEngine::set_skip_mask)
+      .def("reset_graphs", &NativeEngine::reset_graphs)
       .def("step_bytes", &NativeEngine::step_bytes)
       .def_property_readonly("arena_bytes", &NativeEngine::arena_bytes)
       .def_property_readonly("planned_total", &NativeEngine::planned_total);
@@ -142,6 +144,8 @@ void register_cuda_bindings(py::module_& m) {
     cudaEventDestroy(b);
     return ms / reps;
   });
+  m.def("set_qgemv_variant", &set_qgemv_variant);
+  m.def("set_attn_variant", &set_attn_variant);
   m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {
     rmsnorm_to_gemv_input(ptr<float>(x), T, H, ptr<float>(w), eps, add_one, ptr<__half>(out), 0);
     sync0("rmsnorm");

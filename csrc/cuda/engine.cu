@@ -269,27 +269,27 @@ void NativeEngine::enqueue_step(int lane, int T) {
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
   mark("embed");
   for (auto& L : buf_.layers) {
-    rmsnorm_to_gemv_input(w.resid, T, H, L.input_norm, eps_, true, xin, st);
+    if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.input_norm, eps_, true, xin, st);
     mark("rmsnorm");
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
-      qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      if (!(skip_ & 32)) qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
       mark("gemv gdn_in");
-      conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w,
+      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w,
                        buf_.conv_state + lane * cstate_lane + L.gdn_index * cstate_layer, w.conv_out, st);
       mark("conv_update_silu");
       const float* z = w.proj + C;
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;
-      gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
+      if (!(skip_ & 4)) gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
                buf_.gdn_state + lane * gstate_lane + L.gdn_index * gstate_layer, mix, st);
       mark("gdn_step");
-      qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv gdn_out");
     } else {
       const int ldp = (int)d.attn_qkv_rows();
-      qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      if (!(skip_ & 32)) qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
       mark("gemv attn_qkv");
       const int64_t off = lane_slot0 * kv_row * (int8 ? 1 : 2);
       const int64_t soff = lane_slot0 * kv_row / 64 * 2;
@@ -297,24 +297,35 @@ void NativeEngine::enqueue_step(int lane, int T) {
       char* vc = L.v_cache + off;
       char* ks = int8 ? L.k_scales + soff : nullptr;
       char* vs = int8 ? L.v_scales + soff : nullptr;
-      attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
+      if (!(skip_ & 8)) attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
       mark("attn_prep");
-      attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st);
+      if (!(skip_ & 8)) attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st);
       mark("attn_decode");
-      qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv attn_o");
     }
-    rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
+    if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
     mark("rmsnorm");
-    qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
+    if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
     mark("gemv gate_up");
-    qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st);
+    if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st);
     mark("gemv down");
   }
   rmsnorm_to_gemv_input(w.resid, T, H, buf_.final_norm, eps_, true, xin, st);
   mark("rmsnorm");
   qgemv(buf_.lm_head, xin, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, st);
   mark("gemv lm_head");
+}
+
+void NativeEngine::reset_graphs() {
+  for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  graphs_.clear();
+}
+
+void NativeEngine::set_skip_mask(int m) {
+  if (m == skip_) return;
+  reset_graphs();
+  skip_ = m;
 }
 
 void NativeEngine::mark(const char* op) {

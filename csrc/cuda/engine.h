@@ -43,6 +43,11 @@ class NativeEngine {
   std::vector<float> logits(int T);
   std::vector<int32_t> sample(int lane, int T, const SamplingParams& p);
   void set_use_graphs(bool on) { use_graphs_ = on; }
+  // Benchmark-only: leave op classes out of the step (1 rmsnorm, 2 conv, 4 gdn_step, 8 attention,
+  // 16 MLP GEMVs, 32 mixer GEMVs) to read each class's in-graph cost as a difference. Output is wrong.
+  void set_skip_mask(int m);
+  // Drop the captured graphs (after switching a kernel variant); they are recaptured on next use.
+  void reset_graphs();
   void synchronize();
   // Timing: replays the captured T=1 step n times (same inputs), returns milliseconds per step.
   float time_steps(int lane, int kv_start, int n);
@@ -74,6 +79,7 @@ class NativeEngine {
   float* inv_freq_dev_ = nullptr;      // in the arena's small-weights? kept separate: 32 floats, see .cu
   int mrope_section_[3];
   bool use_graphs_ = true;
+  int skip_ = 0;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::vector<std::pair<std::string, cudaEvent_t>>* trace_ = nullptr;  // set only by profile_step
   void mark(const char* op);

@@ -25,6 +25,9 @@ enum GemvEpilogue : int {
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream);
 
+// Which T = 1, 4-bit GEMV launch variant to use (1..5, see qgemv.cu); default 1.
+void set_qgemv_variant(int v);
+
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,
                            cudaStream_t stream);
@@ -74,6 +77,9 @@ void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float*
 void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in, const char* k_cache,
                  const char* v_cache, const char* k_scales, const char* v_scales, float* partials,
                  const float* gate, int ld_gate, __half* out_h, cudaStream_t stream);
+
+// Attention split-kernel variant: 0 keeps the query heads in registers, 1 in shared memory.
+void set_attn_variant(int v);
 
 struct SamplingParams {
   float temperature;  // 0: greedy

@@ -2,10 +2,9 @@
 //
 // Work split: one warp owns a pair of output rows (so a SwiGLU pair gate/up lands in one warp);
 // lane l reads chunk c = l, l+32, ... of 32 consecutive weights of each row: 16 bytes of codes per
-// row per chunk (4-bit), coalesced as 512 contiguous bytes per warp. Four chunks of both rows are
-// loaded before any is used (8 x 16-byte loads in flight per lane), and the grid is sized to the
-// GPU (grid-stride over row pairs) so there is no partial last wave. x (fp16, perm8 order) is read
-// through L1, where every warp of the SM shares it.
+// row per chunk (4-bit), coalesced as 512 contiguous bytes per warp; U chunks of both rows are
+// loaded before any is used. x (fp16, perm8 order) is read through L1, where every warp of the SM
+// shares it. Launch variants for T = 1 (persistent grid, software pipelining) are listed below.
 //
 // 4-bit path: a 32-bit code word holds elements k..k+7; (w >> 4i) & 0x000F000F | 0x64006400 is the
 // half2 (1024 + c_i, 1024 + c_{i+4}), which pairs with the perm8 half2 (x_i, x_{i+4}). Sixteen
@@ -101,15 +100,19 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
   }
 }
 
-template <int BITS, int TT>
+// Variants (chosen per launch; bench/decode.py times them side by side):
+//   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
+//   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
+//   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
-  constexpr int U = 4;  // chunks per row loaded before any is used: 2 rows x 4 x 16 B in flight per lane
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
-  // grid-stride over row pairs: the grid is sized to the GPU, so no partial last wave
-  for (int pair = blockIdx.x * kWarps + (threadIdx.x >> 5); pair < npairs; pair += gridDim.x * kWarps) {
+  const int first = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int stride = PERSIST ? gridDim.x * kWarps : npairs;
+  for (int pair = first; pair < npairs; pair += stride) {
     const int r0 = 2 * pair;
     const int r1 = min(r0 + 1, a.N - 1);
     float acc[2][TT];
@@ -117,18 +120,26 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int t = 0; t < TT; ++t) acc[r][t] = 0.f;
-    for (int cb = lane; cb < nch; cb += 32 * U) {
-      Chunk<BITS> w[2][U];
-      float s[2][U];
+    Chunk<BITS> w[2][U], wn[2][U];
+    float s[2][U], sn[2][U];
+    auto load_batch = [&](int cb, Chunk<BITS> (&ww)[2][U], float (&ss)[2][U]) {
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = cb + 32 * u;
         if (c < nch) {
-          load_chunk<BITS>(a, r0, c, w[0][u]);
-          load_chunk<BITS>(a, r1, c, w[1][u]);
-          s[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
-          s[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
+          load_chunk<BITS>(a, r0, c, ww[0][u]);
+          load_chunk<BITS>(a, r1, c, ww[1][u]);
+          ss[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
+          ss[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
         }
+      }
+    };
+    if (PIPE) load_batch(lane, w, s);
+    for (int cb = lane; cb < nch; cb += 32 * U) {
+      if (PIPE) {
+        if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
+      } else {
+        load_batch(cb, w, s);
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
@@ -142,6 +153,15 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
             acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
             acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
           }
+        }
+      }
+      if (PIPE) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          w[0][u] = wn[0][u];
+          w[1][u] = wn[1][u];
+          s[0][u] = sn[0][u];
+          s[1][u] = sn[1][u];
         }
       }
     }
@@ -178,31 +198,45 @@ int sm_count() {
   return n;
 }
 
-// One resident wave: as many blocks as the SMs hold at once (from the occupancy calculator).
-template <int BITS, int TT>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  static int per_sm = 0;
-  if (!per_sm) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, qgemv_kernel<BITS, TT>, kWarps * 32, 0) != cudaSuccess ||
-        per_sm <= 0)
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
+  int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
+  if (PERSIST) {  // one resident wave, from the occupancy calculator
+    static int per_sm = 0;
+    if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kWarps * 32, 0) != cudaSuccess ||
+                    per_sm <= 0))
       per_sm = 4;
+    blocks = std::min(blocks, sm_count() * per_sm);
   }
-  dim3 grid(std::min(ceil_div(ceil_div(a.N, 2), kWarps), sm_count() * per_sm)), block(kWarps * 32);
-  qgemv_kernel<BITS, TT><<<grid, block, 0, st>>>(a);
+  kern<<<blocks, kWarps * 32, 0, st>>>(a);
 }
+
+int g_variant = 1;  // T = 1, 4-bit: see set_qgemv_variant
 
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // 5/6/8-bit decode per element and are instantiated for T = 1 and T <= 16 only (compile time).
-  if (a.T <= 1) launch<BITS, 1>(a, st);
-  else if (BITS != 4) launch<BITS, 16>(a, st);
-  else if (a.T <= 2) launch<BITS, 2>(a, st);
-  else if (a.T <= 4) launch<BITS, 4>(a, st);
-  else if (a.T <= 8) launch<BITS, 8>(a, st);
-  else launch<BITS, 16>(a, st);
+  if (a.T <= 1) {
+    if (BITS == 4 && g_variant == 2) launch<BITS, 1, 4, false, false>(a, st);
+    else if (BITS == 4 && g_variant == 3) launch<BITS, 1, 4, true, false>(a, st);
+    else if (BITS == 4 && g_variant == 4) launch<BITS, 1, 2, false, true>(a, st);
+    else if (BITS == 4 && g_variant == 5) launch<BITS, 1, 2, true, true>(a, st);
+    else launch<BITS, 1, 2, false, false>(a, st);
+  }
+  else if (BITS != 4) launch<BITS, 16, 2, false, false>(a, st);
+  else if (a.T <= 2) launch<BITS, 2, 2, false, false>(a, st);
+  else if (a.T <= 4) launch<BITS, 4, 2, false, false>(a, st);
+  else if (a.T <= 8) launch<BITS, 8, 2, false, false>(a, st);
+  else launch<BITS, 16, 2, false, false>(a, st);
 }
 
 }  // namespace
+
+void set_qgemv_variant(int v) {
+  if (v < 1 || v > 5) throw std::invalid_argument("qgemv variant must be 1..5");
+  g_variant = v;
+}
 
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream) {
