@@ -35,7 +35,7 @@ from engine.artifact_format import (
     header_size_for,
 )
 from engine.config import ModelConfig, load_config
-from engine.loader import INDEX_FILE, MULTIMODAL_TEXT_PREFIX, SINGLE_FILE, TEXT_ONLY_PREFIX
+from engine.loader import INDEX_FILE, LM_HEAD, MTP_PREFIX, MULTIMODAL_TEXT_PREFIX, SINGLE_FILE, TEXT_ONLY_PREFIX
 from engine.quant import QuantFormat, QuantizedTensor, quantize, relative_error
 from engine.recipe import DEFAULT_RECIPE, Recipe, get_recipe, parse_format
 from engine.registry import check_tensors, expected_tensors, identify, tensor_role
@@ -213,6 +213,15 @@ class SourceCheckpoint:
             raise ConvertError(f"tensor '{key}' has dtype {t.dtype}; expected a floating-point weight")
         return w, digests
 
+    def full_key(self, rel_key: str) -> str:
+        if rel_key == LM_HEAD or rel_key.startswith(MTP_PREFIX):
+            return rel_key
+        return self.text_prefix + rel_key
+
+    def text(self, rel_key: str) -> torch.Tensor:
+        """Checkpoint-like read by text-relative key (what the calibration run uses)."""
+        return self.read(self.full_key(rel_key))[0]
+
     def ordered_keys(self) -> list[str]:
         """Keys in file order (sequential reads)."""
         return sorted(self.tensors, key=lambda k: (self.tensors[k].shard, self.entries[k][1].begin))
@@ -317,6 +326,13 @@ def _convert(hf_dir, out, recipe, method, allow_test_shapes, progress) -> Conver
         plan = {k: (rec.format_for(k, shape, prefix), shape, tensor_role(k, prefix)) for k, shape in expected.items()}
         planned = [p for k, (fmt, shape, _) in plan.items() for p in stored_tensors(k, shape, fmt)]
         files = _read_embedded_files(folder)
+        stats = None
+        calibration: dict = {}
+        if rec.method == "search-act":
+            from engine.calibrate import CALIBRATION_TEXT, collect_activation_stats
+            stats = collect_activation_stats(source, config)
+            calibration = {"tokens": stats.tokens, "text_digest": digest_bytes(CALIBRATION_TEXT.encode("utf-8")),
+                           "observed": len(stats.mean_square)}
 
         def metadata(digests: dict[str, str], errors: dict[str, float], source_digest: str) -> dict[str, str]:
             return {
@@ -336,6 +352,7 @@ def _convert(hf_dir, out, recipe, method, allow_test_shapes, progress) -> Conver
                     "tensors": len(source.entries), "bytes": sum(e.nbytes for _, e in source.entries.values())}),
                 META + "files": canonical_json(files),
                 META + "converter": canonical_json({"monorail": __version__}),
+                META + "calibration": canonical_json(calibration),
             }
 
         # Reserve the header with placeholders of the final widths: digests are fixed-width hex,
@@ -349,7 +366,8 @@ def _convert(hf_dir, out, recipe, method, allow_test_shapes, progress) -> Conver
                                f"{sum(len(v) for v in files.values()):,}); safetensors allows {MAX_HEADER_BYTES:,}")
         writer = StreamingWriter(out, planned, reserve)
         try:
-            reports, errors, source_digests = _convert_tensors(source, plan, writer, prefix, rec.method, progress, t0)
+            reports, errors, source_digests = _convert_tensors(source, plan, writer, prefix, rec.method, progress, t0,
+                                                               stats)
             source_digest = digest_bytes(canonical_json({
                 "config.json": digest_bytes((folder / "config.json").read_bytes()),
                 "tensors": source_digests}).encode("utf-8"))
@@ -376,7 +394,7 @@ def header_digest(header: dict) -> str:
 
 
 def _convert_tensors(source: SourceCheckpoint, plan, writer: StreamingWriter, prefix: str, method: str,
-                     progress, t0: float):
+                     progress, t0: float, stats=None):
     keys = [k for k in source.ordered_keys() if k in plan]
     total = sum(source.nbytes(k) for k in keys)
     done = 0
@@ -396,7 +414,10 @@ def _convert_tensors(source: SourceCheckpoint, plan, writer: StreamingWriter, pr
             nbytes = stored.numel() * stored.element_size()
             del stored
         else:
-            qt = quantize(w, q, method=method)
+            if method == "search-act":
+                qt = quantize(w, q, method="search", importance=stats.importance(key) if stats else None)
+            else:
+                qt = quantize(w, q, method=method)
             writer.write(key + ".qcodes", qt.codes)
             if qt.high is not None:
                 writer.write(key + ".qhigh", qt.high)

@@ -28,7 +28,7 @@ from engine.registry import MTP_PREFIX, ROLES, VISUAL_PREFIX, expected_tensors, 
 FLOAT_FORMATS = {"bf16": 2, "f16": 2, "f32": 4}
 # Roles that must never be quantized (1-D or 3-D tensors, or fp32 math).
 FLOAT_ONLY_ROLES = ("norm", "gdn.conv", "gdn.decay", "vision")
-QUANTIZERS = ("search", "rtn")
+QUANTIZERS = ("search", "search-act", "rtn")  # search-act: scale search weighted by calibration activations
 
 GIB = 1 << 30
 # Text + MTP weights must fit here for the 24 GiB / 262,144-token plan (issue 5).
@@ -71,7 +71,7 @@ class Recipe:
     version: int
     description: str
     formats: Mapping[str, str] = field(default_factory=dict)  # role -> format name
-    method: str = "search"  # quantizer: "search" (per-group scale search) or "rtn"
+    method: str = "search"  # quantizer: "search" (per-group scale search), "search-act" or "rtn"
 
     def __post_init__(self) -> None:
         missing = [r for r in ROLES if r not in self.formats]

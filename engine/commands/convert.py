@@ -85,8 +85,10 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", required=True, help="artifact file to write (e.g. qwen3.6-27b.monorail)")
     p.add_argument("--recipe", default="q4-27b", help="weight recipe: q4-27b (default, fits 24 GiB), q8, q4, "
                                                       "test-mixed")
-    p.add_argument("--quantizer", choices=("search", "rtn"), default=None,
-                   help="override the recipe's quantizer (search: per-group scale search, default; rtn: faster)")
+    p.add_argument("--quantizer", choices=("search", "search-act", "rtn"), default=None,
+                   help="override the recipe's quantizer (search: per-group scale search, default; search-act: "
+                        "the same weighted by activations of a built-in calibration text, one extra pass over "
+                        "the checkpoint; rtn: round-to-nearest, fastest)")
     p.add_argument("--allow-test-shapes", action="store_true",
                    help="accept tiny test models with the 27B ratios (also MONORAIL_ALLOW_TEST_SHAPES=1)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
