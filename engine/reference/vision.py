@@ -132,30 +132,12 @@ def check_grids(grid_thw: Sequence[Sequence[int]], merge: int) -> list[Grid]:
 
 
 def vision_tensor_shapes(c: VisionConfig, prefix: str = VISUAL_PREFIX) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the vision tower + merger, by its checkpoint key, with its shape."""
-    hid, inter, merged = c.hidden_size, c.intermediate_size, c.hidden_size * c.merge_unit
-    shapes: dict[str, tuple[int, ...]] = {
-        "patch_embed.proj.weight": (hid, c.in_channels, c.temporal_patch_size, c.patch_size, c.patch_size),
-        "patch_embed.proj.bias": (hid,),
-        "pos_embed.weight": (c.num_position_embeddings, hid),
-    }
+    """Every tensor of the vision tower + merger, by its checkpoint key (under ``prefix``), with its shape.
 
-    def linear(name: str, out_f: int, in_f: int) -> None:
-        shapes[name + ".weight"] = (out_f, in_f)
-        shapes[name + ".bias"] = (out_f,)
+    The table itself lives in engine.registry (the one place that knows this family's shapes)."""
+    from engine.registry import vision_tensor_shapes as registry_shapes
 
-    for i in range(c.depth):
-        b = f"blocks.{i}."
-        for n in ("norm1", "norm2"):
-            shapes[f"{b}{n}.weight"] = shapes[f"{b}{n}.bias"] = (hid,)
-        linear(b + "attn.qkv", 3 * hid, hid)
-        linear(b + "attn.proj", hid, hid)
-        linear(b + "mlp.linear_fc1", inter, hid)
-        linear(b + "mlp.linear_fc2", hid, inter)
-    shapes["merger.norm.weight"] = shapes["merger.norm.bias"] = (hid,)
-    linear("merger.linear_fc1", merged, merged)
-    linear("merger.linear_fc2", c.out_hidden_size, merged)
-    return {prefix + k: v for k, v in shapes.items()}
+    return {prefix + k[len(VISUAL_PREFIX):]: v for k, v in registry_shapes(c).items()}
 
 
 class VisionTower:
