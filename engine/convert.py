@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,6 +365,7 @@ def _convert(hf_dir, out, recipe, method, allow_test_shapes, progress) -> Conver
         if reserve > MAX_HEADER_BYTES:
             raise ConvertError(f"the artifact header would be {reserve:,} bytes (embedded files: "
                                f"{sum(len(v) for v in files.values()):,}); safetensors allows {MAX_HEADER_BYTES:,}")
+        _check_free_space(out, reserve + sum(p.nbytes for p in planned))
         writer = StreamingWriter(out, planned, reserve)
         try:
             reports, errors, source_digests = _convert_tensors(source, plan, writer, prefix, rec.method, progress, t0,
@@ -382,6 +384,21 @@ def _convert(hf_dir, out, recipe, method, allow_test_shapes, progress) -> Conver
     return ConvertResult(path=path, family=family, recipe=rec.tag, source_digest=source_digest,
                          source_bytes=sum(source.nbytes(k) for k in source.tensors),
                          artifact_bytes=path.stat().st_size, elapsed_s=time.monotonic() - t0, tensors=reports)
+
+
+def _check_free_space(out: Path, needed: int) -> None:
+    """Refuse before reading a byte when the artifact cannot fit on its disk (the file is written
+    sparse, so running out of space would otherwise surface only part-way through)."""
+    folder = out.resolve().parent
+    while not folder.exists():
+        folder = folder.parent
+    free = shutil.disk_usage(folder).free
+    partial = out.with_name(out.name + ".partial")
+    if partial.exists():
+        free += partial.stat().st_blocks * 512  # a stale partial file is removed before writing
+    if needed > free:
+        raise ConvertError(f"the artifact needs {needed / 1e9:.2f} GB but only {free / 1e9:.2f} GB are free on the "
+                           f"disk holding {folder}; free some space or choose another output folder")
 
 
 def header_digest(header: dict) -> str:

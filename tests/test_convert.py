@@ -304,3 +304,13 @@ def test_text_only_layout_round_trip(tiny_text_hf, tmp_path):
     base = _logits(ReferenceModel.from_checkpoint(Checkpoint.open(folder)), PROMPT)
     got = _logits(ReferenceModel.from_checkpoint(art.checkpoint()), PROMPT)
     assert float((got - base).norm() / base.norm()) < 0.10  # same bound as the multimodal q8 case
+
+
+def test_refused_up_front_when_the_disk_is_too_small(tiny_checkpoint, tmp_path, monkeypatch):
+    import shutil as _shutil
+    from collections import namedtuple
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(_shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 1000, 1000))
+    with pytest.raises(ConvertError, match=r"needs 0\.\d+ GB but only 0\.00 GB are free"):
+        convert(tiny_checkpoint, tmp_path / "x.monorail", allow_test_shapes=True, threads=1)
+    assert not (tmp_path / "x.monorail").exists() and not (tmp_path / "x.monorail.partial").exists()
