@@ -101,8 +101,9 @@ class _StreamedLayers(Sequence):
     """The decoder layers, each read from the source when the forward reaches it and then dropped."""
 
     def __init__(self, reader: _Reader, config: ModelConfig, full_key: Callable[[str], str],
-                 observer: _LinearObserver):
+                 observer: _LinearObserver, on_layer: Callable[[int, int], None] | None = None):
         self.reader, self.config, self.full_key, self.observer = reader, config, full_key, observer
+        self.on_layer = on_layer
 
     def __len__(self) -> int:
         return self.config.text.num_hidden_layers
@@ -112,6 +113,8 @@ class _StreamedLayers(Sequence):
             raise TypeError("streamed layers are read one at a time")
         if not 0 <= i < len(self):
             raise IndexError(i)
+        if self.on_layer is not None:
+            self.on_layer(i, len(self))
         lw = _layer(self.reader, f"layers.{i}.", self.config.text.is_full_attention(i))
         self.observer.keys.clear()  # ids of the previous layer's tensors may be reused
         for part in (lw, lw.attention, lw.gdn):
@@ -144,9 +147,11 @@ def calibration_ids(config: ModelConfig, max_tokens: int = 192) -> torch.Tensor:
 
 @torch.no_grad()
 def collect_activation_stats(source, config: ModelConfig, *, tokens: torch.Tensor | None = None,
-                             dtype: torch.dtype = torch.float32) -> ActivationStats:
+                             dtype: torch.dtype = torch.float32,
+                             on_layer: Callable[[int, int], None] | None = None) -> ActivationStats:
     """Run the calibration tokens through the trunk of ``source`` (a Checkpoint-like reader with
-    ``.text(rel_key)`` and ``.full_key(rel_key)``) one layer at a time and return the statistics."""
+    ``.text(rel_key)`` and ``.full_key(rel_key)``) one layer at a time and return the statistics.
+    ``on_layer(i, n)`` is called before layer i of n is read."""
     ids = calibration_ids(config) if tokens is None else tokens.reshape(-1)
     observer = _LinearObserver()
     reader = _Reader(source, "cpu", dtype)
@@ -155,7 +160,7 @@ def collect_activation_stats(source, config: ModelConfig, *, tokens: torch.Tenso
     del embed
     h = config.text.hidden_size
     weights = TextWeights(embed_tokens=torch.zeros(1, h, dtype=dtype),
-                          layers=_StreamedLayers(reader, config, source.full_key, observer),  # type: ignore[arg-type]
+                          layers=_StreamedLayers(reader, config, source.full_key, observer, on_layer),  # type: ignore[arg-type]
                           norm=reader.f32("norm.weight"), lm_head=torch.zeros(1, h, dtype=dtype), mtp=None)
     model = ReferenceModel(config, weights, device="cpu", dtype=dtype)
     state = model.new_state(len(ids))

@@ -63,7 +63,7 @@ class ConvertError(ValueError):
 class ConvertProgress:
     """Reported after each source tensor; the app shows it, the CLI draws a bar from it."""
 
-    tensor: str
+    tensor: str           # or "calibrating: layer i/n" (index 0) during the search-act calibration pass
     index: int            # 1-based
     count: int
     done_bytes: int       # source bytes processed
@@ -331,7 +331,11 @@ def _convert(hf_dir, out, recipe, method, allow_test_shapes, progress) -> Conver
         calibration: dict = {}
         if rec.method == "search-act":
             from engine.calibrate import CALIBRATION_TEXT, collect_activation_stats
-            stats = collect_activation_stats(source, config)
+            def on_layer(i: int, n: int) -> None:  # reported as index 0: before the first tensor
+                if progress is not None:
+                    progress(ConvertProgress(f"calibrating: layer {i + 1}/{n}", 0, len(plan), 0,
+                                             sum(source.nbytes(k) for k in plan), time.monotonic() - t0))
+            stats = collect_activation_stats(source, config, on_layer=on_layer)
             calibration = {"tokens": stats.tokens, "text_digest": digest_bytes(CALIBRATION_TEXT.encode("utf-8")),
                            "observed": len(stats.mean_square)}
 
