@@ -173,7 +173,7 @@ def role_parameters(config: ModelConfig) -> dict[str, int]:
 def bytes_table_markdown(recipe: Recipe, config: ModelConfig) -> str:
     """The bytes-per-role table (Markdown) used in docs/artifact.md and by `monorail inspect`."""
     params, nbytes = role_parameters(config), recipe_bytes_by_role(recipe, config)
-    lines = [f"| role | format | parameters | bytes | GiB | bits/weight |", "|---|---|---:|---:|---:|---:|"]
+    lines = ["| role | format | parameters | bytes | GiB | bits/weight |", "|---|---|---:|---:|---:|---:|"]
     for role in ROLES:
         if not params[role]:
             continue

@@ -19,7 +19,7 @@ from engine.artifact import Artifact
 from engine.config import ConfigError
 from engine.convert import ConvertError, SourceCheckpoint, convert
 from engine.loader import Checkpoint
-from engine.quant import QuantFormat, quantize, relative_error
+from engine.quant import quantize, relative_error
 from engine.recipe import get_recipe, parse_format
 from engine.reference.model import ReferenceModel
 from engine.registry import RegistryError, TEST_SHAPES_ENV

@@ -36,7 +36,6 @@ def _plan_section(art) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     from engine.artifact import Artifact, ArtifactError
-    from engine.recipe import get_recipe, recipe_bytes_by_part
     from engine.registry import ROLES
 
     try:
