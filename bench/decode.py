@@ -96,7 +96,19 @@ def main() -> int:
     ap.add_argument("--llamacpp-q8")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
+    ap.add_argument("--fill-peers-only", action="store_true",
+                    help="only fill llamacpp_tok_s of an existing --out file from the llama-bench JSON files")
     args = ap.parse_args()
+    if args.fill_peers_only:
+        result = json.load(open(args.out))
+        peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
+        for row in result["rows"]:
+            row["llamacpp_tok_s"] = peers[row["kv"]].get(row["depth"])
+        result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh) in the same device call",
+                              "f16": peers["bf16"], "q8_0": peers["int8"]}
+        json.dump(result, open(args.out, "w"), indent=1)
+        print(json.dumps(result["rows"]))
+        return 0
     import torch
     from engine.native import load_native
     from engine.native_backend import NativeModel

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call: build the native module for sm_90, run the GPU tests, then the decode benchmark.
-#   bash bench/device_run.sh [tests|bench|all] [extra bench args]
+# One device call: build the native module for sm_90, run the GPU tests, the decode benchmark and
+# (with `peer`) the llama.cpp peer on a random-weight GGUF of the same shapes.
+#   bash bench/device_run.sh [tests|bench|all|final]
 # Logs go to $OUT (the device tool's return folder) when set, else bench/results/.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -13,10 +14,20 @@ MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps 
   || { echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 python3 -c "from engine.native import native_status; print(native_status().summary())"
-if [[ $what == tests || $what == all ]]; then
+if [[ $what == tests || $what == all || $what == final ]]; then
   python3 -m pytest -q -p no:cacheprovider tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py \
     -s 2>&1 | tee "$out/tests.log" | grep -E "passed|failed|error|Error|assert|worst|tiny|full-width" | tail -40
 fi
-if [[ $what == bench || $what == all ]]; then
-  python3 bench/decode.py --out "$out/decode-h200.json" "$@" 2>&1 | tee "$out/bench.log"
+if [[ $what == bench || $what == all || $what == final ]]; then
+  python3 bench/decode.py --out "$out/decode-h200.json" 2>&1 | grep -v "^   " | tee "$out/bench.log"
+fi
+if [[ $what == final && -d .peer ]]; then
+  # llama.cpp peer, same method: decode only (-p 0), 64 tokens, one repetition per depth
+  timeout 150 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 > "$out/llamacpp-f16.json" 2> "$out/peer-f16.log"
+  echo "peer f16 rc=$?"
+  timeout 240 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768,131072 -r 1 -ctk q8_0 -ctv q8_0 \
+    > "$out/llamacpp-q8.json" 2> "$out/peer-q8.log"
+  echo "peer q8_0 rc=$?"
+  python3 bench/decode.py --out "$out/decode-h200.json" --fill-peers-only \
+    --llamacpp-f16 "$out/llamacpp-f16.json" --llamacpp-q8 "$out/llamacpp-q8.json"
 fi

@@ -30,6 +30,7 @@ struct GemvArgs {
   float* out_f32;
   __half* out_h;
   int ldo;
+  FusedNorm norm;  // norm.out != nullptr: the last block normalises out_f32 (after a residual add)
 };
 
 template <int BITS>
@@ -70,8 +71,13 @@ __device__ inline int code_of(const Chunk<BITS>& ch, int k) {
 template <int BITS>
 __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
   if (BITS == 4) {
+    // Nibble pairs (i, i+4) of a word: i = 0 and 2 sit at bits 0-3/16-19 of w and w >> 8 (value
+    // 1024 + c after the magic OR); i = 1 and 3 sit at bits 4-7/20-23 (value 1024 + 16 c), which one
+    // HFMA2 (x 1/16, - 72) turns into c - 8 without a shift.
     const __half2* x2 = reinterpret_cast<const __half2*>(xv);
-    const __half2 bias = __floats2half2_rn(1032.f, 1032.f);
+    const __half2 bias_lo = __floats2half2_rn(1032.f, 1032.f);
+    const __half2 sixteenth = __floats2half2_rn(1.f / 16.f, 1.f / 16.f);
+    const __half2 bias_hi = __floats2half2_rn(-72.f, -72.f);
     float s = 0.f;
 #pragma unroll
     for (int jj = 0; jj < 4; jj += 2) {
@@ -79,12 +85,19 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
 #pragma unroll
       for (int j = jj; j < jj + 2; ++j) {
         const uint32_t w = (&ch.lo.x)[j];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          uint32_t bits = ((w >> (4 * i)) & 0x000F000Fu) | 0x64006400u;
-          __half2 v = __hsub2(*reinterpret_cast<__half2*>(&bits), bias);
-          acc = __hfma2(v, x2[4 * j + i], acc);
-        }
+        const uint32_t w8 = w >> 8;
+        uint32_t b0 = (w & 0x000F000Fu) | 0x64006400u;
+        uint32_t b1 = (w & 0x00F000F0u) | 0x64006400u;
+        uint32_t b2 = (w8 & 0x000F000Fu) | 0x64006400u;
+        uint32_t b3 = (w8 & 0x00F000F0u) | 0x64006400u;
+        __half2 v0 = __hsub2(*reinterpret_cast<__half2*>(&b0), bias_lo);
+        __half2 v1 = __hfma2(*reinterpret_cast<__half2*>(&b1), sixteenth, bias_hi);
+        __half2 v2 = __hsub2(*reinterpret_cast<__half2*>(&b2), bias_lo);
+        __half2 v3 = __hfma2(*reinterpret_cast<__half2*>(&b3), sixteenth, bias_hi);
+        acc = __hfma2(v0, x2[4 * j + 0], acc);
+        acc = __hfma2(v1, x2[4 * j + 1], acc);
+        acc = __hfma2(v2, x2[4 * j + 2], acc);
+        acc = __hfma2(v3, x2[4 * j + 3], acc);
       }
       float2 f = __half22float2(acc);
       s += f.x + f.y;
@@ -98,6 +111,34 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
     for (int k = 0; k < 32; ++k) s = fmaf(float(code_of<BITS>(ch, k)) - off, __half2float(xh[perm8(k)]), s);
     return s;
   }
+}
+
+// Fused RMSNorm: the last block to finish (atomic ticket) reads the completed residual rows from L2
+// and writes the next GEMV's fp16 perm8 input, so no separate norm kernel (and launch gap) is needed.
+// The ticket counter is reset by that block, ready for the next launch in stream order.
+__device__ void fused_rmsnorm_tail(const GemvArgs& a) {
+  __shared__ bool last;
+  __shared__ float red[32];
+  __threadfence();  // every thread's residual writes are visible device-wide before the ticket
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(a.norm.counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int H = a.N;
+  for (int t = 0; t < a.T; ++t) {
+    const float* x = a.out_f32 + (size_t)t * a.ldo;
+    float ss = 0.f;
+    for (int k = threadIdx.x; k < H; k += blockDim.x) {
+      const float v = __ldcg(x + k);
+      ss += v * v;
+    }
+    ss = block_sum(ss, red);
+    const float r = rsqrtf(ss / H + a.norm.eps);
+    for (int k = threadIdx.x; k < H; k += blockDim.x)
+      a.norm.out[(size_t)t * H + perm8(k)] = __float2half(__ldcg(x + k) * r * (a.norm.w[k] + a.norm.add_one));
+  }
+  if (threadIdx.x == 0) *a.norm.counter = 0u;
 }
 
 // Variants (chosen per launch; bench/decode.py times them side by side):
@@ -186,6 +227,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
       }
     }
   }
+  if (a.norm.out) fused_rmsnorm_tail(a);
 }
 
 int sm_count() {
@@ -239,13 +281,15 @@ void set_qgemv_variant(int v) {
 }
 
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
-           cudaStream_t stream) {
+           cudaStream_t stream, const FusedNorm* norm) {
+  if (norm && norm->out && (epilogue != GEMV_ADD || ldo != W.rows))
+    throw std::invalid_argument("qgemv: a fused norm needs the residual-add epilogue over whole rows");
   if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
   if (W.cols % 32 != 0 || W.cols % W.q.group != 0) throw std::invalid_argument("qgemv: K must be a multiple of 32 and of the group");
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
   GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
              reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-             x, T, epilogue, out_f32, out_h, ldo};
+             x, T, epilogue, out_f32, out_h, ldo, norm ? *norm : FusedNorm{}};
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
