@@ -75,9 +75,19 @@ class _Prompt:
     images: list   # engine.image.ImageInput, in prompt order
 
 
-def _resolve_model(model: str) -> tuple[Path, object, bool, str]:
-    """Return (path, checkpoint-like reader, random_weights, display name) for "demo", an HF folder or an artifact."""
+@dataclass
+class _ResolvedModel:
+    path: Path
+    checkpoint: object      # engine.loader.Checkpoint or an artifact's checkpoint view (same interface)
+    random_weights: bool
+    name: str
+    chat_template: str      # the checkpoint's own template, else the default one
+
+
+def _resolve_model(model: str) -> _ResolvedModel:
+    """Open "demo", a Hugging Face checkpoint folder or a Monorail artifact file."""
     from engine import demo
+    from engine.chat_template import load_chat_template
 
     if model == "demo":
         path = demo.ensure_demo_model()
@@ -86,15 +96,11 @@ def _resolve_model(model: str) -> tuple[Path, object, bool, str]:
     if not path.exists():
         raise ModelLoadError(f"No model at {path}: pick a Hugging Face checkpoint folder or a Monorail artifact.")
     if path.is_file():
-        try:
-            from engine.artifact import Artifact
-        except ImportError as exc:  # pragma: no cover - the converter ships with the engine
-            raise ModelLoadError(f"{path} looks like an artifact but the artifact reader is unavailable: {exc}") from exc
-        try:
-            art = Artifact.open(path)
-        except Exception as exc:
-            raise ModelLoadError(f"Cannot open artifact {path}: {exc}") from exc
-        return path, art.checkpoint_view(), False, path.stem
+        from engine.artifact import Artifact
+
+        art = Artifact.open(path)  # ArtifactError is a ModelLoadError with a message naming the problem
+        return _ResolvedModel(path, art.checkpoint_view(), False, path.stem,
+                              art.chat_template() or load_chat_template(None))
     from engine.config import ConfigError
     from engine.loader import Checkpoint, CheckpointError
 
@@ -103,15 +109,14 @@ def _resolve_model(model: str) -> tuple[Path, object, bool, str]:
     except (ConfigError, CheckpointError) as exc:
         raise ModelLoadError(str(exc)) from exc
     random_weights = demo.is_demo_model(path)
-    name = demo.DEMO_NAME if random_weights else path.name
-    return path, ckpt, random_weights, name
+    return _ResolvedModel(path, ckpt, random_weights, demo.DEMO_NAME if random_weights else path.name,
+                          load_chat_template(path))
 
 
 class Engine:
     """A loaded model plus everything needed to turn chat messages into streamed text."""
 
-    def __init__(self, model, checkpoint, info: ModelInfo, options: EngineOptions, model_dir: Path | None):
-        from engine.chat_template import load_chat_template
+    def __init__(self, model, checkpoint, info: ModelInfo, options: EngineOptions, chat_template: str):
         from engine.tokenizer import load_tokenizer
 
         self._model = model
@@ -120,7 +125,7 @@ class Engine:
         self.options = options
         self.config = model.config
         self.tokenizer = load_tokenizer()
-        self.chat_template = load_chat_template(model_dir) if model_dir is not None else load_chat_template(None)
+        self.chat_template = chat_template
         self._lock = threading.Lock()  # one generation at a time on one model
 
     # ----------------------------------------------------------------- loading
@@ -129,7 +134,8 @@ class Engine:
         options = options or EngineOptions()
         report = progress or (lambda frac, msg: None)
         report(0.0, f"Opening {model}")
-        path, ckpt, random_weights, name = _resolve_model(model)
+        resolved = _resolve_model(model)
+        ckpt = resolved.checkpoint
         cfg = ckpt.config
         context_limit = cfg.text.max_position_embeddings
         if options.max_context is not None:
@@ -143,12 +149,12 @@ class Engine:
             model_obj, device, plan = cls._load_native(ckpt, options, context_limit, report)
         else:
             raise EngineError(f"Unknown backend {options.backend!r}: use 'reference' or 'native'.")
-        info = ModelInfo(name=name, path=str(path), random_weights=random_weights, context_limit=context_limit,
+        info = ModelInfo(name=resolved.name, path=str(resolved.path), random_weights=resolved.random_weights,
+                         context_limit=context_limit,
                          has_vision=cfg.has_vision and _has_vision_weights(ckpt), has_mtp=cfg.has_mtp,
                          backend=options.backend, device=device, plan=plan)
         report(1.0, "Ready")
-        model_dir = path if path.is_dir() else None
-        return cls(model_obj, ckpt, info, options, model_dir)
+        return cls(model_obj, ckpt, info, options, resolved.chat_template)
 
     @staticmethod
     def _load_reference(ckpt, options: EngineOptions, report: ProgressFn):
