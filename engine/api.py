@@ -399,9 +399,3 @@ def _expand_image_pads(ids: list[int], image_token_id: int, counts: list[int]) -
     if seen != len(counts):
         raise PromptError(f"{len(counts)} images attached but the chat template placed {seen}.")
     return out
-
-
-def describe(info: ModelInfo) -> str:
-    label = " — RANDOM WEIGHTS (demo model: output is meaningless)" if info.random_weights else ""
-    return json.dumps({"model": info.name, "backend": info.backend, "device": info.device,
-                       "context": info.context_limit, "vision": info.has_vision}) + label

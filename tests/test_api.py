@@ -34,7 +34,7 @@ def _run(engine, messages, sampling, **kw):
 
 def test_demo_is_labelled_random(demo_engine):
     assert demo_engine.info.random_weights
-    assert "random weights" in demo_engine.info.name
+    assert demo_engine.info.name == "monorail-demo-tiny"
     assert demo_engine.info.has_vision and demo_engine.info.has_mtp
 
 
