@@ -71,7 +71,7 @@ def gemv_components(nat) -> tuple[list[dict], int]:
         del mats
     torch.cuda.empty_cache()
     best = min(per_step, key=per_step.get)
-    nat.set_qgemv_variant(best)
+    nat.set_qgemv_variant(0)
     return rows, best
 
 
@@ -123,7 +123,7 @@ def main() -> int:
     comps, best = gemv_components(nat)
     for c in comps:
         print(f"gemv {c['matrix']:<12} {c['n']}x{c['k']} {c['variant']:<24}: {c['us']} us, {c['gbs']} GB/s", flush=True)
-    print(f"using GEMV variant {best} ({VARIANTS[best]})", flush=True)
+    print(f"best single GEMV variant in isolation: {best} ({VARIANTS[best]})", flush=True)
     cfg = parse_config(qwen35_27b_config(vision=False))
     wbytes = streamed_weight_bytes(cfg.text, DEFAULT_RECIPE)
     peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
@@ -131,9 +131,20 @@ def main() -> int:
     profiles = []
     leave_out = []
     attn_variant = {}
+    gemv_route = {}
     for kv in ("bf16", "int8"):
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1)
         e = model.engine
+        # GEMV launch route for the step: by shape (0) or one variant everywhere, whichever step is fastest
+        gt = {}
+        for v in (0, 1, 4):
+            nat.set_qgemv_variant(v)
+            e.reset_graphs()
+            gt[v] = statistics.median(e.time_steps(0, 0, args.steps) for _ in range(3))
+        gemv_route[kv] = min(gt, key=gt.get)
+        nat.set_qgemv_variant(gemv_route[kv])
+        e.reset_graphs()
+        print(f"GEMV route step times at depth 0 ({kv}): {gt} -> {gemv_route[kv]}", flush=True)
         # attention variant: q in registers (0) or shared memory (1), whichever is faster at the deepest depth
         vt = {}
         for v in (0, 1):
@@ -195,7 +206,8 @@ def main() -> int:
                                                                  text=True).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "weights_gb_per_token": round(wbytes / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1), "rows": rows,
-              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_variant": VARIANTS[best], "profiles": profiles,
+              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],
+              "gemv_route": {k: ("by shape" if v == 0 else VARIANTS[v]) for k, v in gemv_route.items()}, "profiles": profiles,
               "leave_one_out": leave_out, "attention_variant": attn_variant,
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV"}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)

@@ -86,7 +86,6 @@ static StepWorkspace carve_step_workspace(Arena& a, const ModelDims& d, int64_t 
   w.logits = take_f32(a, "ws.logits", c, logit_rows * d.vocab);
   w.sampler = a.take("ws.sampler", c, logit_rows * d.vocab * 4);  // adjusted logits per row
   w.out_tokens = reinterpret_cast<int32_t*>(a.take("ws.out_tokens", c, kMaxStepTokens * 4));
-  w.counters = reinterpret_cast<uint32_t*>(a.take("ws.counters", c, 256));
   w.bytes = a.used();
   return w;
 }

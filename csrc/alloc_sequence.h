@@ -128,7 +128,6 @@ struct StepWorkspace {
   float* logits = nullptr;     // [T, vocab]
   char* sampler = nullptr;     // sampler scratch
   int32_t* out_tokens = nullptr;  // [T]
-  uint32_t* counters = nullptr;   // zeroed tickets for fused kernels (left zeroed by each use)
   int64_t bytes = 0;
 };
 

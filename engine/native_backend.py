@@ -182,6 +182,14 @@ class NativeModel:
     def has_mtp(self) -> bool:
         return False  # the MTP head is not in the native engine yet
 
+    @property
+    def vision(self):
+        return None  # the vision tower is not in the native engine yet
+
+    def embed_multimodal(self, input_ids, images, *, start: int = 0):
+        raise NativeBackendError("the native engine does not take images yet; use the reference backend "
+                                 "(--backend reference) for prompts with images")
+
     def new_state(self, max_tokens: int) -> NativeState:
         if max_tokens > self.max_context:
             raise NativeBackendError(f"max_tokens {max_tokens} exceeds the planned context {self.max_context}")
@@ -223,6 +231,7 @@ class NativeModel:
                 rp = [base + j for j in range(len(chunk)) for _ in range(3)]
             self.engine.forward(state.lane, chunk, [int(v) for v in rp], state.seq_len)
             state.seq_len += len(chunk)
+            self._last_rows = len(chunk)
             if not last_only or s + STEP_TOKENS >= len(ids):
                 outs.append(torch.from_numpy(self.engine.logits(len(chunk))))
         logits = torch.cat(outs)
@@ -237,7 +246,10 @@ class NativeModel:
                       repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                       frequency_penalty=frequency_penalty, seed=seed,
                       vocab_limit=vocab_limit or self.config.text.vocab_size)
-        return list(self.engine.sample(state.lane, rows, params))
+        last = getattr(self, "_last_rows", 1)
+        if not 1 <= rows <= last:
+            raise NativeBackendError(f"the last step produced {last} rows of logits; cannot sample {rows}")
+        return list(self.engine.sample(state.lane, last, params))[-rows:]
 
     def count_tokens(self, state: NativeState, ids: list[int]) -> None:
         """Feed tokens to the repetition-penalty counts of this lane."""

@@ -268,23 +268,9 @@ void NativeEngine::enqueue_step(int lane, int T) {
 
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
   mark("embed");
-  // Every norm after the first is fused into the residual-add GEMV before it (last-block tail).
-  auto fused = [&](const float* norm_w) {
-    FusedNorm f;
-    if (skip_ & 1) return f;
-    f.w = norm_w;
-    f.add_one = 1.f;
-    f.eps = eps_;
-    f.out = xin;
-    f.counter = w.counters;
-    return f;
-  };
-  rmsnorm_to_gemv_input(w.resid, T, H, buf_.layers[0].input_norm, eps_, true, xin, st);
-  mark("rmsnorm");
-  for (size_t li = 0; li < buf_.layers.size(); ++li) {
-    LayerBuffers& L = buf_.layers[li];
-    const FusedNorm post = fused(L.post_norm);
-    const FusedNorm next = fused(li + 1 < buf_.layers.size() ? buf_.layers[li + 1].input_norm : buf_.final_norm);
+  for (auto& L : buf_.layers) {
+    if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.input_norm, eps_, true, xin, st);
+    mark("rmsnorm");
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
@@ -299,7 +285,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
       if (!(skip_ & 4)) gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
                buf_.gdn_state + lane * gstate_lane + L.gdn_index * gstate_layer, mix, st);
       mark("gdn_step");
-      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, &post);
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv gdn_out");
     } else {
       const int ldp = (int)d.attn_qkv_rows();
@@ -315,14 +301,18 @@ void NativeEngine::enqueue_step(int lane, int T) {
       mark("attn_prep");
       if (!(skip_ & 8)) attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st);
       mark("attn_decode");
-      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, &post);
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv attn_o");
     }
+    if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
+    mark("rmsnorm");
     if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
     mark("gemv gate_up");
-    if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st, &next);
+    if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st);
     mark("gemv down");
   }
+  rmsnorm_to_gemv_input(w.resid, T, H, buf_.final_norm, eps_, true, xin, st);
+  mark("rmsnorm");
   qgemv(buf_.lm_head, xin, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, st);
   mark("gemv lm_head");
 }

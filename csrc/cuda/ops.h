@@ -21,22 +21,12 @@ enum GemvEpilogue : int {
   GEMV_SWIGLU = 2,  // rows interleaved (gate_p, up_p): out_h[t, perm8(p)] = silu(gate) * up
 };
 
-// Optional RMSNorm fused after a residual-add GEMV: out[t, perm8(k)] = fp16(resid[t,k] * rsqrt(mean(resid[t]^2)
-// + eps) * (w[k] + add_one)). counter: one zeroed uint32 in device memory (left zeroed afterwards).
-struct FusedNorm {
-  const float* w = nullptr;
-  float add_one = 1.f;
-  float eps = 1e-6f;
-  __half* out = nullptr;
-  unsigned* counter = nullptr;
-};
-
 // y = W x for T tokens. Numerics: 4-bit codes are combined with x in fp16 over 16 products, every
 // other sum is fp32. ldo: row stride of the output in elements.
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
-           cudaStream_t stream, const FusedNorm* norm = nullptr);
+           cudaStream_t stream);
 
-// Which T = 1, 4-bit GEMV launch variant to use (1..5, see qgemv.cu); default 1.
+// Which T = 1, 4-bit GEMV launch variant to use: 0 routes by shape (default), 1..5 force one (qgemv.cu).
 void set_qgemv_variant(int v);
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].

@@ -30,7 +30,6 @@ struct GemvArgs {
   float* out_f32;
   __half* out_h;
   int ldo;
-  FusedNorm norm;  // norm.out != nullptr: the last block normalises out_f32 (after a residual add)
 };
 
 template <int BITS>
@@ -111,34 +110,6 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
     for (int k = 0; k < 32; ++k) s = fmaf(float(code_of<BITS>(ch, k)) - off, __half2float(xh[perm8(k)]), s);
     return s;
   }
-}
-
-// Fused RMSNorm: the last block to finish (atomic ticket) reads the completed residual rows from L2
-// and writes the next GEMV's fp16 perm8 input, so no separate norm kernel (and launch gap) is needed.
-// The ticket counter is reset by that block, ready for the next launch in stream order.
-__device__ void fused_rmsnorm_tail(const GemvArgs& a) {
-  __shared__ bool last;
-  __shared__ float red[32];
-  __threadfence();  // every thread's residual writes are visible device-wide before the ticket
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(a.norm.counter, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int H = a.N;
-  for (int t = 0; t < a.T; ++t) {
-    const float* x = a.out_f32 + (size_t)t * a.ldo;
-    float ss = 0.f;
-    for (int k = threadIdx.x; k < H; k += blockDim.x) {
-      const float v = __ldcg(x + k);
-      ss += v * v;
-    }
-    ss = block_sum(ss, red);
-    const float r = rsqrtf(ss / H + a.norm.eps);
-    for (int k = threadIdx.x; k < H; k += blockDim.x)
-      a.norm.out[(size_t)t * H + perm8(k)] = __float2half(__ldcg(x + k) * r * (a.norm.w[k] + a.norm.add_one));
-  }
-  if (threadIdx.x == 0) *a.norm.counter = 0u;
 }
 
 // Variants (chosen per launch; bench/decode.py times them side by side):
@@ -227,7 +198,6 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
       }
     }
   }
-  if (a.norm.out) fused_rmsnorm_tail(a);
 }
 
 int sm_count() {
@@ -254,16 +224,19 @@ void launch(const GemvArgs& a, cudaStream_t st) {
   kern<<<blocks, kWarps * 32, 0, st>>>(a);
 }
 
-int g_variant = 1;  // T = 1, 4-bit: see set_qgemv_variant
+int g_variant = 0;  // T = 1, 4-bit: 0 = route by shape, 1..5 = force one variant (set_qgemv_variant)
 
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // 5/6/8-bit decode per element and are instantiated for T = 1 and T <= 16 only (compile time).
   if (a.T <= 1) {
-    if (BITS == 4 && g_variant == 2) launch<BITS, 1, 4, false, false>(a, st);
-    else if (BITS == 4 && g_variant == 3) launch<BITS, 1, 4, true, false>(a, st);
-    else if (BITS == 4 && g_variant == 4) launch<BITS, 1, 2, false, true>(a, st);
-    else if (BITS == 4 && g_variant == 5) launch<BITS, 1, 2, true, true>(a, st);
+    // route (measured on H200, bench/NOTES.md call 3): the software pipeline pays for long rows
+    // (K = 17408: 19.5 vs 21.2 us), plain U2 wins elsewhere
+    const int v = g_variant ? g_variant : (a.K > 8192 ? 4 : 1);
+    if (BITS == 4 && v == 2) launch<BITS, 1, 4, false, false>(a, st);
+    else if (BITS == 4 && v == 3) launch<BITS, 1, 4, true, false>(a, st);
+    else if (BITS == 4 && v == 4) launch<BITS, 1, 2, false, true>(a, st);
+    else if (BITS == 4 && v == 5) launch<BITS, 1, 2, true, true>(a, st);
     else launch<BITS, 1, 2, false, false>(a, st);
   }
   else if (BITS != 4) launch<BITS, 16, 2, false, false>(a, st);
@@ -276,20 +249,18 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 }  // namespace
 
 void set_qgemv_variant(int v) {
-  if (v < 1 || v > 5) throw std::invalid_argument("qgemv variant must be 1..5");
+  if (v < 0 || v > 5) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..5");
   g_variant = v;
 }
 
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
-           cudaStream_t stream, const FusedNorm* norm) {
-  if (norm && norm->out && (epilogue != GEMV_ADD || ldo != W.rows))
-    throw std::invalid_argument("qgemv: a fused norm needs the residual-add epilogue over whole rows");
+           cudaStream_t stream) {
   if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
   if (W.cols % 32 != 0 || W.cols % W.q.group != 0) throw std::invalid_argument("qgemv: K must be a multiple of 32 and of the group");
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
   GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
              reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-             x, T, epilogue, out_f32, out_h, ldo, norm ? *norm : FusedNorm{}};
+             x, T, epilogue, out_f32, out_h, ldo};
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
