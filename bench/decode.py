@@ -46,12 +46,12 @@ GEMV_SHAPES = (("mlp_gate_up", 34816, 5120, 64), ("mlp_down", 5120, 17408, 64), 
 VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipelined persistent"}
 
 
-def gemv_components(nat) -> tuple[list[dict], int]:
+def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
     """Time single 4-bit GEMVs of the real shapes (T = 1) for every launch variant; returns the rows
     and the variant with the least time per step (weighted by how often each shape runs)."""
     import torch
     rows = []
-    per_step = {v: 0.0 for v in VARIANTS}
+    per_step = {v: 0.0 for v in ((1, 4) if quick else VARIANTS)}
     for name, n, k, count in GEMV_SHAPES:
         # several weight copies rotate so the 60 MB L2 never holds the matrix between launches
         copies = max(1, min(8, (2 << 30) // (n * k // 2)))
@@ -60,7 +60,7 @@ def gemv_components(nat) -> tuple[list[dict], int]:
         x = torch.randn(1, k, device="cuda").half()
         out = torch.empty(1, n, device="cuda")
         nbytes = n * k // 2 + n * k // 64 * 2
-        for v in VARIANTS:
+        for v in ((1, 4) if quick else VARIANTS):
             nat.set_qgemv_variant(v)
             ms = statistics.median(statistics.mean(
                 nat.op_qgemv_time(c.data_ptr(), 0, sc.data_ptr(), n, k, 4, 64, x.data_ptr(), 1, out.data_ptr(), 50)
@@ -96,14 +96,27 @@ def main() -> int:
     ap.add_argument("--llamacpp-q8")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
+    ap.add_argument("--quick", action="store_true",
+                    help="final-run mode: GEMV variants 1 and 4 only, no attention variant sweep, "
+                         "leave-one-out and profile at depth 0 and the deepest depth for int8 only")
+    ap.add_argument("--shared-peer", help="the shared llama.cpp peer file, for depths not measured in this call")
     ap.add_argument("--fill-peers-only", action="store_true",
                     help="only fill llamacpp_tok_s of an existing --out file from the llama-bench JSON files")
     args = ap.parse_args()
     if args.fill_peers_only:
         result = json.load(open(args.out))
         peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
+        shared = {"bf16": {}, "int8": {}}
+        if args.shared_peer and os.path.exists(args.shared_peer):
+            for r in json.load(open(args.shared_peer))["rows"]:
+                if r["test"].startswith("tg"):
+                    shared["bf16" if r["kv"] == "f16" else "int8"][int(r["depth"])] = r["tok_s"]
         for row in result["rows"]:
             row["llamacpp_tok_s"] = peers[row["kv"]].get(row["depth"])
+            row["llamacpp_source"] = "this device call" if row["llamacpp_tok_s"] is not None else None
+            if row["llamacpp_tok_s"] is None and row["depth"] in shared[row["kv"]]:
+                row["llamacpp_tok_s"] = shared[row["kv"]][row["depth"]]
+                row["llamacpp_source"] = "shared/peers/llamacpp-h200.json (same build and method, earlier call)"
         result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh) in the same device call",
                               "f16": peers["bf16"], "q8_0": peers["int8"]}
         json.dump(result, open(args.out, "w"), indent=1)
@@ -120,7 +133,7 @@ def main() -> int:
     depths = [int(d) for d in args.depths.split(",")]
     bw = copy_bandwidth_gbs()
     print(f"copy bandwidth {bw:.0f} GB/s", flush=True)
-    comps, best = gemv_components(nat)
+    comps, best = gemv_components(nat, args.quick)
     for c in comps:
         print(f"gemv {c['matrix']:<12} {c['n']}x{c['k']} {c['variant']:<24}: {c['us']} us, {c['gbs']} GB/s", flush=True)
     print(f"best single GEMV variant in isolation: {best} ({VARIANTS[best]})", flush=True)
@@ -147,7 +160,7 @@ def main() -> int:
         print(f"GEMV route step times at depth 0 ({kv}): {gt} -> {gemv_route[kv]}", flush=True)
         # attention variant: q in registers (0) or shared memory (1), whichever is faster at the deepest depth
         vt = {}
-        for v in (0, 1):
+        for v in ((0,) if args.quick else (0, 1)):
             nat.set_attn_variant(v)
             e.reset_graphs()
             vt[v] = statistics.median(e.time_steps(0, max(depths), args.steps) for _ in range(3))
@@ -167,7 +180,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
         # in-graph cost of each op class: time the captured step with that class left out
         classes = {1: "rmsnorm", 2: "conv", 4: "gdn_step", 8: "attention", 16: "mlp gemv", 32: "mixer gemv"}
-        for depth in (0, max(depths)):
+        for depth in ((0, max(depths)) if (kv == "int8" or not args.quick) else ()):
             base = statistics.median(e.time_steps(0, depth, args.steps) for _ in range(3))
             costs = {"full_step_ms": round(base, 3)}
             for m, name in classes.items():
@@ -178,7 +191,7 @@ def main() -> int:
             leave_out.append({"kv": kv, "depth": depth, "ms": costs})
             print(f"leave-one-out {kv} depth {depth}: {costs}", flush=True)
         # where the time goes: one un-captured step with an event after every op (gaps included)
-        for depth in (0, max(depths)):
+        for depth in ((0, max(depths)) if (kv == "int8" or not args.quick) else ()):
             prof: dict[str, list[float]] = {}
             for op, ms in e.profile_step(0, depth):
                 prof.setdefault(op, []).append(ms)

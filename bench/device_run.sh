@@ -19,13 +19,14 @@ if [[ $what == tests || $what == all || $what == final ]]; then
     -s 2>&1 | tee "$out/tests.log" | grep -E "passed|failed|error|Error|assert|worst|tiny|full-width" | tail -40
 fi
 if [[ $what == bench || $what == all || $what == final ]]; then
-  python3 bench/decode.py --out "$out/decode-h200.json" 2>&1 | grep -v "^   " | tee "$out/bench.log"
+  extra=""; [[ $what == final ]] && extra="--quick"
+  python3 bench/decode.py --out "$out/decode-h200.json" $extra 2>&1 | grep -v "^   " | tee "$out/bench.log"
 fi
 if [[ $what == final && -d .peer ]]; then
   # llama.cpp peer, same method: decode only (-p 0), 64 tokens, one repetition per depth
-  timeout 150 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 > "$out/llamacpp-f16.json" 2> "$out/peer-f16.log"
+  timeout 120 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192 -r 1 > "$out/llamacpp-f16.json" 2> "$out/peer-f16.log"
   echo "peer f16 rc=$?"
-  timeout 240 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768,131072 -r 1 -ctk q8_0 -ctv q8_0 \
+  timeout 120 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 -ctk q8_0 -ctv q8_0 \
     > "$out/llamacpp-q8.json" 2> "$out/peer-q8.log"
   echo "peer q8_0 rc=$?"
   python3 bench/decode.py --out "$out/decode-h200.json" --fill-peers-only \
