@@ -24,10 +24,10 @@ if [[ $what == bench || $what == all || $what == final ]]; then
 fi
 if [[ $what == final && -d .peer ]]; then
   # llama.cpp peer, same method: decode only (-p 0), 64 tokens, one repetition per depth
-  timeout 120 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192 -r 1 > "$out/llamacpp-f16.json" 2> "$out/peer-f16.log"
+  timeout 120 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192 -r 1 > "$out/llamacpp-f16.json" 2>> "$out/peer.log"
   echo "peer f16 rc=$?"
   timeout 120 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 -ctk q8_0 -ctv q8_0 \
-    > "$out/llamacpp-q8.json" 2> "$out/peer-q8.log"
+    > "$out/llamacpp-q8.json" 2>> "$out/peer.log"
   echo "peer q8_0 rc=$?"
   python3 bench/decode.py --out "$out/decode-h200.json" --fill-peers-only \
     --llamacpp-f16 "$out/llamacpp-f16.json" --llamacpp-q8 "$out/llamacpp-q8.json"
