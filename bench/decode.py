@@ -97,7 +97,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
     ap.add_argument("--quick", action="store_true",
-                    help="final-run mode: GEMV variants 1 and 4 only, no attention variant sweep, "
+                    help="final-run mode: GEMV variants 1 and 4 only, attention variants 0 and 2 only, "
                          "leave-one-out and profile at depth 0 and the deepest depth for int8 only")
     ap.add_argument("--shared-peer", help="the shared llama.cpp peer file, for depths not measured in this call")
     ap.add_argument("--fill-peers-only", action="store_true",
@@ -145,6 +145,7 @@ def main() -> int:
     leave_out = []
     attn_variant = {}
     gemv_route = {}
+    attn_check = {}
     for kv in ("bf16", "int8"):
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1)
         e = model.engine
@@ -158,16 +159,30 @@ def main() -> int:
         nat.set_qgemv_variant(gemv_route[kv])
         e.reset_graphs()
         print(f"GEMV route step times at depth 0 ({kv}): {gt} -> {gemv_route[kv]}", flush=True)
-        # attention variant: q in registers (0) or shared memory (1), whichever is faster at the deepest depth
+        # attention variant (0 CUDA cores, 1 q in shared memory, 2 scores on tensor cores): the fastest at
+        # the deepest depth among those whose logits match variant 0
         vt = {}
-        for v in ((0,) if args.quick else (0, 1)):
+        ref_logits = None
+        for v in ((0, 2) if args.quick else (0, 1, 2)):
             nat.set_attn_variant(v)
             e.reset_graphs()
+            # gate: the same token on the same state must give the same logits as variant 0
+            e.reset_lane(0)
+            e.forward(0, [1], [], max(depths))
+            lg = torch.from_numpy(e.logits(1)).double()
+            if ref_logits is None:
+                ref_logits = lg
+            err = float((lg - ref_logits).norm() / ref_logits.norm())
+            attn_check[f"{kv}:{v}"] = err
+            if not err < 2e-2:
+                print(f"attention variant {v} ({kv}) disagrees with variant 0: rel err {err:.2e}; not used", flush=True)
+                continue
             vt[v] = statistics.median(e.time_steps(0, max(depths), args.steps) for _ in range(3))
         attn_variant[kv] = min(vt, key=vt.get)
         nat.set_attn_variant(attn_variant[kv])
         e.reset_graphs()
-        print(f"attention variant times at depth {max(depths)} ({kv}): {vt} -> {attn_variant[kv]}", flush=True)
+        print(f"attention variant times at depth {max(depths)} ({kv}): {vt} -> {attn_variant[kv]}; "
+              f"logit rel err vs variant 0: {attn_check}", flush=True)
         for depth in depths:
             ms = statistics.median(e.time_steps(0, depth, args.steps) for _ in range(5))
             tok_s = 1e3 / ms
@@ -221,7 +236,7 @@ def main() -> int:
               "weights_gb_per_token": round(wbytes / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1), "rows": rows,
               "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],
               "gemv_route": {k: ("by shape" if v == 0 else VARIANTS[v]) for k, v in gemv_route.items()}, "profiles": profiles,
-              "leave_one_out": leave_out, "attention_variant": attn_variant,
+              "leave_one_out": leave_out, "attention_variant": attn_variant, "attention_variant_logit_rel_err": attn_check,
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV"}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:

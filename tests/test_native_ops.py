@@ -203,9 +203,9 @@ def rope_oracle(x, pos3, inv_freq, sec, rot):
     return torch.cat([xr * ang.cos() + rotated * ang.sin(), x[..., rot:]], -1)
 
 
-@pytest.mark.parametrize("variant", [0, 1])
+@pytest.mark.parametrize("variant", [0, 1, 2])
 @pytest.mark.parametrize("kv_int8", [0, 1])
-@pytest.mark.parametrize("T, kv_start", [(1, 0), (1, 5000), (3, 777), (16, 300)])
+@pytest.mark.parametrize("T, kv_start", [(1, 0), (1, 5000), (3, 777), (16, 300), (1, 70001)])
 def test_attention_decode(nat, variant, kv_int8, T, kv_start):
     nat.set_attn_variant(variant)
     try:

@@ -155,8 +155,35 @@ __device__ inline void unpack8(const Raw8<INT8>& r, float (&v)[8]) {
 
 // QSMEM: the 6 query heads live in shared memory (read as float4) instead of 96 registers per lane,
 // trading shared-memory reads for occupancy (bench/decode.py times both).
-template <bool INT8, bool QSMEM>
+// m16n8k16 fp16 MMA, fp32 accumulate (sm_80+): D = A B + C for one 16x16 A and 16x8 B fragment.
+__device__ inline void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                 uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ inline uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+// two bf16 (one 32-bit word) -> half2 (exact inside the fp16 range)
+__device__ inline uint32_t bf16x2_to_h2(uint32_t w) {
+  return h2_bits(__floats2half2_rn(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u)));
+}
+// two int8 (bytes 2*sel, 2*sel+1 of w) times a scale -> half2: 0x64 | (c + 128) is 1024 + c + 128 in fp16
+__device__ inline uint32_t i8x2_to_h2(uint32_t w, int sel, __half2 scale) {
+  const uint32_t x = w ^ 0x80808080u;
+  const uint32_t h = __byte_perm(x, 0x64646464u, sel ? 0x4342 : 0x4140);
+  __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&h), __floats2half2_rn(1152.f, 1152.f));
+  return h2_bits(__hmul2(v, scale));
+}
+
+// MODE 0: query heads in registers, CUDA-core dot products (half-warp per position).
+// MODE 1: query heads in shared memory (fewer registers, shared-memory bound).
+// MODE 2: scores on tensor cores: mma m16n8k16 with the 6 query heads as rows of A (fp16) and 8
+//         cache positions as columns of B (K converted to fp16). The dims of a k-step are permuted
+//         identically in A and B so each thread's B fragments come from one 16-byte load per 32 dims.
+template <bool INT8, int MODE>
 __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
+  constexpr bool QSMEM = MODE == 1;
   constexpr int KU = 4;  // positions per half-warp per score iteration (8 rows of K in flight per warp)
   constexpr int VU = 8;  // positions per warp per value iteration (8 rows of V in flight per warp)
   __shared__ float ps[kGroup][kTile];
@@ -181,8 +208,9 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
   // scores: half-warp per position, lane16 owns dims lane16*16 .. +16; q in registers
   const int hw = lane >> 4, l16 = lane & 15;
   __shared__ float4 qs4[QSMEM ? kGroup : 1][kHd / 4];
-  float qr[QSMEM ? 1 : kGroup][16];
-  if (QSMEM) {
+  float qr[MODE == 0 ? kGroup : 1][16];
+  if (MODE == 2) {
+  } else if (QSMEM) {
     for (int e = threadIdx.x; e < kGroup * kHd; e += blockDim.x) {
       const int g = e / kHd, dd = e % kHd;
       reinterpret_cast<float*>(&qs4[0][0])[e] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + dd] : 0.f;
@@ -190,7 +218,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
     __syncthreads();
   } else {
 #pragma unroll
-    for (int g = 0; g < (QSMEM ? 1 : kGroup); ++g)
+    for (int g = 0; g < (MODE == 0 ? kGroup : 1); ++g)
 #pragma unroll
       for (int j = 0; j < 16; ++j)
         qr[g][j] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + l16 * 16 + j] : 0.f;
@@ -203,8 +231,73 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
     for (int j = 0; j < 8; ++j) acc[g][j] = 0.f;
   if (threadIdx.x < kGroup) { mstate[threadIdx.x] = -INFINITY; lstate[threadIdx.x] = 0.f; }
 
+  // MODE 2: A fragments of the query heads (rows g < group; rows g + 8 are zero), k-step j = 2p + h
+  // covers physical dims 32p + 8 tig + 4h + {0,1} (fragment "lo") and + {2,3} ("hi").
+  const int g8 = lane >> 2, tig = lane & 3;
+  uint32_t qa_lo[MODE == 2 ? 16 : 1], qa_hi[MODE == 2 ? 16 : 1];
+  if constexpr (MODE == 2) {
+    const float* qrow = a.q + ((size_t)t * nh + kvh * group + min(g8, group - 1)) * kHd;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const int d0 = 32 * (j >> 1) + 8 * tig + 4 * (j & 1);
+      const bool ok = g8 < group;
+      qa_lo[j] = h2_bits(__floats2half2_rn(ok ? qrow[d0] : 0.f, ok ? qrow[d0 + 1] : 0.f));
+      qa_hi[j] = h2_bits(__floats2half2_rn(ok ? qrow[d0 + 2] : 0.f, ok ? qrow[d0 + 3] : 0.f));
+    }
+  }
+
   for (int tile0 = p0; tile0 < p1; tile0 += kTile) {
     const int n = min(kTile, p1 - tile0);
+    if constexpr (MODE == 2) {
+      // each warp takes n-tiles of 8 positions, two at a time (16 rows' loads in flight per warp)
+      for (int nt = warp * 2; nt * 8 < n; nt += 8) {
+        float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int pi = min((nt + u) * 8 + g8, n - 1);
+          const size_t rowidx = (size_t)(tile0 + pi) * nkv + kvh;
+          if constexpr (!INT8) {
+            uint4 raw[8];
+            const uint4* kp = reinterpret_cast<const uint4*>(a.k_cache + rowidx * kHd * 2) + tig;
+#pragma unroll
+            for (int p = 0; p < 8; ++p) raw[p] = __ldg(kp + 4 * p);  // dims 32p + 8 tig .. +7
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              const uint4& r = raw[j >> 1];
+              const uint32_t wlo = (j & 1) ? r.z : r.x, whi = (j & 1) ? r.w : r.y;
+              mma_16816(d[u], qa_lo[j], 0u, qa_hi[j], 0u, bf16x2_to_h2(wlo), bf16x2_to_h2(whi));
+            }
+          } else {
+            uint2 raw[8];
+            const uint2* kp = reinterpret_cast<const uint2*>(a.k_cache + rowidx * kHd) + tig;
+#pragma unroll
+            for (int p = 0; p < 8; ++p) raw[p] = __ldg(kp + 4 * p);
+            const uint2 sc = __ldg(reinterpret_cast<const uint2*>(a.k_scales + rowidx * (kHd / 64) * 2));
+            const __half sh[4] = {__ushort_as_half((unsigned short)(sc.x & 0xFFFF)),
+                                  __ushort_as_half((unsigned short)(sc.x >> 16)),
+                                  __ushort_as_half((unsigned short)(sc.y & 0xFFFF)),
+                                  __ushort_as_half((unsigned short)(sc.y >> 16))};
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              const int p = j >> 1;
+              const __half2 s2 = __half2half2(sh[p >> 1]);
+              const uint32_t w = (j & 1) ? raw[p].y : raw[p].x;  // dims 32p + 8tig + 4h .. +3
+              mma_16816(d[u], qa_lo[j], 0u, qa_hi[j], 0u, i8x2_to_h2(w, 0, s2), i8x2_to_h2(w, 1, s2));
+            }
+          }
+        }
+        // d[u][0..1]: head g8, positions (nt + u) * 8 + 2 tig + {0, 1}
+        if (g8 < group) {
+#pragma unroll
+          for (int u = 0; u < 2; ++u)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const int pi = (nt + u) * 8 + 2 * tig + c;
+              if (pi < n) ps[g8][pi] = d[u][c];
+            }
+        }
+      }
+    } else
     // each block iteration covers 4 warps x 2 halves x KU positions; loop bounds are warp-uniform
     for (int base = warp * 2 * KU; base < n; base += 4 * 2 * KU) {
       Raw16<INT8> r[KU];
@@ -232,7 +325,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
             }
           } else {
 #pragma unroll
-            for (int j = 0; j < 16; ++j) s = fmaf(qr[QSMEM ? 0 : g][j], kv[j], s);
+            for (int j = 0; j < 16; ++j) s = fmaf(qr[MODE == 0 ? g : 0][j], kv[j], s);
           }
 #pragma unroll
           for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -341,13 +434,15 @@ __global__ void __launch_bounds__(kHd) attn_combine_kernel(const float* part, At
   out_h[(size_t)t * d.n_heads * kHd + perm8(h * kHd + i)] = __float2half(num / den * sigmoidf_(g));
 }
 
-bool g_attn_qsmem = false;
+int g_attn_mode = 0;
 
 }  // namespace
 
 void set_attn_variant(int v) {
-  if (v != 0 && v != 1) throw std::invalid_argument("attention variant must be 0 (q in registers) or 1 (q in shared memory)");
-  g_attn_qsmem = v == 1;
+  if (v < 0 || v > 2)
+    throw std::invalid_argument("attention variant must be 0 (CUDA cores, q in registers), 1 (q in shared memory) "
+                                "or 2 (scores on tensor cores)");
+  g_attn_mode = v;
 }
 
 void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
@@ -369,11 +464,13 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
   SplitArgs a{q, d, in, k_cache, v_cache, k_scales, v_scales, partials};
   dim3 grid(kMaxAttnSplits, d.n_kv_heads, T);
   if (d.kv_int8) {
-    if (g_attn_qsmem) attn_split_kernel<true, true><<<grid, 128, 0, stream>>>(a);
-    else attn_split_kernel<true, false><<<grid, 128, 0, stream>>>(a);
+    if (g_attn_mode == 2) attn_split_kernel<true, 2><<<grid, 128, 0, stream>>>(a);
+    else if (g_attn_mode == 1) attn_split_kernel<true, 1><<<grid, 128, 0, stream>>>(a);
+    else attn_split_kernel<true, 0><<<grid, 128, 0, stream>>>(a);
   } else {
-    if (g_attn_qsmem) attn_split_kernel<false, true><<<grid, 128, 0, stream>>>(a);
-    else attn_split_kernel<false, false><<<grid, 128, 0, stream>>>(a);
+    if (g_attn_mode == 2) attn_split_kernel<false, 2><<<grid, 128, 0, stream>>>(a);
+    else if (g_attn_mode == 1) attn_split_kernel<false, 1><<<grid, 128, 0, stream>>>(a);
+    else attn_split_kernel<false, 0><<<grid, 128, 0, stream>>>(a);
   }
   MR_CHECK_LAUNCH("attn_split");
   attn_combine_kernel<<<dim3(T, d.n_heads), kHd, 0, stream>>>(partials, d, in, gate, ld_gate, out_h);
