@@ -97,7 +97,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
     ap.add_argument("--quick", action="store_true",
-                    help="final-run mode: GEMV variants 1 and 4 only, attention variants 0 and 2 only, "
+                    help="final-run mode: GEMV variants 1 and 4 only, attention variants 0, 2 and 3 only, "
                          "leave-one-out and profile at depth 0 and the deepest depth for int8 only")
     ap.add_argument("--shared-peer", help="the shared llama.cpp peer file, for depths not measured in this call")
     ap.add_argument("--fill-peers-only", action="store_true",
@@ -159,11 +159,11 @@ def main() -> int:
         nat.set_qgemv_variant(gemv_route[kv])
         e.reset_graphs()
         print(f"GEMV route step times at depth 0 ({kv}): {gt} -> {gemv_route[kv]}", flush=True)
-        # attention variant (0 CUDA cores, 1 q in shared memory, 2 scores on tensor cores): the fastest at
-        # the deepest depth among those whose logits match variant 0
+        # attention variant (0 CUDA cores, 1 q in shared memory, 2 scores on tensor cores, 3 scores and
+        # values on tensor cores): the fastest at the deepest depth among those whose logits match variant 0
         vt = {}
         ref_logits = None
-        for v in ((0, 2) if args.quick else (0, 1, 2)):
+        for v in ((0, 2, 3) if args.quick else (0, 1, 2, 3)):
             nat.set_attn_variant(v)
             e.reset_graphs()
             # gate: the same token on the same state must give the same logits as variant 0

@@ -106,8 +106,20 @@ def tiny_native_ckpt(tmp_path_factory):
     return path
 
 
+@pytest.mark.parametrize("attn_variant", [0, 3])
 @pytest.mark.parametrize("kv, tol", [("bf16", TOL_MODEL_BF16KV), ("int8", TOL_MODEL_INT8KV)])
-def test_tiny_model_64_teacher_forced_steps(tiny_native_ckpt, kv, tol):
+def test_tiny_model_64_teacher_forced_steps(tiny_native_ckpt, kv, tol, attn_variant):
+    from engine.native import load_native
+    nat = load_native()
+    default = nat.get_attn_variant()
+    nat.set_attn_variant(attn_variant)
+    try:
+        _tiny_model_case(tiny_native_ckpt, kv, tol, attn_variant)
+    finally:
+        nat.set_attn_variant(default)
+
+
+def _tiny_model_case(tiny_native_ckpt, kv, tol, attn_variant):
     from engine.native_backend import NativeModel
     from engine.plan import DEFAULT_RECIPE
     from engine.reference.model import ReferenceModel
@@ -117,7 +129,7 @@ def test_tiny_model_64_teacher_forced_steps(tiny_native_ckpt, kv, tol):
                                          mtp=False)
     tokens = torch.randint(0, 1000, (64,), generator=torch.Generator().manual_seed(1)).tolist()
     worst, checked, agree = teacher_forced(native, ref, tokens, tol)
-    print(f"tiny {kv}: worst logits rel err {worst:.2e}, greedy agree {agree}/{checked}")
+    print(f"tiny {kv} attention variant {attn_variant}: worst logits rel err {worst:.2e}, greedy agree {agree}/{checked}")
     assert worst < tol
     assert checked >= 32 and agree == checked
 

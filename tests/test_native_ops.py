@@ -203,15 +203,16 @@ def rope_oracle(x, pos3, inv_freq, sec, rot):
     return torch.cat([xr * ang.cos() + rotated * ang.sin(), x[..., rot:]], -1)
 
 
-@pytest.mark.parametrize("variant", [0, 1, 2])
+@pytest.mark.parametrize("variant", [0, 1, 2, 3])
 @pytest.mark.parametrize("kv_int8", [0, 1])
 @pytest.mark.parametrize("T, kv_start", [(1, 0), (1, 5000), (3, 777), (16, 300), (1, 70001)])
 def test_attention_decode(nat, variant, kv_int8, T, kv_start):
+    default = nat.get_attn_variant()
     nat.set_attn_variant(variant)
     try:
         _attention_case(nat, kv_int8, T, kv_start)
     finally:
-        nat.set_attn_variant(0)
+        nat.set_attn_variant(default)
 
 
 def _attention_case(nat, kv_int8, T, kv_start):

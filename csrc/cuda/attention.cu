@@ -178,6 +178,8 @@ __device__ inline uint32_t i8x2_to_h2(uint32_t w, int sel, __half2 scale) {
 
 // MODE 0: query heads in registers, CUDA-core dot products (half-warp per position).
 // MODE 1: query heads in shared memory (fewer registers, shared-memory bound).
+// MODE 3: as 2, and the values too: P (fp16) x V (staged to shared memory as fp16, read with
+//         ldmatrix.trans), each warp owning 64 output dims, so no cross-warp reduction is needed.
 // MODE 2: scores on tensor cores: mma m16n8k16 with the 6 query heads as rows of A (fp16) and 8
 //         cache positions as columns of B (K converted to fp16). The dims of a k-step are permuted
 //         identically in A and B so each thread's B fragments come from one 16-byte load per 32 dims.
@@ -209,7 +211,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
   const int hw = lane >> 4, l16 = lane & 15;
   __shared__ float4 qs4[QSMEM ? kGroup : 1][kHd / 4];
   float qr[MODE == 0 ? kGroup : 1][16];
-  if (MODE == 2) {
+  if (MODE >= 2) {
   } else if (QSMEM) {
     for (int e = threadIdx.x; e < kGroup * kHd; e += blockDim.x) {
       const int g = e / kHd, dd = e % kHd;
@@ -223,10 +225,14 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
       for (int j = 0; j < 16; ++j)
         qr[g][j] = g < group ? a.q[((size_t)t * nh + kvh * group + g) * kHd + l16 * 16 + j] : 0.f;
   }
+  // MODE 3: value accumulators of the MMA (rows g8; rows g8 + 8 are padding) and the staged V tile
+  constexpr int kVSub = 64;
+  __shared__ __align__(16) __half vs[MODE == 3 ? kVSub : 1][kHd + 8];  // +8: rows 528 B apart, no bank conflicts
+  float od[MODE == 3 ? 8 : 1][4] = {};
   // values: lane owns dims lane*8 .. +8
-  float acc[kGroup][8];
+  float acc[MODE == 3 ? 1 : kGroup][8];
 #pragma unroll
-  for (int g = 0; g < kGroup; ++g)
+  for (int g = 0; g < (MODE == 3 ? 1 : kGroup); ++g)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[g][j] = 0.f;
   if (threadIdx.x < kGroup) { mstate[threadIdx.x] = -INFINITY; lstate[threadIdx.x] = 0.f; }
@@ -234,8 +240,8 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
   // MODE 2: A fragments of the query heads (rows g < group; rows g + 8 are zero), k-step j = 2p + h
   // covers physical dims 32p + 8 tig + 4h + {0,1} (fragment "lo") and + {2,3} ("hi").
   const int g8 = lane >> 2, tig = lane & 3;
-  uint32_t qa_lo[MODE == 2 ? 16 : 1], qa_hi[MODE == 2 ? 16 : 1];
-  if constexpr (MODE == 2) {
+  uint32_t qa_lo[MODE >= 2 ? 16 : 1], qa_hi[MODE >= 2 ? 16 : 1];
+  if constexpr (MODE >= 2) {
     const float* qrow = a.q + ((size_t)t * nh + kvh * group + min(g8, group - 1)) * kHd;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
@@ -248,7 +254,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 
   for (int tile0 = p0; tile0 < p1; tile0 += kTile) {
     const int n = min(kTile, p1 - tile0);
-    if constexpr (MODE == 2) {
+    if constexpr (MODE >= 2) {
       // each warp takes n-tiles of 8 positions, two at a time (16 rows' loads in flight per warp)
       for (int nt = warp * 2; nt * 8 < n; nt += 8) {
         float d[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -359,6 +365,51 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
       }
     }
     __syncthreads();
+    if constexpr (MODE == 3) {
+      // values on tensor cores: warp w owns dims 64w .. 64w+63 (8 n-tiles); V staged in shared
+      // memory as fp16, 64 positions at a time, and read transposed with ldmatrix
+      const float al = g8 < group ? alpha_s[g8] : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) { od[nt][0] *= al; od[nt][1] *= al; }
+      for (int sub = 0; sub < n; sub += kVSub) {
+        const int m = min(kVSub, n - sub);
+#pragma unroll 4
+        for (int e = threadIdx.x; e < kVSub * (kHd / 8); e += 128) {
+          const int r = e / (kHd / 8), c8 = e % (kHd / 8);
+          uint4 h = make_uint4(0u, 0u, 0u, 0u);
+          if (r < m) {
+            const size_t rowidx = (size_t)(tile0 + sub + r) * nkv + kvh;
+            if constexpr (!INT8) {
+              const uint4 v = __ldg(reinterpret_cast<const uint4*>(a.v_cache + (rowidx * kHd + c8 * 8) * 2));
+              h = make_uint4(bf16x2_to_h2(v.x), bf16x2_to_h2(v.y), bf16x2_to_h2(v.z), bf16x2_to_h2(v.w));
+            } else {
+              const uint2 v = __ldg(reinterpret_cast<const uint2*>(a.v_cache + rowidx * kHd + c8 * 8));
+              const __half2 s2 = __half2half2(reinterpret_cast<const __half*>(a.v_scales)[rowidx * (kHd / 64) + c8 / 8]);
+              h = make_uint4(i8x2_to_h2(v.x, 0, s2), i8x2_to_h2(v.x, 1, s2), i8x2_to_h2(v.y, 0, s2), i8x2_to_h2(v.y, 1, s2));
+            }
+          }
+          *reinterpret_cast<uint4*>(&vs[r][c8 * 8]) = h;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int ks = 0; ks < kVSub / 16; ++ks) {
+          const int k0 = sub + ks * 16;
+          auto pv = [&](int pi) { return (g8 < group && pi < n) ? ps[g8][pi] : 0.f; };
+          const uint32_t a0 = h2_bits(__floats2half2_rn(pv(k0 + 2 * tig), pv(k0 + 2 * tig + 1)));
+          const uint32_t a2 = h2_bits(__floats2half2_rn(pv(k0 + 2 * tig + 8), pv(k0 + 2 * tig + 9)));
+#pragma unroll
+          for (int nt = 0; nt < 8; ++nt) {
+            uint32_t b0, b1;
+            const __half* addr = &vs[ks * 16 + (lane & 15)][warp * 64 + nt * 8];
+            const uint32_t sa = (uint32_t)__cvta_generic_to_shared(addr);
+            asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                         : "=r"(b0), "=r"(b1) : "r"(sa));
+            mma_16816(od[nt], a0, 0u, a2, 0u, b0, b1);
+          }
+        }
+        __syncthreads();
+      }
+    } else {
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const float al = g < group ? alpha_s[g] : 0.f;
@@ -385,7 +436,24 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
         }
       }
     }
+    }  // MODE != 3
     __syncthreads();
+  }
+  if constexpr (MODE == 3) {
+    // each warp holds whole dims: row g8 (a query head), dims 64 warp + 8 nt + 2 tig + {0, 1}
+    if (g8 < group) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int dd = warp * 64 + nt * 8 + 2 * tig;
+        out[g8 * head_stride + dd] = od[nt][0];
+        out[g8 * head_stride + dd + 1] = od[nt][1];
+      }
+    }
+    if (threadIdx.x < group) {
+      out[threadIdx.x * head_stride + kHd] = mstate[threadIdx.x];
+      out[threadIdx.x * head_stride + kHd + 1] = lstate[threadIdx.x];
+    }
+    return;
   }
   // sum the 4 warps' accumulators through shared memory, 128 dims at a time (ps is free now)
   float* red = &ps[0][0];
@@ -438,10 +506,12 @@ int g_attn_mode = 0;
 
 }  // namespace
 
+int get_attn_variant() { return g_attn_mode; }
+
 void set_attn_variant(int v) {
-  if (v < 0 || v > 2)
-    throw std::invalid_argument("attention variant must be 0 (CUDA cores, q in registers), 1 (q in shared memory) "
-                                "or 2 (scores on tensor cores)");
+  if (v < 0 || v > 3)
+    throw std::invalid_argument("attention variant must be 0 (CUDA cores, q in registers), 1 (q in shared memory), "
+                                "2 (scores on tensor cores) or 3 (scores and values on tensor cores)");
   g_attn_mode = v;
 }
 
@@ -464,11 +534,13 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
   SplitArgs a{q, d, in, k_cache, v_cache, k_scales, v_scales, partials};
   dim3 grid(kMaxAttnSplits, d.n_kv_heads, T);
   if (d.kv_int8) {
-    if (g_attn_mode == 2) attn_split_kernel<true, 2><<<grid, 128, 0, stream>>>(a);
+    if (g_attn_mode == 3) attn_split_kernel<true, 3><<<grid, 128, 0, stream>>>(a);
+    else if (g_attn_mode == 2) attn_split_kernel<true, 2><<<grid, 128, 0, stream>>>(a);
     else if (g_attn_mode == 1) attn_split_kernel<true, 1><<<grid, 128, 0, stream>>>(a);
     else attn_split_kernel<true, 0><<<grid, 128, 0, stream>>>(a);
   } else {
-    if (g_attn_mode == 2) attn_split_kernel<false, 2><<<grid, 128, 0, stream>>>(a);
+    if (g_attn_mode == 3) attn_split_kernel<false, 3><<<grid, 128, 0, stream>>>(a);
+    else if (g_attn_mode == 2) attn_split_kernel<false, 2><<<grid, 128, 0, stream>>>(a);
     else if (g_attn_mode == 1) attn_split_kernel<false, 1><<<grid, 128, 0, stream>>>(a);
     else attn_split_kernel<false, 0><<<grid, 128, 0, stream>>>(a);
   }

@@ -146,6 +146,7 @@ void register_cuda_bindings(py::module_& m) {
   });
   m.def("set_qgemv_variant", &set_qgemv_variant);
   m.def("set_attn_variant", &set_attn_variant);
+  m.def("get_attn_variant", &get_attn_variant);
   m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {
     rmsnorm_to_gemv_input(ptr<float>(x), T, H, ptr<float>(w), eps, add_one, ptr<__half>(out), 0);
     sync0("rmsnorm");

@@ -81,6 +81,7 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
 
 // Attention split-kernel variant: 0 keeps the query heads in registers, 1 in shared memory.
 void set_attn_variant(int v);
+int get_attn_variant();
 
 struct SamplingParams {
   float temperature;  // 0: greedy
