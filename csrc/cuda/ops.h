@@ -79,7 +79,8 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
                  const char* v_cache, const char* k_scales, const char* v_scales, float* partials,
                  const float* gate, int ld_gate, __half* out_h, cudaStream_t stream);
 
-// Attention split-kernel variant: 0 keeps the query heads in registers, 1 in shared memory.
+// Attention split-kernel variant: 0 CUDA cores (query heads in registers), 1 query heads in shared
+// memory, 2 scores on tensor cores (default), 3 scores and values on tensor cores.
 void set_attn_variant(int v);
 int get_attn_variant();
 
