@@ -15,6 +15,7 @@ real 27B shapes with random weights generated on the GPU, for benchmarks.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -31,13 +32,18 @@ class NativeBackendError(RuntimeError):
     """The native engine cannot serve this request (shape, capacity or lane misuse)."""
 
 
-@dataclass
+@dataclass(eq=False)
 class NativeState:
-    """One sequence: its lane of the engine and how many tokens it has consumed."""
+    """One sequence: its lane of the engine and how many tokens it has consumed.
+
+    A lane goes back to the engine when the state is released or garbage-collected; when every lane
+    is taken, a new sequence takes the oldest one and the older state is revoked (its next forward
+    raises), so a caller that simply drops states never runs out of lanes."""
     lane: int
     max_tokens: int
     seq_len: int = 0
     rope_delta: int = 0
+    revoked: bool = False
     _model: "NativeModel | None" = field(default=None, repr=False)
 
 
@@ -69,6 +75,7 @@ class NativeModel:
         self.max_context = max_context
         self.kv_dtype = kv_dtype
         self._free_lanes = list(range(lanes))
+        self._owners: dict[int, "weakref.ref[NativeState]"] = {}  # lane -> state, oldest first
         self.device = "cuda"
 
     # ---- construction ------------------------------------------------------------------------
@@ -193,20 +200,35 @@ class NativeModel:
     def new_state(self, max_tokens: int) -> NativeState:
         if max_tokens > self.max_context:
             raise NativeBackendError(f"max_tokens {max_tokens} exceeds the planned context {self.max_context}")
-        if not self._free_lanes:
-            raise NativeBackendError("every lane of the native engine is in use (max concurrency reached)")
-        lane = self._free_lanes.pop(0)
+        if self._free_lanes:
+            lane = self._free_lanes.pop(0)
+        else:  # every lane taken: the oldest sequence gives its lane up
+            lane = next(iter(self._owners))
+            old = self._owners.pop(lane)()
+            if old is not None:
+                old.revoked = True
         self.engine.reset_lane(lane)
-        return NativeState(lane=lane, max_tokens=max_tokens, _model=self)
+        state = NativeState(lane=lane, max_tokens=max_tokens, _model=self)
+        self._owners[lane] = weakref.ref(state, lambda _ref, lane=lane: self._lane_dropped(lane, _ref))
+        return state
+
+    def _lane_dropped(self, lane: int, ref) -> None:
+        if self._owners.get(lane) is ref:
+            del self._owners[lane]
+            self._free_lanes.append(lane)
+            self._free_lanes.sort()
 
     def release(self, state: NativeState) -> None:
-        if state.lane not in self._free_lanes:
-            self._free_lanes.append(state.lane)
-            self._free_lanes.sort()
+        ref = self._owners.get(state.lane)
+        if ref is not None and ref() is state:
+            self._lane_dropped(state.lane, ref)
+        state.revoked = True
 
     def forward(self, input_ids, state: NativeState, position_ids=None, inputs_embeds=None, *,
                 last_only: bool = False) -> NativeOutput:
         import torch
+        if state.revoked:
+            raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
         if inputs_embeds is not None:
             raise NativeBackendError("the native engine does not take input embeddings (images) yet")
         ids = [int(x) for x in torch.as_tensor(input_ids).reshape(-1).tolist()]
