@@ -151,7 +151,10 @@ class Engine:
             raise EngineError(f"Unknown backend {options.backend!r}: use 'reference' or 'native'.")
         info = ModelInfo(name=resolved.name, path=str(resolved.path), random_weights=resolved.random_weights,
                          context_limit=context_limit,
-                         has_vision=cfg.has_vision and _has_vision_weights(ckpt), has_mtp=cfg.has_mtp,
+                         # images run through the reference vision tower; the native engine has no vision path yet
+                         has_vision=(cfg.has_vision and _has_vision_weights(ckpt)
+                                     and options.backend == "reference"),
+                         has_mtp=cfg.has_mtp,
                          backend=options.backend, device=device, plan=plan)
         report(1.0, "Ready")
         return cls(model_obj, ckpt, info, options, resolved.chat_template)
@@ -183,8 +186,13 @@ class Engine:
         from engine.native_backend import NativeModel
 
         report(0.1, "Planning device memory")
-        model = NativeModel.from_checkpoint(ckpt, kv_dtype=options.kv_dtype, max_context=context_limit,
-                                            vram_budget_bytes=options.vram_budget_bytes, progress=report)
+        try:
+            model = NativeModel.from_checkpoint(ckpt, kv_dtype=options.kv_dtype, max_context=context_limit,
+                                                vram_budget_bytes=options.vram_budget_bytes, progress=report)
+        except EngineError:
+            raise
+        except (MemoryError, RuntimeError, ValueError) as exc:  # BudgetError, CudaError, NativeBackendError
+            raise ModelLoadError(f"The native engine could not load this model: {exc}") from exc
         plan = model.plan.as_dict() if hasattr(model, "plan") and hasattr(model.plan, "as_dict") else None
         return model, "cuda", plan
 
@@ -215,8 +223,9 @@ class Engine:
         text = self._render(messages, enable_thinking, tools)
         images = [part["image"] for m in messages for part in _parts(m) if part.get("type") == "image"]
         if images and not self.info.has_vision:
-            raise PromptError("This model has no vision tower, so it cannot read images. Remove the image "
-                              "or load a model with vision.")
+            raise PromptError("This model cannot read images here (no vision tower, or the native backend, "
+                              "which has no vision path yet). Remove the image, or use a multimodal "
+                              "checkpoint on the reference backend.")
         ids = self.tokenizer.encode(text, allow_special=True)
         prepared = []
         if images:

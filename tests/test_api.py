@@ -148,3 +148,14 @@ def test_engine_loads_a_converted_artifact(tmp_path, monkeypatch):
     la = art_engine._model.forward(ids, art_engine._model.new_state(len(ids)), last_only=True).logits[-1]
     lb = ref_engine._model.forward(ids, ref_engine._model.new_state(len(ids)), last_only=True).logits[-1]
     assert float((la - lb).norm() / lb.norm()) < 0.05
+
+
+def test_native_backend_without_a_gpu_is_a_clear_error(tmp_path, monkeypatch):
+    from engine.errors import BackendUnavailableError
+    from engine.native import native_status
+
+    if native_status().gpu_usable:
+        pytest.skip("a usable GPU is present")
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    with pytest.raises(BackendUnavailableError, match="needs a CUDA GPU"):
+        Engine.load("demo", EngineOptions(backend="native"))
