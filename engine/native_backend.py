@@ -62,6 +62,23 @@ def _quantize(w, bits: int, group: int):
     return quantize(w.float().contiguous(), QuantFormat(bits, group), method="rtn")
 
 
+def native_weight(src, rel_key: str, bits: int, group: int):
+    """The quantized tensor the native engine uploads for ``rel_key`` (relative to the text prefix).
+
+    From a Monorail artifact that stores this tensor in exactly the format the native recipe asks
+    for, the artifact's own codes and scales are used as they are (no second quantization, and the
+    converter's better quantizer is kept). Anything else (an HF checkpoint, or a stored format the
+    recipe does not use) is dequantized if need be and quantized here with round-to-nearest.
+    """
+    artifact = getattr(src, "artifact", None)
+    if artifact is not None:
+        full = src.full_key(rel_key)
+        info = artifact.weights.get(full)
+        if info is not None and info.format == f"q{bits}g{group}":
+            return artifact.quantized(full)
+    return _quantize(src.text(rel_key), bits, group)
+
+
 def _np(t, dtype=None):
     a = t.detach().cpu().contiguous().numpy()
     return a if dtype is None else a.view(dtype)
@@ -136,17 +153,17 @@ class NativeModel:
         t = self.config.text
         e = self.engine
 
-        def matrix(role: str, layer: int, w, row_offset: int = 0, row_stride: int = 1) -> None:
+        def matrix(role: str, layer: int, rel_key: str, row_offset: int = 0, row_stride: int = 1) -> None:
             bits, group = recipe.spec(role)
-            q = _quantize(w, bits, group)
+            q = native_weight(src, rel_key, bits, group)
             e.load_matrix(role, layer, row_offset, row_stride, _np(q.codes),
                           None if q.high is None else _np(q.high), _np(q.scales, np.uint16))
 
         def vec(kind: str, layer: int, w) -> None:
             e.load_vector(kind, layer, _np(w.float().reshape(-1)))
 
-        matrix("embed", -1, src.text("embed_tokens.weight"))
-        matrix("lm_head", -1, src.text("lm_head.weight"))
+        matrix("embed", -1, "embed_tokens.weight")
+        matrix("lm_head", -1, "lm_head.weight")
         vec("final_norm", -1, src.text("norm.weight"))
         for i in range(t.num_hidden_layers):
             report(0.1 + 0.85 * i / t.num_hidden_layers, f"Quantizing and uploading layer {i + 1}/{t.num_hidden_layers}")
@@ -155,30 +172,31 @@ class NativeModel:
             vec("post_norm", i, src.text(p + "post_attention_layernorm.weight"))
             if t.is_full_attention(i):
                 a = p + "self_attn."
-                q = src.text(a + "q_proj.weight")
-                k = src.text(a + "k_proj.weight")
-                matrix("attn_qkv", i, q, 0)
-                matrix("attn_qkv", i, k, q.shape[0])
-                matrix("attn_qkv", i, src.text(a + "v_proj.weight"), q.shape[0] + k.shape[0])
-                matrix("attn_o", i, src.text(a + "o_proj.weight"))
+                q_rows = t.num_attention_heads * t.head_dim * 2   # per head [q | gate]
+                k_rows = t.num_key_value_heads * t.head_dim
+                matrix("attn_qkv", i, a + "q_proj.weight", 0)
+                matrix("attn_qkv", i, a + "k_proj.weight", q_rows)
+                matrix("attn_qkv", i, a + "v_proj.weight", q_rows + k_rows)
+                matrix("attn_o", i, a + "o_proj.weight")
                 vec("q_norm", i, src.text(a + "q_norm.weight"))
                 vec("k_norm", i, src.text(a + "k_norm.weight"))
             else:
                 g = p + "linear_attn."
                 row = 0
-                for name in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
-                    w = src.text(g + name + ".weight")
-                    matrix("gdn_in", i, w, row)
-                    row += w.shape[0]
-                matrix("gdn_out", i, src.text(g + "out_proj.weight"))
+                rows = {"in_proj_qkv": t.linear_conv_dim, "in_proj_z": t.linear_v_dim,
+                        "in_proj_b": t.linear_num_value_heads, "in_proj_a": t.linear_num_value_heads}
+                for name, n_rows in rows.items():
+                    matrix("gdn_in", i, g + name + ".weight", row)
+                    row += n_rows
+                matrix("gdn_out", i, g + "out_proj.weight")
                 vec("conv_w", i, src.text(g + "conv1d.weight"))
                 vec("a_log", i, src.text(g + "A_log"))
                 vec("dt_bias", i, src.text(g + "dt_bias"))
                 vec("gdn_norm", i, src.text(g + "norm.weight"))
             m = p + "mlp."
-            matrix("mlp_gate_up", i, src.text(m + "gate_proj.weight"), 0, 2)  # rows interleaved gate/up
-            matrix("mlp_gate_up", i, src.text(m + "up_proj.weight"), 1, 2)
-            matrix("mlp_down", i, src.text(m + "down_proj.weight"))
+            matrix("mlp_gate_up", i, m + "gate_proj.weight", 0, 2)  # rows interleaved gate/up
+            matrix("mlp_gate_up", i, m + "up_proj.weight", 1, 2)
+            matrix("mlp_down", i, m + "down_proj.weight")
 
     # ---- the reference model's API -------------------------------------------------------------
     @property
