@@ -126,8 +126,7 @@ def main() -> int:
     from engine.native import load_native
     from engine.native_backend import NativeModel
     from engine.plan import DEFAULT_RECIPE, streamed_weight_bytes
-    from engine.config import parse_config
-    from engine.plan_shapes import qwen35_27b_config
+    from engine.registry import config_27b
 
     nat = load_native()
     depths = [int(d) for d in args.depths.split(",")]
@@ -137,7 +136,7 @@ def main() -> int:
     for c in comps:
         print(f"gemv {c['matrix']:<12} {c['n']}x{c['k']} {c['variant']:<24}: {c['us']} us, {c['gbs']} GB/s", flush=True)
     print(f"best single GEMV variant in isolation: {best} ({VARIANTS[best]})", flush=True)
-    cfg = parse_config(qwen35_27b_config(vision=False))
+    cfg = config_27b(vision=False)
     wbytes = streamed_weight_bytes(cfg.text, DEFAULT_RECIPE)
     peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
     rows = []

@@ -10,7 +10,6 @@ A request goes: messages -> chat template -> token ids (image pads expanded to t
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from engine.config import ModelConfig, TextConfig
-from engine.plan import DEFAULT_MARGIN, DEFAULT_RECIPE, MiB, PlanRequest, Recipe, make_plan, model_dims
+from engine.plan import DEFAULT_MARGIN, DEFAULT_RECIPE, PlanRequest, Recipe, make_plan, model_dims
 
 ProgressFn = Callable[[float, str], None]
 STEP_TOKENS = 16  # tokens per engine step (the verify width; prefill runs in such steps too)
@@ -140,9 +140,8 @@ class NativeModel:
     def random_27b(cls, *, kv_dtype: str = "int8", max_context: int = 131072 + 512, recipe: Recipe = DEFAULT_RECIPE,
                    seed: int = 0, vram_budget_bytes: int | None = None) -> "NativeModel":
         """Real 27B shapes, random weights generated on the GPU (benchmarks)."""
-        from engine.config import parse_config
-        from engine.plan_shapes import qwen35_27b_config
-        cfg = parse_config(qwen35_27b_config(vision=False))
+        from engine.registry import config_27b
+        cfg = config_27b(vision=False)
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=1,
                                         step_tokens=1, margin=DEFAULT_MARGIN)

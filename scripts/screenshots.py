@@ -53,6 +53,16 @@ class ScriptedGpu:
                          throttle_reasons=["software power cap"] if load > 0.9 else [])
 
 
+def real_plan() -> dict:
+    """The memory plan the native engine computes for the 27B at 262,144 tokens of int8 KV on a 24 GiB
+    card (a pure function, no GPU): the one figure in these screenshots that is not illustrative."""
+    from engine.plan import PlanRequest, make_plan
+    from engine.registry import config_27b
+
+    req = PlanRequest(max_context=262_144, kv_dtype="int8", vision=True, vram_budget=24 << 30)
+    return make_plan(config_27b(), req).as_dict()
+
+
 def chart_png() -> bytes:
     """A small bar chart, standing in for a screenshot the user dropped into the chat."""
     img = QImage(480, 300, QImage.Format.Format_RGB32)
@@ -102,10 +112,7 @@ def populate(window) -> None:
 
     c = window.controller
     c.load_request = "load"
-    c._on_event(P.ModelLoaded("load", "Qwen3.6-27B (4.1 bpw)", False, 262_144, True, "native",
-                              {"weights": int(13.9 * 2**30), "kv_pool": int(4.25 * 2**30), "gdn_state": int(0.6 * 2**30),
-                               "mtp": int(0.5 * 2**30), "workspaces": int(0.9 * 2**30), "vision": int(0.95 * 2**30),
-                               "budget_bytes": 23 * 2**30}))
+    c._on_event(P.ModelLoaded("load", "Qwen3.6-27B (4.1 bpw)", False, 262_144, True, "native", real_plan()))
     window.banner.hide()
     store = c.store
     for title in ("Rust borrow checker question", "Trip to Kyoto: 4 days", "GDN rollback notes"):

@@ -4,7 +4,6 @@ import copy
 import json
 
 import pytest
-import torch
 
 from engine import demo
 from engine.config import load_config

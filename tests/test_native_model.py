@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from native_helpers import TOL_MODEL_BF16KV, TOL_MODEL_INT8KV, rel_err, requires_gpu
@@ -152,8 +154,8 @@ def full_width_source(n_layers=4, vocab=2048, seed=0):
     """27B widths (hidden 5120, intermediate 17408, 24/4 x 256 attention, 16/48 x 128 GDN), few layers."""
     from engine.config import parse_config
     from engine.loader import text_tensor_shapes
-    from engine.plan_shapes import qwen35_27b_config
-    raw = qwen35_27b_config(vision=False)
+    from engine.registry import config_27b
+    raw = copy.deepcopy(config_27b(vision=False).raw)
     raw["text_config"].update(num_hidden_layers=n_layers, vocab_size=vocab, mtp_num_hidden_layers=0)
     cfg = parse_config(raw)
     g = torch.Generator().manual_seed(seed)

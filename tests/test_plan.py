@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import parse_config
 from engine.plan import (GiB, MiB, PlanRequest, make_plan, matrix_shapes, streamed_weight_bytes,
                          uniform_recipe, weight_bytes_by_role, kv_bytes_per_token)
-from engine.plan_shapes import qwen35_27b_config
+from engine.registry import config_27b
 
-CFG = parse_config(qwen35_27b_config())
+CFG = config_27b()
 T = CFG.text
 
 

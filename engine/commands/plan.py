@@ -14,12 +14,12 @@ def _parse_bytes(s: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from engine.config import load_config, parse_config
+    from engine.config import load_config
     from engine.plan import PlanRequest, make_plan, uniform_recipe
 
     if args.model == "27b":
-        from engine.plan_shapes import qwen35_27b_config
-        cfg = parse_config(qwen35_27b_config())
+        from engine.registry import config_27b
+        cfg = config_27b()
     else:
         cfg = load_config(args.model)
     bits, group = args.recipe.lower().lstrip("q").split("g")
