@@ -33,7 +33,17 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 log = logging.getLogger(__name__)
 
 # The default template: the official Qwen3.6 template, shipped with the 27B checkpoints.
-DEFAULT_TEMPLATE_PATH = Path(__file__).resolve().parent.parent / "resources" / "chat_template.jinja"
+def _default_template_path() -> Path:
+    from engine.paths import resources_dir
+
+    try:
+        return resources_dir() / "chat_template.jinja"
+    except FileNotFoundError:
+        return Path(__file__).resolve().parent.parent / "resources" / "chat_template.jinja"
+
+
+# resources/ sits beside the packages in a source tree and inside engine/ in an installed wheel.
+DEFAULT_TEMPLATE_PATH = _default_template_path()
 
 
 class ChatTemplateError(ValueError):
