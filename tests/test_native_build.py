@@ -1,0 +1,48 @@
+"""engine._native always imports and says how it was built; a CPU-only build works too."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from engine.native import load_native, native_status
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_native_module_reports_build_and_device():
+    mod = load_native()
+    build = mod.build_info()
+    assert set(build) >= {"cuda", "cuda_version", "cuda_archs", "compiler"}
+    dev = mod.device_info()
+    assert set(dev) >= {"usable", "device_count", "name", "compute_capability", "total_memory", "reason"}
+    st = native_status()
+    assert st.importable and st.cuda_built == build["cuda"]
+    if not st.gpu_usable:
+        assert st.reason  # says why, e.g. no driver / no device / CPU-only build
+    assert "native build:" in st.summary()
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not available")
+def test_cpu_only_build_imports_and_says_so(tmp_path):
+    """MONORAIL_WITH_CUDA=OFF: the wheel builds without nvcc and its module reports a CPU-only build."""
+    env = {**os.environ, "MONORAIL_WITH_CUDA": "OFF"}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, env=env, timeout=600,
+                   capture_output=True)
+    wheel = next((tmp_path / "dist").glob("monorail-*.whl"))
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    assert (site / "engine" / "resources" / "chat_template.jinja").exists()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import engine._native as n, engine.native as s; "
+            "assert n.__file__.startswith(sys.argv[1]), n.__file__; b = n.build_info(); assert b['cuda'] is False, b; "
+            "st = s.native_status(); assert not st.gpu_usable and 'CPU-only' in st.summary(); print(st.summary())")
+    # -S: keep the editable install's import hook (which maps `engine` to the source tree) out.
+    r = subprocess.run([sys.executable, "-S", "-c", code, str(site)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "CPU-only" in r.stdout
