@@ -62,6 +62,60 @@ def _quantize(w, bits: int, group: int):
     return quantize(w.float().contiguous(), QuantFormat(bits, group), method="rtn")
 
 
+# Which checkpoint tensors each native role fuses (by key suffix; the MTP head is not loaded natively).
+NATIVE_ROLE_MEMBERS = {
+    "embed": ("embed_tokens.weight",),
+    "lm_head": ("lm_head.weight",),
+    "gdn_in": ("linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight",
+               "linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight"),
+    "gdn_out": ("linear_attn.out_proj.weight",),
+    "attn_qkv": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+    "attn_o": ("self_attn.o_proj.weight",),
+    "mlp_gate_up": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
+    "mlp_down": ("mlp.down_proj.weight",),
+}
+
+
+def native_role(full_key: str) -> str | None:
+    if full_key.startswith("mtp.") or full_key.startswith("model.visual."):
+        return None
+    for role, suffixes in NATIVE_ROLE_MEMBERS.items():
+        if full_key.endswith(suffixes):
+            return role
+    return None
+
+
+def recipe_from_artifact(artifact, fallback: Recipe = DEFAULT_RECIPE) -> Recipe:
+    """The native recipe that keeps as much of an artifact as stored.
+
+    A native role is one fused matrix with one format; the converter may store its parts in different
+    formats (q4-27b: GDN a/b projections in 8-bit beside 4-bit qkv/z). Each role takes the stored
+    format that holds most of its parameters; the other parts are re-quantized to it at load
+    (native_weight). A role stored unquantized keeps the fallback recipe's format.
+    """
+    params: dict[str, dict[str, int]] = {}
+    for info in artifact.weights.values():
+        role = native_role(info.key)
+        if role is None or not info.quantized:
+            continue
+        n = 1
+        for d in info.shape:
+            n *= int(d)
+        params.setdefault(role, {}).setdefault(info.format, 0)
+        params[role][info.format] += n
+    roles = {}
+    for role in fallback.roles:
+        by_format = params.get(role)
+        if not by_format:
+            roles[role] = fallback.spec(role)
+            continue
+        fmt = max(by_format, key=by_format.get)
+        bits, group = fmt.lstrip("q").split("g")
+        roles[role] = (int(bits), int(group))
+    name = "artifact:" + ",".join(f"{r}=q{b}g{g}" for r, (b, g) in roles.items())
+    return Recipe(name, roles)
+
+
 def native_weight(src, rel_key: str, bits: int, group: int):
     """The quantized tensor the native engine uploads for ``rel_key`` (relative to the text prefix).
 
@@ -121,11 +175,14 @@ class NativeModel:
 
     @classmethod
     def from_checkpoint(cls, path_or_ckpt, *, kv_dtype: str = "int8", max_context: int = 32768,
-                        vram_budget_bytes: int | None = None, recipe: Recipe = DEFAULT_RECIPE, lanes: int = 1,
+                        vram_budget_bytes: int | None = None, recipe: Recipe | None = None, lanes: int = 1,
                         progress: ProgressFn | None = None, margin: int = DEFAULT_MARGIN) -> "NativeModel":
         from engine.loader import Checkpoint
         src = Checkpoint.open(path_or_ckpt) if not hasattr(path_or_ckpt, "text") else path_or_ckpt
         cfg: ModelConfig = src.config
+        if recipe is None:  # an artifact: keep its stored formats where the fused roles allow
+            artifact = getattr(src, "artifact", None)
+            recipe = recipe_from_artifact(artifact) if artifact is not None else DEFAULT_RECIPE
         report = progress or (lambda f, m: None)
         report(0.1, "Planning device memory")
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,

@@ -47,3 +47,39 @@ def test_hf_checkpoint_is_quantized_at_load(tiny_checkpoint):
     q = native_weight(ck, rel, 4, 64)
     ref = quantize(ck.text(rel).float(), QuantFormat(4, 64), method="rtn")
     assert torch.equal(q.codes, ref.codes) and torch.equal(q.scales, ref.scales)
+
+
+def test_native_recipe_keeps_the_converters_formats_where_roles_allow(tiny_checkpoint, tmp_path, monkeypatch):
+    """q4-27b stores GDN a/b in 8-bit and attention k/v in 6-bit beside 4-bit siblings of the same fused
+    native matrix: those roles take the majority format, every other role keeps its stored format,
+    and only the minority parts are quantized again at load."""
+    from engine.native_backend import native_role, recipe_from_artifact
+    from engine.recipe import get_recipe
+
+    monkeypatch.setenv("MONORAIL_ALLOW_TEST_SHAPES", "1")
+    out = tmp_path / "tiny-q4-27b.monorail"
+    convert(tiny_checkpoint, out, recipe="q4-27b", method="rtn", allow_test_shapes=True)
+    art = Artifact.open(out, allow_test_shapes=True)
+    recipe = recipe_from_artifact(art)
+    stored = get_recipe("q4-27b").formats
+    assert recipe.spec("embed") == (6, 64) and recipe.spec("lm_head") == (6, 64)   # q6g64 as stored
+    assert recipe.spec("mlp_down") == (5, 64) and recipe.spec("gdn_out") == (5, 64) and recipe.spec("attn_o") == (5, 64)
+    assert recipe.spec("mlp_gate_up") == (4, 64)
+    assert recipe.spec("gdn_in") == (4, 64) and recipe.spec("attn_qkv") == (4, 64)  # majority of mixed roles
+    assert stored["gdn.ab"] == "q8g64" and stored["attn.kv"] == "q6g64"
+
+    view = art.checkpoint_view()
+    calls = []
+    real_quantize = native_backend._quantize
+    monkeypatch.setattr(native_backend, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
+    requantized = []
+    for key, info in art.weights.items():
+        role = native_role(key)
+        if role is None:
+            continue
+        before = len(calls)
+        rel = key[len(view.text_prefix):] if key.startswith(view.text_prefix) else key
+        native_weight(view, rel, *recipe.spec(role))
+        if len(calls) > before:
+            requantized.append(key.rsplit(".", 2)[-2])
+    assert requantized and set(requantized) <= {"in_proj_a", "in_proj_b", "k_proj", "v_proj"}

@@ -9,28 +9,18 @@ GIB = 1 << 30
 
 
 def _plan_section(art) -> list[str]:
-    """The native memory plan on a 24 GiB card at 262,144 tokens, when engine.plan can run here."""
+    """The native memory plan on a 24 GiB card at 262,144 tokens, with the formats the native engine
+    would hold this artifact in (engine.native_backend.recipe_from_artifact)."""
     try:
-        from engine.plan import PlanRequest, Recipe as PlanRecipe, make_plan
-        # engine.plan prices matrices per its own roles with one (bits, group) each: map ours onto them
-        fmt = art.recipe["formats"]
+        from engine.native_backend import recipe_from_artifact
+        from engine.plan import PlanRequest, make_plan
 
-        def spec(role: str) -> tuple[int, int]:
-            f = fmt[role]
-            if not f.startswith("q"):
-                return (16, 64)
-            b, g = f[1:].split("g")
-            return (int(b), int(g))
-
-        roles = {"embed": spec("embed"), "lm_head": spec("lm_head"), "gdn_in": spec("gdn.qkv"),
-                 "gdn_out": spec("gdn.out"), "attn_qkv": spec("attn.q"), "attn_o": spec("attn.o"),
-                 "mlp_gate_up": spec("mlp.gate_up"), "mlp_down": spec("mlp.down")}
         req = PlanRequest(max_context=262144, kv_dtype="int8", vision=art.config.has_vision,
-                          vram_budget=24 * GIB, recipe=PlanRecipe(art.recipe["id"], roles))
+                          vram_budget=24 * GIB, recipe=recipe_from_artifact(art))
         plan = make_plan(art.config, req)
     except Exception as exc:  # the plan needs the native module's dry run
         return [f"plan: unavailable here ({type(exc).__name__}: {exc})"]
-    return ["plan on a 24 GiB card at 262,144 tokens (engine.plan; per-role bits approximated from the recipe):",
+    return ["native plan on a 24 GiB card at 262,144 tokens (int8 KV; fused roles take their majority format):",
             *("  " + ln for ln in plan.format_table().splitlines())]
 
 
