@@ -47,7 +47,9 @@ class ModelInfo:
 
 @dataclass
 class TextDelta:
-    channel: str  # "reasoning" | "content"
+    # "reasoning" | "content" | "tool_call" (the raw text of one complete, parsed tool call; the
+    # parsed call itself arrives in Finished.tool_calls). Clients that know no tool calls show it as content.
+    channel: str
     text: str
 
 
