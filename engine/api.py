@@ -30,6 +30,7 @@ class EngineOptions:
     vram_budget_bytes: int | None = None
     device: str | None = None         # reference only: None picks cuda when available, else cpu
     prefill_chunk: int = 512
+    mtp_speculation: bool = False     # reference only: greedy requests draft one token per round with the MTP head
 
 
 @dataclass
@@ -277,18 +278,31 @@ class Engine:
         parser = OutputParser.for_prompt(prompt.text, tools)
 
         t0 = time.perf_counter()
-        state, logits = self._prefill(prompt, n_prompt + budget, cancel)
+        speculate = self._can_speculate(sampling, prompt)
+        state, logits, prompt_hidden = self._prefill(prompt, n_prompt + budget + 1, cancel, keep_hidden=speculate)
         t_prefill = time.perf_counter() - t0
         generated: list[int] = []
         reason = "length"  # the context limit, unless the stop checker says otherwise
         ended_by_stop_string = False
         ttft = None
+        spec_stats = None
+        if state is None:
+            tokens = iter(())
+        elif speculate:
+            from engine.speculative import MTPDrafter, SpecStats, speculative_tokens
+
+            spec_stats = SpecStats()
+            choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt.ids)  # noqa: E731
+            drafter = MTPDrafter(self._model, lambda row: choose(row, []))
+            tokens = speculative_tokens(self._model, state, prompt_hidden, prompt.ids, logits, choose, drafter,
+                                        spec_stats)
+        else:
+            tokens = self._plain_tokens(state, logits, sampler, prompt.ids)
         t_decode0 = time.perf_counter()
-        for step in range(budget if state is not None else 0):
+        for _, token in zip(range(budget), tokens):  # range first: no token is computed past the budget
             if cancel is not None and cancel.is_set():
                 reason = "cancelled"
                 break
-            token = sampler.sample(logits, generated, prompt_ids=prompt.ids)
             generated.append(token)
             if ttft is None:
                 ttft = time.perf_counter() - t0
@@ -299,8 +313,6 @@ class Engine:
                 reason = decision.finish_reason or "stop"
                 ended_by_stop_string = isinstance(decision.matched, str)
                 break
-            if step + 1 < budget:
-                logits = self._step(token, state)
         if state is None:
             reason = "cancelled"
         if not ended_by_stop_string:
@@ -321,12 +333,28 @@ class Engine:
             prefill_tok_s=n_prompt / t_prefill if t_prefill > 0 else None,
             decode_tok_s=(n_gen - 1) / decode_s if n_gen > 1 and decode_s > 0 else None,
             tool_calls=[{"name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
+            spec_accept_rate=spec_stats.accept_rate if spec_stats is not None else None,
         )
 
-    def _prefill(self, prompt: _Prompt, max_tokens: int, cancel: threading.Event | None):
-        """Run the prompt through the model in chunks; return (state, logits of the last position).
+    def _can_speculate(self, sampling: SamplingParams, prompt: _Prompt) -> bool:
+        """MTP drafting is exact for greedy choices; images would need 3-axis positions in the MTP pass."""
+        return (self.options.mtp_speculation and self.options.backend == "reference" and sampling.greedy
+                and self.info.has_mtp and not prompt.images)
 
-        Returns (None, None) when cancelled between chunks, so a long prompt can be stopped."""
+    def _plain_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
+        """One trunk step per token. Lazy: the step after a token runs only when the next one is asked for."""
+        generated: list[int] = []
+        while True:
+            token = sampler.sample(logits, generated, prompt_ids=prompt_ids)
+            generated.append(token)
+            yield token
+            logits = self._step(token, state)
+
+    def _prefill(self, prompt: _Prompt, max_tokens: int, cancel: threading.Event | None, *, keep_hidden: bool = False):
+        """Run the prompt through the model in chunks; return (state, logits of the last position, hidden).
+
+        ``hidden`` is the trunk output at every prompt position when ``keep_hidden`` (the MTP head
+        needs it), else None. Returns (None, None, None) when cancelled between chunks."""
         import torch
 
         model = self._model
@@ -338,16 +366,19 @@ class Engine:
             embeds, positions, rope_delta = model.embed_multimodal(ids, prompt.images)
         chunk = max(1, self.options.prefill_chunk)
         logits = None
+        hiddens = []
         for s in range(0, len(prompt.ids), chunk):
             if cancel is not None and cancel.is_set():
-                return None, None
+                return None, None, None
             e = min(s + chunk, len(prompt.ids))
             out = model.forward(ids[s:e], state,
                                 position_ids=None if positions is None else positions[:, s:e],
                                 inputs_embeds=None if embeds is None else embeds[s:e], last_only=True)
             logits = out.logits[-1]
+            if keep_hidden:
+                hiddens.append(out.hidden)
         state.rope_delta += rope_delta  # decode positions continue after the images' compressed span
-        return state, logits
+        return state, logits, (torch.cat(hiddens) if keep_hidden else None)
 
     def _step(self, token: int, state):
         import torch

@@ -159,3 +159,17 @@ def test_native_backend_without_a_gpu_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
     with pytest.raises(BackendUnavailableError, match="needs a CUDA GPU"):
         Engine.load("demo", EngineOptions(backend="native"))
+
+
+def test_mtp_speculation_gives_the_same_greedy_reply_and_reports_acceptance(demo_engine):
+    spec_engine = Engine.load("demo", EngineOptions(max_context=4096, mtp_speculation=True))
+    msgs = [{"role": "user", "content": "List three colours."}]
+    p = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    plain, fin_plain = _run(demo_engine, msgs, p, enable_thinking=False)
+    spec, fin_spec = _run(spec_engine, msgs, p, enable_thinking=False)
+    assert "".join(d.text for d in spec) == "".join(d.text for d in plain)
+    assert fin_spec.completion_tokens == fin_plain.completion_tokens == 12
+    assert fin_plain.spec_accept_rate is None and 0.0 <= fin_spec.spec_accept_rate <= 1.0
+    # Sampled requests decode plainly (drafting is exact only for greedy choices here).
+    _, fin = _run(spec_engine, msgs, p.with_(temperature=0.7, seed=1), enable_thinking=False)
+    assert fin.spec_accept_rate is None

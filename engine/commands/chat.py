@@ -41,6 +41,8 @@ def _stats_line(fin) -> str:
         parts.append(f"TTFT {fin.ttft_s * 1000:.0f} ms")
     if fin.decode_tok_s:
         parts.append(f"decode {fin.decode_tok_s:.1f} tok/s")
+    if fin.spec_accept_rate is not None:
+        parts.append(f"MTP acceptance {fin.spec_accept_rate:.0%}")
     return "(" + ", ".join(parts) + ")"
 
 
@@ -49,7 +51,8 @@ def _run(args: argparse.Namespace) -> int:
     from engine.errors import EngineError
     from engine.sampling import SamplingParams
 
-    opts = EngineOptions(backend=args.backend, max_context=args.max_context, kv_dtype=args.kv)
+    opts = EngineOptions(backend=args.backend, max_context=args.max_context, kv_dtype=args.kv,
+                         mtp_speculation=args.mtp)
     try:
         engine = Engine.load(args.model, opts,
                              progress=lambda f, m: print(f"  [{f * 100:3.0f}%] {m}", file=sys.stderr))
@@ -105,6 +108,8 @@ def register(subparsers) -> None:
     p.add_argument("--prompt", help="send one message, print the reply and exit")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--no-think", action="store_true", help="disable the thinking phase")
+    p.add_argument("--mtp", action="store_true",
+                   help="speculative decoding with the model's MTP head (reference backend, --temperature 0)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-k", type=int, default=20)
     p.add_argument("--top-p", type=float, default=0.95)
