@@ -50,6 +50,7 @@ class Settings:
     max_context: int = 0                # 0 = the model's limit
     kv_dtype: str = "int8"
     vram_budget_gib: float = 0.0        # 0 = automatic (free memory minus a margin)
+    mtp_speculation: bool = False       # draft with the model's MTP head (greedy requests, reference backend)
     # generation
     sampling_preset: str = "Thinking (recommended)"
     sampling: dict = field(default_factory=lambda: dict(SAMPLING_PRESETS["Thinking (recommended)"]))
@@ -74,6 +75,8 @@ class Settings:
         if self.backend == "remote":
             return {"backend": "remote", "base_url": self.remote_url, "remote_model": self.remote_model}
         opts: dict = {"backend": self.local_backend, "kv_dtype": self.kv_dtype}
+        if self.mtp_speculation:
+            opts["mtp_speculation"] = True
         if self.max_context:
             opts["max_context"] = int(self.max_context)
         if self.vram_budget_gib:

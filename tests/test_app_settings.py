@@ -59,6 +59,7 @@ def test_settings_round_trip_through_dialog(qtbot, data_dir):
     d.context.setValue(131072)
     d.kv.setCurrentText("bf16")
     d.budget.setValue(22.5)
+    d.mtp.setChecked(True)
     d.preset.setCurrentText("Precise (greedy)")
     assert d.temperature.value() == 0.0
     d.sys_preset.setCurrentText("Coding")
@@ -75,6 +76,7 @@ def test_settings_round_trip_through_dialog(qtbot, data_dir):
     assert back == s
     assert (back.backend, back.remote_url, back.remote_model) == ("remote", "http://gpu-box:8000/v1", "qwen3.6-27b")
     assert (back.max_context, back.kv_dtype, back.vram_budget_gib) == (131072, "bf16", 22.5)
+    assert back.mtp_speculation is True
     assert back.sampling["temperature"] == 0.0 and back.system_prompt.startswith("You are an expert programmer")
     assert (back.thinking_default, back.theme, back.language, back.enter_sends) == (False, "dark", "zh_CN", False)
     assert back.engine_options() == {"backend": "remote", "base_url": "http://gpu-box:8000/v1",
@@ -96,6 +98,8 @@ def test_local_engine_options():
     s = Settings(model="/m/q.monorail", max_context=65536, vram_budget_gib=20.0, local_backend="native")
     assert s.engine_options() == {"backend": "native", "kv_dtype": "int8", "max_context": 65536,
                                   "vram_budget_bytes": 20 * 2**30}
+    s.mtp_speculation = True
+    assert s.engine_options()["mtp_speculation"] is True
 
 
 def test_keyring_fallback_is_visible_and_private(qtbot, data_dir):

@@ -132,6 +132,9 @@ class SettingsDialog(QDialog):
         self.budget.setSpecialValueText(tr("automatic (free memory minus a margin)"))
         self.budget.setValue(self.s.vram_budget_gib)
         f.addRow(tr("VRAM budget"), self.budget)
+        self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (greedy replies, reference backend)"))
+        self.mtp.setChecked(self.s.mtp_speculation)
+        f.addRow(tr("Speculation"), self.mtp)
         self.plan_button = QPushButton(tr("Show memory plan"))
         self.plan_button.clicked.connect(self.request_plan)
         # The plan follows the settings as they change (debounced), so it is seen before OK.
@@ -304,6 +307,7 @@ class SettingsDialog(QDialog):
         s.max_context = self.context.value()
         s.kv_dtype = self.kv.currentText()
         s.vram_budget_gib = self.budget.value()
+        s.mtp_speculation = self.mtp.isChecked()
         s.sampling_preset = self.preset.currentText()
         s.sampling = {**s.sampling, "temperature": self.temperature.value(), "top_p": self.top_p.value(),
                       "top_k": self.top_k.value()}
