@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue
 import time
 
 import pytest
 
 from engine import protocol as P
 from engine.worker import resolve_factory, worker_main
+from test_worker_fakes import collect_events
 
 FAKE = "test_worker_fakes:fake_factory"
 
-
-def _collect(events, until, timeout=20.0):
-    got = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ev = events.get(timeout=0.2)
-        except queue.Empty:
-            continue
-        got.append(ev)
-        if until(ev):
-            return got
-    raise AssertionError(f"timed out; events so far: {got}")
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +21,7 @@ def worker():
     requests, events = ctx.Queue(), ctx.Queue()
     proc = ctx.Process(target=worker_main, args=(requests, events, FAKE), daemon=True)
     proc.start()
-    ready = _collect(events, lambda e: isinstance(e, P.WorkerReady))[-1]
+    ready = collect_events(events, lambda e: isinstance(e, P.WorkerReady))[-1]
     assert ready.protocol_version == P.PROTOCOL_VERSION and ready.pid == proc.pid
     yield requests, events, proc
     requests.put(P.Shutdown())
@@ -44,7 +31,7 @@ def worker():
 def test_load_reports_progress_then_model_info(worker):
     requests, events, _ = worker
     requests.put(P.LoadModel("l1", "fake-a", {"max_context": 2048}))
-    got = _collect(events, lambda e: isinstance(e, (P.ModelLoaded, P.WorkerError)))
+    got = collect_events(events, lambda e: isinstance(e, (P.ModelLoaded, P.WorkerError)))
     fractions = [e.fraction for e in got if isinstance(e, P.Progress)]
     assert fractions == pytest.approx([1 / 3, 2 / 3, 1.0])
     loaded = got[-1]
@@ -55,9 +42,9 @@ def test_load_reports_progress_then_model_info(worker):
 def test_generate_streams_reasoning_then_content(worker):
     requests, events, _ = worker
     requests.put(P.LoadModel("l2", "fake", {}))
-    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    collect_events(events, lambda e: isinstance(e, P.ModelLoaded))
     requests.put(P.Generate("g1", [{"role": "user", "content": "hello"}], {"temperature": 0.0}, True))
-    got = _collect(events, lambda e: isinstance(e, P.Finished))
+    got = collect_events(events, lambda e: isinstance(e, P.Finished))
     deltas = [e for e in got if isinstance(e, P.Delta)]
     assert all(e.request_id == "g1" for e in deltas)
     channels = [e.channel for e in deltas]
@@ -71,11 +58,11 @@ def test_generate_streams_reasoning_then_content(worker):
 def test_cancel_stops_a_long_reply(worker):
     requests, events, _ = worker
     requests.put(P.LoadModel("l3", "fake", {}))
-    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    collect_events(events, lambda e: isinstance(e, P.ModelLoaded))
     requests.put(P.Generate("g2", [{"role": "user", "content": "SLOW please"}], {}, False))
-    _collect(events, lambda e: isinstance(e, P.Delta) and e.channel == "content")
+    collect_events(events, lambda e: isinstance(e, P.Delta) and e.channel == "content")
     requests.put(P.Cancel("g2"))
-    got = _collect(events, lambda e: isinstance(e, P.Finished))
+    got = collect_events(events, lambda e: isinstance(e, P.Finished))
     assert got[-1].reason == "cancelled"
     assert got[-1].completion_tokens < 400
 
@@ -83,9 +70,9 @@ def test_cancel_stops_a_long_reply(worker):
 def test_stats_report_the_worker_process(worker):
     requests, events, proc = worker
     requests.put(P.LoadModel("l4", "fake-stats", {}))
-    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    collect_events(events, lambda e: isinstance(e, P.ModelLoaded))
     requests.put(P.GetStats("s1"))
-    st = _collect(events, lambda e: isinstance(e, P.WorkerStats))[-1]
+    st = collect_events(events, lambda e: isinstance(e, P.WorkerStats))[-1]
     assert st.pid == proc.pid and st.model == "fake-stats" and st.backend == "fake" and not st.generating
     assert st.rss_bytes and st.rss_bytes > 1 << 20
 
@@ -93,10 +80,10 @@ def test_stats_report_the_worker_process(worker):
 def test_load_failure_is_a_typed_error_and_worker_survives(worker):
     requests, events, proc = worker
     requests.put(P.LoadModel("bad", "broken", {}))
-    err = _collect(events, lambda e: isinstance(e, P.WorkerError))[-1]
+    err = collect_events(events, lambda e: isinstance(e, P.WorkerError))[-1]
     assert err.request_id == "bad" and err.kind == "RuntimeError" and "config.json" in err.message
     requests.put(P.Generate("g3", [{"role": "user", "content": "x"}], {}, True))
-    got = _collect(events, lambda e: isinstance(e, P.Finished))
+    got = collect_events(events, lambda e: isinstance(e, P.Finished))
     assert any(isinstance(e, P.WorkerError) and e.kind == "NoModel" for e in got)
     assert proc.is_alive()
 
@@ -107,7 +94,7 @@ def test_crash_kills_the_process():
     proc = ctx.Process(target=worker_main, args=(requests, events, FAKE), daemon=True)
     proc.start()
     requests.put(P.LoadModel("l", "fake", {"delay": 0.0}))
-    _collect(events, lambda e: isinstance(e, P.ModelLoaded))
+    collect_events(events, lambda e: isinstance(e, P.ModelLoaded))
     requests.put(P.Generate("g", [{"role": "user", "content": "CRASH now"}], {}, True))
     proc.join(20)
     assert proc.exitcode == 3

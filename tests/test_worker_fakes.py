@@ -101,3 +101,20 @@ def fake_factory(model: str, options: dict, progress):
     for i in range(3):
         progress((i + 1) / 3, f"loading part {i + 1} of 3")
     return FakeEngine(model, options)
+
+
+def collect_events(events, until, timeout: float = 20.0) -> list:
+    """Read worker events until one satisfies ``until``; all of them, in order. Fails on timeout."""
+    import queue
+
+    got = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ev = events.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        got.append(ev)
+        if until(ev):
+            return got
+    raise AssertionError(f"timed out; last events: {got[-5:]}")

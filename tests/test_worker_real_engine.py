@@ -5,27 +5,13 @@ covered end to end by tests/test_app_real_demo.py.)"""
 from __future__ import annotations
 
 import multiprocessing as mp
-import queue
-import time
 
 
 import pytest
 
 from engine import protocol as P
 from engine.worker import DEFAULT_FACTORY, worker_main
-
-
-def _until(events, pred, timeout):
-    got, deadline = [], time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            ev = events.get(timeout=0.5)
-        except queue.Empty:
-            continue
-        got.append(ev)
-        if pred(ev):
-            return got
-    raise AssertionError(f"timed out; got {got[-5:]}")
+from test_worker_fakes import collect_events
 
 
 @pytest.mark.slow   # about 25 s plus the shared tiny checkpoint fixture
@@ -36,20 +22,20 @@ def test_worker_converts_a_checkpoint_with_progress_then_plans_it(tiny_checkpoin
     proc = ctx.Process(target=worker_main, args=(requests, events, DEFAULT_FACTORY), daemon=True)
     proc.start()
     try:
-        _until(events, lambda e: isinstance(e, P.WorkerReady), 60)
+        collect_events(events, lambda e: isinstance(e, P.WorkerReady), 60)
         out = tmp_path / "models" / "tiny.monorail"
         requests.put(P.Convert("c", str(tiny_checkpoint), str(out)))
-        got = _until(events, lambda e: isinstance(e, (P.Converted, P.WorkerError)), 240)
+        got = collect_events(events, lambda e: isinstance(e, (P.Converted, P.WorkerError)), 240)
         assert isinstance(got[-1], P.Converted), got[-1]
         fractions = [e.fraction for e in got if isinstance(e, P.Progress)]
         assert fractions and fractions == sorted(fractions) and fractions[-1] == 1.0
         assert out.exists()
         requests.put(P.ComputePlan("p", str(out), {"kv_dtype": "bf16", "max_context": 2048}))
-        plan = _until(events, lambda e: isinstance(e, (P.PlanResult, P.WorkerError)), 120)[-1]
+        plan = collect_events(events, lambda e: isinstance(e, (P.PlanResult, P.WorkerError)), 120)[-1]
         assert isinstance(plan, P.PlanResult), plan
         assert "KV bf16" in plan.text
         requests.put(P.Convert("bad", str(tmp_path / "nowhere"), str(tmp_path / "x.monorail")))
-        err = _until(events, lambda e: isinstance(e, (P.Converted, P.WorkerError)), 60)[-1]
+        err = collect_events(events, lambda e: isinstance(e, (P.Converted, P.WorkerError)), 60)[-1]
         assert isinstance(err, P.WorkerError) and "not a folder" in err.message
     finally:
         requests.put(P.Shutdown())
