@@ -1,13 +1,11 @@
 """Image attachments in the composer: load from a file, bytes or a pasted QImage, and validate.
 
 Validation happens here, before anything is sent, with messages that tell the user what to do.
-Token counts follow the model's preprocessing (engine.image, importable without torch); a local
-copy of the same public formula is used if that module is missing from this build.
+Token counts come from the model's preprocessing (engine.image, importable without torch).
 """
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice
@@ -29,29 +27,11 @@ class AttachmentError(ValueError):
     """An image the composer refuses; the message is shown to the user."""
 
 
-def _local_image_tokens(width: int, height: int) -> int:
-    factor, lo, hi = 32, 65_536, 16_777_216
-    h = max(factor, round(height / factor) * factor)
-    w = max(factor, round(width / factor) * factor)
-    if h * w > hi:
-        beta = math.sqrt(height * width / hi)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-    elif h * w < lo:
-        beta = math.sqrt(lo / (height * width))
-        h = math.ceil(height * beta / factor) * factor
-        w = math.ceil(width * beta / factor) * factor
-    return h * w // 1024
-
-
 def image_tokens(width: int, height: int) -> int:
-    """LLM tokens one image costs (plus its two vision start/end markers)."""
-    try:
-        from engine.image import image_token_count
-        n = int(image_token_count(width, height))
-    except Exception:   # engine.image not in this build, or a different signature
-        n = _local_image_tokens(width, height)
-    return n + 2
+    """LLM tokens one image costs (plus its two vision start/end markers), by the engine's own formula."""
+    from engine.image import image_token_count  # no torch at import (tests/test_app_isolation.py)
+
+    return int(image_token_count(width, height)) + 2
 
 
 def attachment_from_bytes(data: bytes, name: str) -> Attachment:

@@ -151,10 +151,12 @@ class Engine:
             model_obj, device, plan = cls._load_native(ckpt, options, context_limit, report)
         else:
             raise EngineError(f"Unknown backend {options.backend!r}: use 'reference' or 'native'.")
+        from engine.reference.vision import has_vision_weights
+
         info = ModelInfo(name=resolved.name, path=str(resolved.path), random_weights=resolved.random_weights,
                          context_limit=context_limit,
                          # images run through the reference vision tower; the native engine has no vision path yet
-                         has_vision=(cfg.has_vision and _has_vision_weights(ckpt)
+                         has_vision=(cfg.has_vision and has_vision_weights(ckpt)
                                      and options.backend == "reference"),
                          has_mtp=cfg.has_mtp,
                          backend=options.backend, device=device, plan=plan)
@@ -385,13 +387,6 @@ class Engine:
 
         out = self._model.forward(torch.tensor([token], dtype=torch.long), state, last_only=True)
         return out.logits[-1]
-
-
-def _has_vision_weights(ckpt) -> bool:
-    try:
-        return ckpt.has("model.visual.patch_embed.proj.weight")
-    except Exception:
-        return False
 
 
 def _parts(message: dict) -> list[dict]:

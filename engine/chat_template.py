@@ -139,6 +139,7 @@ class _GenerationBlock(jinja2.ext.Extension):
 
 
 @functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=8)
 def compile_chat_template(template: str) -> jinja2.Template:
     """Compile once per template text (rendering a long chat must not re-parse the template)."""
     env = ImmutableSandboxedEnvironment(

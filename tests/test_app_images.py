@@ -116,13 +116,12 @@ def test_model_without_vision_refuses_images(qtbot, window, tmp_path):
 
 
 def test_image_token_count_follows_the_model_formula():
-    from app.attachments import _local_image_tokens
     from engine.image import image_token_count
 
     assert image_tokens(1024, 1024) == 1024 + 2
     assert image_tokens(64, 48) == 70 + 2           # upscaled to 320 x 224 (>= 65,536 pixels), plus start/end markers
     for w, h in [(1, 200), (333, 77), (1920, 1080), (4096, 4096), (8000, 6000), (12345, 67), (31, 33)]:
-        assert _local_image_tokens(w, h) == image_token_count(w, h), (w, h)
+        assert image_tokens(w, h) == image_token_count(w, h) + 2, (w, h)
 
 
 def test_huge_pixel_counts_are_refused_before_decoding(tmp_path):
