@@ -51,6 +51,12 @@ void sync0(const char* op) { MR_CHECK(cudaStreamSynchronize(0), op); }
 
 }  // namespace
 
+// Prefill ops register their own test entry points (bindings_gemm.cpp, bindings_gdn_chunk.cpp,
+// bindings_attn_prefill.cpp).
+void register_gemm_bindings(py::module_& m);
+void register_gdn_chunk_bindings(py::module_& m);
+void register_attn_prefill_bindings(py::module_& m);
+
 void register_cuda_bindings(py::module_& m) {
   static py::exception<CudaError> cuda_exc(m, "CudaError", PyExc_RuntimeError);
   static py::exception<BudgetError> budget_exc(m, "BudgetError", PyExc_MemoryError);
@@ -189,4 +195,7 @@ void register_cuda_bindings(py::module_& m) {
   });
   m.attr("STEP_INPUTS_INT32") = py::int_(sizeof(StepInputs) / 4);
   m.attr("MAX_ATTN_SPLITS") = py::int_(kMaxAttnSplits);
+  register_gemm_bindings(m);
+  register_gdn_chunk_bindings(m);
+  register_attn_prefill_bindings(m);
 }

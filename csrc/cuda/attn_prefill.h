@@ -1,0 +1,29 @@
+// Causal gated attention for prefill chunks (any T >= 1 query tokens), head_dim 256, GQA: flash-style,
+// no T x T matrix in memory. Queries of the chunk sit at cache slots kv_start .. kv_start + T - 1 and
+// attend to every slot up to their own, i.e. to everything already cached plus the chunk itself.
+#pragma once
+#include <cstdint>
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "ops.h"
+
+namespace monorail {
+
+// attn_prep for T tokens: q/k zero-centred RMSNorm, partial interleaved mRoPE with positions pos3
+// (device int32 [T, 3]), K and V appended at cache slots kv_start + t (bf16 or int8 group 64, exactly
+// as attn_prep writes them), queries written to q_buf in the layout attn_prefill reads (q_buf holds
+// T * n_heads * head_dim floats of space).
+void attn_prefill_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
+                       const float* inv_freq, const int mrope_section[3], const int32_t* pos3, int kv_start,
+                       float* q_buf, char* k_cache, char* v_cache, char* k_scales, char* v_scales,
+                       cudaStream_t stream);
+
+// out_h[t, perm8(h * hd + j)] = sigmoid(gate[t * ld_gate + h * 2 * hd + j]) * (softmax attention of query
+// (t, h) over slots [0, kv_start + t])[j]; the same gate convention as attn_decode (gate = qkv + head_dim).
+void attn_prefill(const float* q_buf, int T, int kv_start, const AttnDims& d, const char* k_cache, const char* v_cache,
+                  const char* k_scales, const char* v_scales, const float* gate, int ld_gate, __half* out_h,
+                  cudaStream_t stream);
+
+}  // namespace monorail
