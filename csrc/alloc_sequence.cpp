@@ -96,6 +96,36 @@ int64_t step_workspace_bytes(const ModelDims& d, int64_t tokens, int64_t logit_r
   return dry.used();
 }
 
+int64_t gdn_prefill_scratch_reserve(const ModelDims& d, int64_t T) {
+  // normalised q/k, gate and beta per token, the un-normalised output, and per-chunk matrices
+  const int64_t chunks = (T + 63) / 64;
+  return T * (2 * d.lin_q_dim() + 2 * d.lin_v_heads + d.lin_v_total()) * 4 +
+         chunks * d.lin_v_heads * (64 * 64 + 2 * 64 * d.lin_v_dim) * 4;
+}
+
+// The prefill chunk's layout: the step workspace for `chunk` tokens, then what only prefill uses.
+static PrefillWorkspace carve_prefill_workspace(Arena& a, const ModelDims& d, int64_t chunk) {
+  PrefillWorkspace p;
+  p.chunk = chunk;
+  p.step = carve_step_workspace(a, d, chunk, 1);
+  const std::string c = "workspace";
+  p.tokens = reinterpret_cast<int32_t*>(a.take("pre.tokens", c, chunk * 4));
+  p.pos3 = reinterpret_cast<int32_t*>(a.take("pre.pos3", c, chunk * 3 * 4));
+  p.gdn_scratch_bytes = gdn_prefill_scratch_reserve(d, chunk);
+  p.gdn_scratch = a.take("pre.gdn_scratch", c, p.gdn_scratch_bytes);
+  p.gemm_dequant_bytes = kGemmDequantBytes;
+  p.gemm_dequant = a.take("pre.gemm_dequant", c, p.gemm_dequant_bytes);
+  p.cublas_bytes = kCublasWorkspaceBytes;
+  p.cublas = a.take("pre.cublas", c, p.cublas_bytes);
+  return p;
+}
+
+int64_t prefill_workspace_bytes(const ModelDims& d, int64_t chunk) {
+  Arena dry;
+  carve_prefill_workspace(dry, d, chunk);
+  return dry.used();
+}
+
 // Vision tower activations for the largest image (patches = tokens x merge), flash-style attention.
 int64_t vision_workspace_bytes(const ModelDims& d, int64_t vision_tokens) {
   if (vision_tokens <= 0 || d.vision_hidden <= 0) return 0;
@@ -181,7 +211,8 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
   // 4. workspace: the max over decode/verify, prefill chunk and vision; the decode layout is
   //    carved at its start.
   int64_t ws_decode = step_workspace_bytes(d, s.max_step_tokens, s.max_step_tokens);
-  int64_t ws_prefill = s.prefill_chunk > s.max_step_tokens ? step_workspace_bytes(d, s.prefill_chunk, 1) : 0;
+  if (s.prefill_chunk < 0) throw std::invalid_argument("prefill_chunk must be >= 0");
+  int64_t ws_prefill = s.prefill_chunk > 0 ? prefill_workspace_bytes(d, s.prefill_chunk) : 0;
   int64_t ws_vision = vision_workspace_bytes(d, s.vision_max_tokens);
   int64_t ws_bytes = std::max({ws_decode, ws_prefill, ws_vision});
   std::string ws_name = ws_bytes == ws_decode ? "workspace (decode/verify)"
@@ -189,7 +220,14 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
   char* ws_base = a.take(ws_name, "workspace", ws_bytes, 4096);
   Arena sub(ws_base ? ws_base : nullptr);
   b.ws = carve_step_workspace(sub, d, s.max_step_tokens, s.max_step_tokens);
-  if (a.dry()) b.ws = StepWorkspace{};  // a dry run hands out no pointers
+  if (s.prefill_chunk > 0) {  // the prefill view of the same block
+    Arena pre(ws_base);
+    b.pre = carve_prefill_workspace(pre, d, s.prefill_chunk);
+  }
+  if (a.dry()) {  // a dry run hands out no pointers
+    b.ws = StepWorkspace{};
+    b.pre = PrefillWorkspace{};
+  }
 
   // 5. allowances that are not arena memory but must fit in the budget.
   if (s.graph_allowance > 0) a.take("decode graphs", "graphs", s.graph_allowance, 1);

@@ -131,6 +131,30 @@ struct StepWorkspace {
   int64_t bytes = 0;
 };
 
+// The prefill chunk's view of the workspace: the step workspace carved for `chunk` tokens (it aliases
+// the decode/verify layout, which is carved at the same base) plus what only prefill uses.
+struct PrefillWorkspace {
+  int64_t chunk = 0;               // 0: no prefill path (prompts go through the decode step)
+  StepWorkspace step;
+  int32_t* tokens = nullptr;       // [chunk]
+  int32_t* pos3 = nullptr;         // [chunk, 3] mRoPE positions
+  char* gdn_scratch = nullptr;     // chunked GDN scratch
+  int64_t gdn_scratch_bytes = 0;
+  char* gemm_dequant = nullptr;    // fp16 slice of a dequantized weight (GEMM path)
+  int64_t gemm_dequant_bytes = 0;
+  char* cublas = nullptr;          // cuBLAS workspace
+  int64_t cublas_bytes = 0;
+};
+
+// Fixed sizes of the GEMM path's device memory: a 64 MiB dequantization slice (gate_up of the 27B is
+// 356 MB in fp16, so it runs in 6 slices; each slice is still a large GEMM) and cuBLAS's workspace.
+constexpr int64_t kGemmDequantBytes = 64ll << 20;
+constexpr int64_t kCublasWorkspaceBytes = 32ll << 20;
+
+// Device scratch the chunked GDN prefill (csrc/cuda/gdn_chunk.cu) may use for T tokens; the kernel
+// checks that its own need is within this.
+int64_t gdn_prefill_scratch_reserve(const ModelDims& d, int64_t T);
+
 struct EngineBuffers {
   std::vector<LayerBuffers> layers;
   float* final_norm = nullptr;
@@ -141,6 +165,7 @@ struct EngineBuffers {
   int32_t* token_counts = nullptr;  // [lanes, vocab] for repetition penalties
   char* lane_meta = nullptr;        // [lanes] LaneMeta
   StepWorkspace ws;
+  PrefillWorkspace pre;
 };
 
 constexpr int64_t kLaneMetaBytes = 256;
@@ -153,5 +178,6 @@ EngineBuffers allocate_engine(Arena& arena, const ModelDims& dims, const EngineS
 // allocate_engine, exposed so the plan can show decode, prefill and vision needs separately).
 int64_t step_workspace_bytes(const ModelDims& dims, int64_t tokens, int64_t logit_rows);
 int64_t vision_workspace_bytes(const ModelDims& dims, int64_t vision_tokens);
+int64_t prefill_workspace_bytes(const ModelDims& dims, int64_t chunk);
 
 }  // namespace monorail

@@ -81,6 +81,9 @@ void register_plan_bindings(py::module_& m) {
   m.def("step_workspace_bytes", [](py::dict dims, int64_t tokens, int64_t logit_rows) {
     return step_workspace_bytes(dims_from_dict(dims), tokens, logit_rows);
   });
+  m.def("prefill_workspace_bytes", [](py::dict dims, int64_t chunk) {
+    return prefill_workspace_bytes(dims_from_dict(dims), chunk);
+  }, "Bytes of the prefill chunk's workspace (step workspace for the chunk, GDN scratch, GEMM slice, cuBLAS).");
   m.def("vision_workspace_bytes", [](py::dict dims, int64_t tokens) {
     return vision_workspace_bytes(dims_from_dict(dims), tokens);
   });

@@ -366,7 +366,8 @@ class Engine:
         rope_delta = 0
         if prompt.images:
             embeds, positions, rope_delta = model.embed_multimodal(ids, prompt.images)
-        chunk = max(1, self.options.prefill_chunk)
+        # the native engine prefers longer calls (it chunks internally for its workspace)
+        chunk = max(1, getattr(model, "preferred_prefill_call", 0) or self.options.prefill_chunk)
         logits = None
         hiddens = []
         for s in range(0, len(prompt.ids), chunk):

@@ -3,13 +3,16 @@
     model = NativeModel.from_checkpoint(path_or_ckpt, kv_dtype="int8", max_context=32768,
                                         vram_budget_bytes=24 << 30, recipe=DEFAULT_RECIPE)
     state = model.new_state(max_tokens)            # a lane of the engine
-    out = model.forward(input_ids, state)          # out.logits: [T, V] fp32 (CPU), T <= 16 per step
+    out = model.forward(input_ids, state)          # out.logits: [T, V] fp32 (CPU)
     ids = model.sample(state, temperature=0.7, top_p=0.9, seed=1)
 
 Weights are quantized at load time with engine.quant (round-to-nearest, the recipe's format per
-role) and uploaded in the canonical layout; the engine's arena is allocated once, from the memory
-plan, before any weight is uploaded. Prompts longer than one step go through the decode path in
-steps of up to 16 tokens (fast prefill is a later issue). ``NativeModel.random_27b`` builds the
+role) unless an artifact stores them in the recipe's format, and uploaded in the canonical layout;
+the engine's arena is allocated once, from the memory plan, before any weight is uploaded.
+A forward of more than 16 tokens that needs only the last position's logits (a prompt) runs
+through the engine's prefill path (tensor-core GEMMs, chunked GDN, flash attention) in chunks of
+the planned ``prefill_chunk``; steps of up to 16 tokens (decode, speculative verify) and requests
+for every position's logits go through the decode step. ``NativeModel.random_27b`` builds the
 real 27B shapes with random weights generated on the GPU, for benchmarks.
 """
 
@@ -25,7 +28,8 @@ from engine.config import ModelConfig, TextConfig
 from engine.plan import DEFAULT_MARGIN, DEFAULT_RECIPE, PlanRequest, Recipe, make_plan, model_dims
 
 ProgressFn = Callable[[float, str], None]
-STEP_TOKENS = 16  # tokens per engine step (the verify width; prefill runs in such steps too)
+STEP_TOKENS = 16  # tokens per engine step (the verify width)
+DEFAULT_PREFILL_CHUNK = 1024  # tokens per prefill chunk: large enough for GEMM efficiency, ~0.4 GB of workspace
 
 
 class NativeBackendError(RuntimeError):
@@ -152,7 +156,8 @@ class NativeModel:
     # ---- construction ------------------------------------------------------------------------
     @staticmethod
     def _make_engine(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_budget_bytes: int | None,
-                     recipe: Recipe, lanes: int, step_tokens: int, margin: int):
+                     recipe: Recipe, lanes: int, step_tokens: int, margin: int,
+                     prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
         from engine.native import load_native, native_status
         st = native_status()
         if not st.gpu_usable:
@@ -162,7 +167,7 @@ class NativeModel:
         budget = vram_budget_bytes if vram_budget_bytes else max(0, free - margin)
         req = PlanRequest(max_context=max_context, kv_dtype=kv_dtype, max_concurrency=lanes,
                           speculative_window=step_tokens - 1, vram_budget=budget, recipe=recipe,
-                          margin=margin if vram_budget_bytes else 0)
+                          margin=margin if vram_budget_bytes else 0, prefill_chunk=prefill_chunk)
         plan = make_plan(config, req)
         if not plan.fits:  # refuse before the engine touches the device
             raise native.BudgetError(plan.format_table())
@@ -176,7 +181,8 @@ class NativeModel:
     @classmethod
     def from_checkpoint(cls, path_or_ckpt, *, kv_dtype: str = "int8", max_context: int = 32768,
                         vram_budget_bytes: int | None = None, recipe: Recipe | None = None, lanes: int = 1,
-                        progress: ProgressFn | None = None, margin: int = DEFAULT_MARGIN) -> "NativeModel":
+                        progress: ProgressFn | None = None, margin: int = DEFAULT_MARGIN,
+                        prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
         from engine.loader import Checkpoint
         src = Checkpoint.open(path_or_ckpt) if not hasattr(path_or_ckpt, "text") else path_or_ckpt
         cfg: ModelConfig = src.config
@@ -187,7 +193,7 @@ class NativeModel:
         report(0.1, "Planning device memory")
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=lanes,
-                                        step_tokens=STEP_TOKENS, margin=margin)
+                                        step_tokens=STEP_TOKENS, margin=margin, prefill_chunk=prefill_chunk)
         model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=lanes)
         model._load_weights(src, recipe, report)
         report(1.0, "Native engine ready")
@@ -195,13 +201,14 @@ class NativeModel:
 
     @classmethod
     def random_27b(cls, *, kv_dtype: str = "int8", max_context: int = 131072 + 512, recipe: Recipe = DEFAULT_RECIPE,
-                   seed: int = 0, vram_budget_bytes: int | None = None) -> "NativeModel":
+                   seed: int = 0, vram_budget_bytes: int | None = None,
+                   prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
         """Real 27B shapes, random weights generated on the GPU (benchmarks)."""
         from engine.registry import config_27b
         cfg = config_27b(vision=False)
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=1,
-                                        step_tokens=1, margin=DEFAULT_MARGIN)
+                                        step_tokens=1, margin=DEFAULT_MARGIN, prefill_chunk=prefill_chunk)
         engine.randomize(seed)
         return cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1)
 
@@ -253,6 +260,12 @@ class NativeModel:
             matrix("mlp_gate_up", i, m + "gate_proj.weight", 0, 2)  # rows interleaved gate/up
             matrix("mlp_gate_up", i, m + "up_proj.weight", 1, 2)
             matrix("mlp_down", i, m + "down_proj.weight")
+
+    @property
+    def preferred_prefill_call(self) -> int:
+        """Tokens per forward call when prefilling: several engine chunks, so that the Python loop
+        between calls (cancellation checks) costs nothing measurable, yet stays responsive."""
+        return 4 * max(self.engine.prefill_chunk, STEP_TOKENS)
 
     # ---- the reference model's API -------------------------------------------------------------
     @property
@@ -317,6 +330,16 @@ class NativeModel:
         pos = None
         if position_ids is not None:
             pos = torch.as_tensor(position_ids).reshape(3, len(ids)).T.contiguous()
+        if last_only and len(ids) > STEP_TOKENS and self.engine.prefill_chunk > 0:
+            if pos is not None:
+                rp = [int(v) for v in pos.reshape(-1).tolist()]
+            else:
+                base = state.seq_len + state.rope_delta
+                rp = [base + j for j in range(len(ids)) for _ in range(3)]
+            self.engine.prefill(state.lane, ids, rp, state.seq_len)
+            state.seq_len += len(ids)
+            self._last_rows = 1
+            return NativeOutput(torch.from_numpy(self.engine.logits(1)))
         outs = []
         for s in range(0, len(ids), STEP_TOKENS):
             chunk = ids[s:s + STEP_TOKENS]

@@ -131,7 +131,7 @@ class PlanRequest:
     speculative_window: int = 0     # drafted tokens per step; the step runs window + 1 tokens
     vision: bool = False
     vision_max_tokens: int = 4096   # LLM tokens of the largest image (a 2048 x 2048 picture)
-    prefill_chunk: int = 0          # 0: prefill runs through the decode path
+    prefill_chunk: int = 1024       # tokens per prefill chunk (native engine); 0: prefill through the decode path
     vram_budget: int = 24 * GiB
     recipe: Recipe = DEFAULT_RECIPE
     graph_allowance: int = DEFAULT_GRAPH_ALLOWANCE

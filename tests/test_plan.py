@@ -71,7 +71,9 @@ def test_workspace_is_the_max_of_its_phases():
     n = load_native()
     dims = model_dims(CFG)
     dec = n.step_workspace_bytes(dims, 4, 4)
-    pre = n.step_workspace_bytes(dims, 2048, 1)
+    pre = n.prefill_workspace_bytes(dims, 2048)
+    # prefill: the step workspace for the chunk, the GEMM's dequant slice and cuBLAS workspace, GDN scratch
+    assert pre > n.step_workspace_bytes(dims, 2048, 1) + (96 << 20)
     vis = n.vision_workspace_bytes(dims, 4096)
     plan = make_plan(CFG, PlanRequest(max_context=8192, speculative_window=3, vision=True, prefill_chunk=2048))
     ws = [a for a in plan.allocations if a.category == "workspace"]

@@ -100,6 +100,9 @@ void register_cuda_bindings(py::module_& m) {
       .def("reset_lane", &NativeEngine::reset_lane)
       .def("count_tokens", &NativeEngine::count_tokens)
       .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
+      .def("prefill", &NativeEngine::prefill, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("prefill_chunk", &NativeEngine::prefill_chunk)
       .def("logits", [](NativeEngine& e, int T) {
              auto v = e.logits(T);
              py::array_t<float> a({(py::ssize_t)T, (py::ssize_t)e.dims().vocab});

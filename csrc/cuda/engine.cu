@@ -2,8 +2,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "attn_prefill.h"
 #include "common.cuh"
 #include "engine.h"
+#include "gdn_chunk.h"
+#include "qgemm.h"
 
 namespace monorail {
 namespace {
@@ -103,6 +106,7 @@ NativeEngine::NativeEngine(const ModelDims& dims, const EngineShape& shape, int6
 
 NativeEngine::~NativeEngine() {
   for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
+  qgemm_release();
   if (stream_) cudaStreamDestroy(stream_);
   if (host_inputs_) cudaFreeHost(host_inputs_);
   if (arena_) cudaFree(arena_);
@@ -315,6 +319,132 @@ void NativeEngine::enqueue_step(int lane, int T) {
   mark("rmsnorm");
   qgemv(buf_.lm_head, xin, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, st);
   mark("gemv lm_head");
+}
+
+void NativeEngine::matmul(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h,
+                          int ldo, float* gemm_scratch, int64_t gemm_scratch_bytes) {
+  if (T <= kMaxStepTokens) {
+    qgemv(W, x, T, epilogue, out_f32, out_h, ldo, stream_);
+    return;
+  }
+  const PrefillWorkspace& P = buf_.pre;
+  GemmWorkspace g;
+  g.dequant = reinterpret_cast<__half*>(P.gemm_dequant);
+  g.dequant_bytes = P.gemm_dequant_bytes;
+  g.cublas = P.cublas;
+  g.cublas_bytes = P.cublas_bytes;
+  g.scratch = gemm_scratch;
+  g.scratch_bytes = gemm_scratch_bytes;
+  qgemm(W, x, T, epilogue, out_f32, out_h, ldo, g, stream_);
+}
+
+// One prefill chunk of T tokens (tokens and positions already in the prefill workspace) whose first
+// token goes to cache slot kv_start. The same layer sequence as enqueue_step, with the prefill ops.
+void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
+  const ModelDims& d = dims_;
+  const PrefillWorkspace& P = buf_.pre;
+  const StepWorkspace& w = P.step;
+  cudaStream_t st = stream_;
+  auto* xin = reinterpret_cast<__half*>(w.xin);
+  auto* act = reinterpret_cast<__half*>(w.act);
+  auto* mix = reinterpret_cast<__half*>(w.mix);
+  const int H = (int)d.hidden, I = (int)d.intermediate;
+  const int64_t nl = d.n_linear();
+  const int64_t gstate_lane = nl * d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
+  const int64_t gstate_layer = d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
+  const int64_t cstate_lane = nl * d.conv_dim() * (d.conv_kernel - 1);
+  const int64_t cstate_layer = d.conv_dim() * (d.conv_kernel - 1);
+  const int64_t kv_row = d.n_kv_heads * d.head_dim;
+  const int64_t lane_slot0 = (int64_t)lane * shape_.max_context;
+  const bool int8 = shape_.kv == KvDtype::INT8G64;
+  GdnDims gd{(int)d.lin_k_heads, (int)d.lin_v_heads, (int)d.lin_k_dim, (int)d.lin_v_dim, eps_};
+  AttnDims ad{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, int8 ? 1 : 0};
+  // the SwiGLU GEMM stages its gate/up products in the projection buffer, which is free by then
+  float* swiglu_scratch = w.proj;
+  const int64_t swiglu_scratch_bytes = P.chunk * std::max(d.gdn_in_rows(), d.attn_qkv_rows()) * 4;
+
+  embed_gather(buf_.embed, P.tokens, T, w.resid, st);
+  for (auto& L : buf_.layers) {
+    rmsnorm_to_gemv_input(w.resid, T, H, L.input_norm, eps_, true, xin, st);
+    if (!L.full) {
+      const int ldp = (int)d.gdn_in_rows();
+      const int C = (int)d.conv_dim();
+      if (!(skip_ & 32)) matmul(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, nullptr, 0);
+      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w,
+                                         buf_.conv_state + lane * cstate_lane + L.gdn_index * cstate_layer, w.conv_out, st);
+      const float* z = w.proj + C;
+      const float* b = z + d.lin_v_total();
+      const float* a = b + d.lin_v_heads;
+      if (!(skip_ & 4)) gdn_prefill(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
+                                    buf_.gdn_state + lane * gstate_lane + L.gdn_index * gstate_layer, mix,
+                                    P.gdn_scratch, P.gdn_scratch_bytes, st);
+      if (!(skip_ & 32)) matmul(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
+    } else {
+      const int ldp = (int)d.attn_qkv_rows();
+      if (!(skip_ & 32)) matmul(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, nullptr, 0);
+      const int64_t off = lane_slot0 * kv_row * (int8 ? 1 : 2);
+      const int64_t soff = lane_slot0 * kv_row / 64 * 2;
+      char* kc = L.k_cache + off;
+      char* vc = L.v_cache + off;
+      char* ks = int8 ? L.k_scales + soff : nullptr;
+      char* vs = int8 ? L.v_scales + soff : nullptr;
+      if (!(skip_ & 8)) {
+        attn_prefill_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, P.pos3, kv_start, w.q,
+                          kc, vc, ks, vs, st);
+        attn_prefill(w.q, T, kv_start, ad, kc, vc, ks, vs, w.proj + d.head_dim, ldp, mix, st);
+      }
+      if (!(skip_ & 32)) matmul(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
+    }
+    rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
+    if (!(skip_ & 16)) matmul(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, swiglu_scratch, swiglu_scratch_bytes);
+    if (!(skip_ & 16)) matmul(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
+  }
+}
+
+void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos,
+                           int kv_start) {
+  const int n = (int)tokens.size();
+  const PrefillWorkspace& P = buf_.pre;
+  if (P.chunk <= 0)
+    throw std::invalid_argument("prefill: this engine was planned without a prefill chunk (prefill_chunk = 0)");
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (n < 1) throw std::invalid_argument("prefill needs at least one token");
+  if (kv_start < 0 || (int64_t)kv_start + n > shape_.max_context)
+    throw std::out_of_range("prefill: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
+  if (!rope_pos.empty() && (int64_t)rope_pos.size() != 3ll * n) throw std::invalid_argument("rope_pos must be T x 3");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= dims_.vocab) throw std::out_of_range("token id out of range");
+  const int C = (int)P.chunk;
+  std::vector<int32_t> pos((size_t)3 * std::min(n, C));
+  for (int s = 0; s < n; s += C) {
+    const int T = std::min(C, n - s);
+    for (int t = 0; t < T; ++t)
+      for (int a = 0; a < 3; ++a) pos[3 * t + a] = rope_pos.empty() ? kv_start + s + t : rope_pos[3 * (s + t) + a];
+    // pageable sources: the copies are staged before these calls return, and run in stream order
+    // after the previous chunk's kernels, which read the same buffers
+    MR_CHECK(cudaMemcpyAsync(P.tokens, tokens.data() + s, T * 4, cudaMemcpyHostToDevice, stream_), "prefill (tokens)");
+    MR_CHECK(cudaMemcpyAsync(P.pos3, pos.data(), T * 12, cudaMemcpyHostToDevice, stream_), "prefill (positions)");
+    enqueue_prefill_chunk(lane, T, kv_start + s);
+  }
+  // Logits of the last token, in the decode workspace (whose residual rows start where the prefill
+  // view's do): move that row to row 0, then the final norm and lm_head as a T = 1 step.
+  const int last = (n - 1) % C;
+  const int64_t H = dims_.hidden;
+  if (last > 0)
+    MR_CHECK(cudaMemcpyAsync(buf_.ws.resid, P.step.resid + last * H, H * 4, cudaMemcpyDeviceToDevice, stream_),
+             "prefill (last row)");
+  rmsnorm_to_gemv_input(buf_.ws.resid, 1, (int)H, buf_.final_norm, eps_, true, reinterpret_cast<__half*>(buf_.ws.xin),
+                        stream_);
+  qgemv(buf_.lm_head, reinterpret_cast<__half*>(buf_.ws.xin), 1, GEMV_STORE, buf_.ws.logits, nullptr, (int)dims_.vocab,
+        stream_);
+  // step inputs as after a decode step of the last token, so sample(lane, 1) keys its draw the same way
+  host_inputs_->tokens[0] = tokens.back();
+  for (int a = 0; a < 3; ++a) host_inputs_->rope_pos[0][a] = rope_pos.empty() ? kv_start + n - 1 : rope_pos[3 * (n - 1) + a];
+  host_inputs_->kv_start = kv_start + n - 1;
+  host_inputs_->T = 1;
+  host_inputs_->lane = lane;
+  upload_inputs(stream_);
+  synchronize();
 }
 
 void NativeEngine::reset_graphs() {

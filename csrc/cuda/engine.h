@@ -40,6 +40,12 @@ class NativeEngine {
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
   // rope_pos: T x 3 (t, h, w) positions; empty means text positions kv_start + i on all axes.
   void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
+  // Prefill: any number of tokens of `lane` from cache slot kv_start, in chunks of the planned
+  // prefill_chunk (GEMMs on tensor cores, chunked GDN, flash attention), no graph, no allocation.
+  // Leaves the last token's logits in row 0 (logits(1)) and the step inputs set so that sample(lane, 1)
+  // draws exactly as after a decode step of that token.
+  void prefill(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
+  int64_t prefill_chunk() const { return buf_.pre.chunk; }
   std::vector<float> logits(int T);
   std::vector<int32_t> sample(int lane, int T, const SamplingParams& p);
   void set_use_graphs(bool on) { use_graphs_ = on; }
@@ -64,6 +70,10 @@ class NativeEngine {
 
  private:
   void enqueue_step(int lane, int T);
+  void enqueue_prefill_chunk(int lane, int T, int kv_start);
+  // y = W x for T tokens: the GEMV for T <= 16, the GEMM (prefill workspace) above.
+  void matmul(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
+              float* gemm_scratch, int64_t gemm_scratch_bytes);
   void upload_inputs(cudaStream_t st);
   QMatrix& matrix_of(int role, int layer);
 

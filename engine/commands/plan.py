@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     p.add_argument("--concurrency", type=int, default=1, help="concurrent sequences (GDN state slots)")
     p.add_argument("--spec", type=int, default=0, help="speculative window (drafted tokens per step)")
     p.add_argument("--vision", action="store_true", help="plan for the vision tower")
-    p.add_argument("--prefill-chunk", type=int, default=0, help="prefill chunk tokens (0: decode path)")
+    p.add_argument("--prefill-chunk", type=int, default=1024,
+                   help="prefill chunk tokens of the native engine (0: prompts go through the decode step)")
     p.add_argument("--recipe", default="q4g64", help="uniform weight format, e.g. q4g64, q6g32, q8g64")
     p.add_argument("--vram-budget", default="24GiB", help="bytes, e.g. 24GiB, 22.5G, 25769803776")
     p.set_defaults(func=_run)
