@@ -22,7 +22,7 @@ python3 -c "from engine.native import native_status; print(native_status().summa
 if [[ $what == tests || $what == all || $what == final ]]; then
   python3 -m pytest -q -p no:cacheprovider tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py \
     tests/test_native_gemm.py tests/test_native_gdn_chunk.py tests/test_native_attn_prefill.py \
-    tests/test_native_prefill.py tests/test_native_engine.py \
+    tests/test_native_prefill.py tests/test_native_engine.py tests/test_native_artifact.py \
     -s 2>&1 | tee "$out/tests.log" | grep -E "passed|failed|error|Error|assert|worst|tiny|full-width" | tail -40
 fi
 if [[ $what == bench || $what == all || $what == final ]]; then
