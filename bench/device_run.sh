@@ -35,6 +35,12 @@ if [[ $what == prefill || $what == all || $what == final ]]; then
 fi
 if [[ $what == final && -d .peer ]]; then
   # llama.cpp peer, same method: decode only (-p 0), 64 tokens, one repetition per depth
+  # prefill peer: pp2048 with q8_0 KV at depths 0 and 8K (deeper depths: the shared peer file)
+  timeout 150 bash .peer/llamacpp-peer.sh -fa on -p 2048 -ub 1024 -n 0 -d 0,8192 -r 1 -ctk q8_0 -ctv q8_0 \
+    > "$out/llamacpp-pp-q8.json" 2>> "$out/peer.log"
+  echo "peer pp q8_0 rc=$?"
+  python3 bench/prefill.py --out "$out/prefill-h200.json" --fill-peers-only --llamacpp "$out/llamacpp-pp-q8.json" \
+    --shared-peer .peer/llamacpp-h200.json
   timeout 120 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192 -r 1 > "$out/llamacpp-f16.json" 2>> "$out/peer.log"
   echo "peer f16 rc=$?"
   timeout 120 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 -ctk q8_0 -ctv q8_0 \

@@ -101,6 +101,17 @@ def nearest(table: dict[int, float], depth: int):
     return d, table[d]
 
 
+def fill_peer(row: dict, this_peer: dict[int, float], shared_peer: dict[int, float]) -> None:
+    """The peer figure at the nearest depth; this call's run wins ties with the shared file."""
+    n = row["prompt_tokens"]
+    depth, peer = nearest(this_peer, n)
+    source = "this device call" if peer is not None else None
+    d2, p2 = nearest(shared_peer, n)
+    if p2 is not None and (peer is None or abs(n - d2) < abs(n - depth)):
+        depth, peer, source = d2, p2, "shared/peers/llamacpp-h200.json (same build and method)"
+    row.update(llamacpp_tok_s=peer, llamacpp_depth=depth, llamacpp_source=source)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results/prefill-h200.json")
@@ -110,7 +121,18 @@ def main() -> int:
     ap.add_argument("--llamacpp", help="llama-bench JSON (q8_0 KV, pp2048) from this device call")
     ap.add_argument("--shared-peer", default=None, help="the shared llama.cpp peer file")
     ap.add_argument("--no-share", action="store_true", help="skip the attention-left-out runs (smoke test)")
+    ap.add_argument("--fill-peers-only", action="store_true",
+                    help="only fill the llama.cpp fields of an existing --out file")
     args = ap.parse_args()
+    if args.fill_peers_only:
+        result = json.load(open(args.out))
+        this_peer, shared_peer = peer_pp(args.llamacpp, args.shared_peer)
+        for row in result["rows"]:
+            fill_peer(row, this_peer, shared_peer)
+        result["llamacpp_pp2048_this_call"] = this_peer
+        json.dump(result, open(args.out, "w"), indent=1)
+        print(json.dumps(result["rows"]))
+        return 0
 
     import torch
     from engine.native_backend import DEFAULT_PREFILL_CHUNK, NativeModel
@@ -153,15 +175,9 @@ def main() -> int:
         if not args.no_share:
             no_attn = time_prefill(e, n, 2, SKIP_ATTENTION)
             share = round(max(0.0, sec - no_attn) / sec, 3)
-        # the peer figure at the nearest depth; this call's run wins ties with the shared file
-        depth, peer = nearest(this_peer, n)
-        source = "this device call" if peer is not None else None
-        d2, p2 = nearest(shared_peer, n)
-        if p2 is not None and (peer is None or abs(n - d2) < abs(n - depth)):
-            depth, peer, source = d2, p2, "shared/peers/llamacpp-h200.json (same build and method)"
         row = {"prompt_tokens": n, "kv": "int8", "tok_s": round(n / sec, 1), "seconds": round(sec, 2),
-               "gemm_tflops": round(gemm_tflops, 1), "attention_share": share, "llamacpp_tok_s": peer,
-               "llamacpp_depth": depth, "llamacpp_source": source, "chunk": chunk}
+               "gemm_tflops": round(gemm_tflops, 1), "attention_share": share, "chunk": chunk}
+        fill_peer(row, this_peer, shared_peer)
         rows.append(row)
         print(json.dumps(row), flush=True)
     commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
