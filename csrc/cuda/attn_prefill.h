@@ -15,6 +15,8 @@ namespace monorail {
 // (device int32 [T, 3]), K and V appended at cache slots kv_start + t (bf16 or int8 group 64, exactly
 // as attn_prep writes them), queries written to q_buf in the layout attn_prefill reads (q_buf holds
 // T * n_heads * head_dim floats of space).
+// Layout written (attn_prefill.cu): 16-bit [T, n_heads, 256] scaled by 1/sqrt(256), bf16 for a bf16 cache
+// and fp16 for an int8 cache (the mma input type of each path); half of q_buf's space is used.
 void attn_prefill_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
                        const float* inv_freq, const int mrope_section[3], const int32_t* pos3, int kv_start,
                        float* q_buf, char* k_cache, char* v_cache, char* k_scales, char* v_scales,
@@ -22,6 +24,9 @@ void attn_prefill_prep(const float* qkv, int ldp, int T, const AttnDims& d, cons
 
 // out_h[t, perm8(h * hd + j)] = sigmoid(gate[t * ld_gate + h * 2 * hd + j]) * (softmax attention of query
 // (t, h) over slots [0, kv_start + t])[j]; the same gate convention as attn_decode (gate = qkv + head_dim).
+// Requires head_dim 256 and n_heads % n_kv_heads == 0; uses up to 97 KB of dynamic shared memory per
+// block (opted in on first use per device), no global scratch. Deterministic: a row's result does not
+// depend on how the prompt is chunked (key tiles are aligned to absolute cache slots).
 void attn_prefill(const float* q_buf, int T, int kv_start, const AttnDims& d, const char* k_cache, const char* v_cache,
                   const char* k_scales, const char* v_scales, const float* gate, int ld_gate, __half* out_h,
                   cudaStream_t stream);
