@@ -11,6 +11,13 @@
 
 namespace monorail {
 
+// Implementation (gdn_chunk.cu): three launches on `stream`. (1) per (chunk, value head), in parallel: q/k
+// L2 norms, gates, K K^T, Q K^T, and the 64x64 unit-triangular solve giving W and U'; (2) per (value head,
+// 32-column slice of the state), sequential over chunks: U = U' - W S, O = exp(G) Q S + M U, S update;
+// (3) gated RMS norm into out_h. Scratch holds per token ~(2 k_heads + 2.5 v_heads) x 128 fp32 plus G.
+// Pointers conv_out, state and scratch must be 16-byte aligned. Uses up to 94.7 KB of dynamic shared
+// memory per block (opted in with cudaFuncSetAttribute on every call).
+//
 // Bytes of device scratch gdn_prefill needs for T tokens (the memory plan reserves this for the
 // prefill chunk; no allocation happens inside the op).
 int64_t gdn_prefill_scratch_bytes(const GdnDims& d, int64_t T);
