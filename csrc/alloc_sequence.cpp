@@ -97,10 +97,12 @@ int64_t step_workspace_bytes(const ModelDims& d, int64_t tokens, int64_t logit_r
 }
 
 int64_t gdn_prefill_scratch_reserve(const ModelDims& d, int64_t T) {
-  // normalised q/k, gate and beta per token, the un-normalised output, and per-chunk matrices
+  // exactly what csrc/cuda/gdn_chunk.cu lays out (scratch_floats): normalised q and k per key head,
+  // W and U/O per value head, the 64 x 64 intra-chunk matrix per (chunk, value head), and the gates
   const int64_t chunks = (T + 63) / 64;
-  return T * (2 * d.lin_q_dim() + 2 * d.lin_v_heads + d.lin_v_total()) * 4 +
-         chunks * d.lin_v_heads * (64 * 64 + 2 * 64 * d.lin_v_dim) * 4;
+  const int64_t floats = 2 * T * d.lin_k_heads * d.lin_k_dim + 2 * T * d.lin_v_heads * d.lin_v_dim +
+                         chunks * d.lin_v_heads * 64 * 64 + (T * d.lin_v_heads + 3) / 4 * 4;
+  return floats * 4;
 }
 
 // The prefill chunk's layout: the step workspace for `chunk` tokens, then what only prefill uses.
