@@ -54,7 +54,10 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-@pytest.mark.parametrize("variant", [0, 1, 2, 3, 4, 5])
+QGEMV_VARIANTS = list(range(16))  # 0 = route by shape, 1..15 forced (qgemv.cu launch_bits)
+
+
+@pytest.mark.parametrize("variant", QGEMV_VARIANTS)
 @pytest.mark.parametrize("N, K", [(250, 1152), (5120, 17408)])
 def test_qgemv_launch_variants(nat, variant, N, K):
     # every T = 1 launch variant (U, persistent grid, software pipeline) computes the same product
@@ -87,6 +90,58 @@ def test_qgemv_swiglu(nat, bits, T):
     got = from_perm8(out.float())
     assert not got.isnan().any()
     assert rel_err(got, ref) < TOL_GEMV_Q4 + TOL_FP16_OUT
+
+
+def _random_q4(N, K, gen):
+    # 4-bit group-64 codes drawn on the GPU (RTN-like spread around 8) and their fp64 dequantization
+    codes = (torch.randn(N, K, device="cuda", generator=gen) * 2.5 + 8).round().clamp(0, 15).to(torch.uint8)
+    scales = (torch.rand(N, K // 64, device="cuda", generator=gen) * 0.01 + 0.005).half()
+    wd = (codes.double() - 8) * scales.double().repeat_interleave(64, dim=1)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()  # low nibble = even element
+    return packed, scales, wd
+
+
+@pytest.mark.parametrize("variant", QGEMV_VARIANTS)
+@pytest.mark.parametrize("epi, N, K", [(2, 34816, 5120),   # gate_up: SwiGLU, several row groups per warp
+                                       (1, 5120, 6144),    # gdn_out: residual add, 6 chunks per lane
+                                       (0, 253, 1152),     # odd N: a last group of 1 row; 36 chunks: partial batch
+                                       (2, 96, 512)])      # 16 chunks: half the lanes idle
+def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
+    # every T = 1 variant with each epilogue on shapes that exercise partial row groups and persistent rounds;
+    # also bit-for-bit-close to variant 1 (same per-chunk arithmetic and order)
+    gen = torch.Generator(device="cuda").manual_seed(variant * 13 + N + K)
+    codes, scales, wd = _random_q4(N, K, gen)
+    x = torch.randn(1, K, device="cuda", generator=gen).half()
+    xp = to_perm8(x)
+    y = (wd @ x.double().T).T  # [1, N]
+
+    def call(v):
+        if epi == 2:
+            out = torch.full((1, N // 2), float("nan"), device="cuda").half()
+            args = (0, out.data_ptr(), N // 2)
+        else:
+            out = torch.randn(1, N, device="cuda", generator=gen) if epi == 1 else torch.full((1, N), float("nan"),
+                                                                                               device="cuda")
+            args = (out.data_ptr(), 0, N)
+        before = out.clone()
+        nat.set_qgemv_variant(v)
+        try:
+            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, xp.data_ptr(), 1, epi, *args)
+        finally:
+            nat.set_qgemv_variant(0)
+        if epi == 2:
+            return from_perm8(out.float())
+        return out - before if epi == 1 else out
+
+    got = call(variant)
+    assert not got.isnan().any()
+    if epi == 2:
+        ref = torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]
+        assert rel_err(got, ref) < TOL_GEMV_Q4 + TOL_FP16_OUT
+    else:
+        assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
+    base = call(1)
+    assert rel_err(got, base) < (TOL_FP16_OUT if epi == 2 else 1e-5)
 
 
 def test_qgemv_full_width_27b_shape(nat):

@@ -26,7 +26,7 @@ enum GemvEpilogue : int {
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream);
 
-// Which T = 1, 4-bit GEMV launch variant to use: 0 routes by shape (default), 1..5 force one (qgemv.cu).
+// Which T = 1, 4-bit GEMV launch variant to use: 0 routes by shape (default), 1..15 force one (qgemv.cu).
 void set_qgemv_variant(int v);
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
