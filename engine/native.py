@@ -34,15 +34,56 @@ class NativeStatus:
         return f"native build: {build}; {gpu}"
 
 
+CUBLAS_WHEEL = "nvidia-cublas==13.10.0.20"  # the cuBLAS the CUDA build is tested with (pyproject extra `cuda`)
+
+
+def _preload_wheel_cublas() -> bool:
+    """Load libcublas from an installed `nvidia-cublas` wheel (RTLD_GLOBAL); True if one was loaded.
+
+    Only a fallback: the CUDA build links cuBLAS with an RPATH to the folder it was built against,
+    which is enough unless that folder has moved (e.g. a relocated virtual environment)."""
+    import ctypes
+    import glob
+    import importlib.util
+    import os
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        return False
+    for base in (spec.submodule_search_locations or []) if spec else []:
+        for sub in ("cu13", "cublas"):
+            for lib in sorted(glob.glob(os.path.join(base, sub, "lib", "libcublas.so.[0-9]*")), key=len):
+                try:
+                    ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+                    return True
+                except OSError:
+                    continue
+    return False
+
+
 def load_native():
     """Import and return ``engine._native``; raises ImportError with an actionable message."""
     try:
         return importlib.import_module("engine._native")
     except ImportError as exc:  # pragma: no cover - exercised only on broken installs
-        raise ImportError(
-            "engine._native is not built. Install the package with "
-            "`pip install -e .` (see README.md) so that csrc/ is compiled."
-        ) from exc
+        if "libcublas" not in str(exc):
+            raise ImportError(
+                "engine._native is not built. Install the package with "
+                "`pip install -e .` (see README.md) so that csrc/ is compiled."
+            ) from exc
+        first = exc
+    # The CUDA build needs cuBLAS at run time (libcublas.so.13 for CUDA 13) and the loader did not
+    # find it where the build found it: try an installed wheel, else say how to get one.
+    if _preload_wheel_cublas():  # pragma: no cover - broken installs only
+        try:
+            return importlib.import_module("engine._native")
+        except ImportError as exc:
+            first = exc
+    raise ImportError(  # pragma: no cover - broken installs only
+        f"engine._native was built with CUDA and needs cuBLAS, which could not be loaded ({first}). "
+        f"Install it with `pip install {CUBLAS_WHEEL}` (or `pip install -e .[cuda]`) and rebuild with "
+        "`pip install -e .`; with a CUDA toolkit's cuBLAS instead, put its lib64 folder on LD_LIBRARY_PATH."
+    ) from first
 
 
 def native_status() -> NativeStatus:

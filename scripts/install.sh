@@ -4,7 +4,8 @@
 #   scripts/install.sh --test   also the test-only dependencies (pytest, pytest-qt, transformers)
 # torch: on a machine without an NVIDIA GPU the CPU build (torch==2.13.0) is installed first,
 # so that pip does not pull the multi-GB CUDA build. The native module is compiled from csrc/
-# with CUDA when nvcc is found (MONORAIL_CUDA_ARCHS picks the architectures).
+# with CUDA when nvcc is found (MONORAIL_CUDA_ARCHS picks the architectures); it then also
+# installs the cuBLAS wheel (nvidia-cublas) that the CUDA build links.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
@@ -21,6 +22,12 @@ if ! python -c "import torch" 2>/dev/null; then
   else
     python -m pip install -q "torch==2.13.0"
   fi
+fi
+# With nvcc the native module links cuBLAS (the prefill GEMM): the CUDA 13 wheel must be in the venv
+# before the build, which finds it there (CMakeLists.txt) and records an RPATH to it. One that is
+# already there (e.g. the version a CUDA build of torch pinned) is kept.
+if command -v nvcc >/dev/null 2>&1 && ! python -c "import importlib.metadata as m; m.version('nvidia-cublas')" 2>/dev/null; then
+  python -m pip install -q "nvidia-cublas==13.10.0.20"
 fi
 python -m pip install -q -e ".${extras}"
 python -c "from engine.native import native_status; print(native_status().summary())"

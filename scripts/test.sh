@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or reuse .venv, install Monorail with its test dependencies, run the whole test suite.
 # Without a GPU, CUDA sources are still compiled when nvcc is present (for one consumer
-# architecture, sm_86, to keep them compiling) and GPU tests are skipped.
+# architecture, sm_86, to keep them compiling) and GPU tests are skipped. With nvcc, install.sh
+# also installs the cuBLAS wheel (nvidia-cublas, pinned there) before the native build, which links it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if command -v nvcc >/dev/null 2>&1 && ! (command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1); then

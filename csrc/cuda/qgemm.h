@@ -11,7 +11,15 @@
 
 namespace monorail {
 
+// W's rows are dequantized in slices of a multiple of this many rows (or all N rows when they fit).
+constexpr int64_t kGemmSliceRows = 64;
+
 // Device memory the GEMM works in, all carved from the engine arena by the memory plan.
+// Alignment: dequant and scratch 16 bytes, cublas 256 bytes. cuBLAS workspace: NVIDIA recommends
+// 32 MiB on Hopper/Blackwell and 4 MiB elsewhere; 0 bytes works (fewer algorithms) and cuBLAS never
+// allocates its own (it is set explicitly on every call).
+// Rows per slice = min(dequant_bytes / (2 K), SwiGLU: scratch_bytes / (4 T)), rounded down to a
+// multiple of kGemmSliceRows unless all N rows fit.
 struct GemmWorkspace {
   __half* dequant = nullptr;     // fp16 slice of the dequantized weight
   int64_t dequant_bytes = 0;
@@ -26,6 +34,10 @@ struct GemmWorkspace {
 // the op on CUDA or cuBLAS failure, std::invalid_argument when the workspace is too small for T.
 void qgemm(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            const GemmWorkspace& ws, cudaStream_t stream);
+
+// Rows per dequantized slice for this workspace (see GemmWorkspace); throws std::invalid_argument
+// naming the bytes needed when not even kGemmSliceRows rows fit. Host-only, touches no device.
+int64_t qgemm_slice_rows(int64_t N, int64_t K, int T, int epilogue, const GemmWorkspace& ws);
 
 // Release the per-thread cuBLAS handle (engine teardown). Safe to call when none was created.
 void qgemm_release();
