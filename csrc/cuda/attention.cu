@@ -2,7 +2,9 @@
 //  attn_prep   : q/k zero-centred RMSNorm, partial interleaved mRoPE, KV append (bf16 or int8 g64).
 //  attn_split  : one block per (split, kv head, token); the block streams its chunk of the cache in
 //                tiles of 256 positions with an online softmax for the 6 (GQA) query heads of its
-//                kv head, so K and V are read once per token for all of them.
+//                kv head, so K and V are read once per token for all of them. Variants (set_attn_variant):
+//                0-3 attn_split_kernel MODE (see there), 4 attn_split_v4_kernel (flash-decode: per-warp
+//                cp.async rings of 16-position chunks, ldmatrix, scores and values on tensor cores).
 //  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
 // The number of positions per split is derived on the device from kv_start + T, so one captured
 // graph serves every context length (blocks past the end exit at once).
@@ -482,6 +484,446 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
   }
 }
 
+// ------------------------------------------------------------------------------------------------
+// Variant 4: flash-decode split kernel built for issue efficiency (both products on tensor cores).
+//
+// Grid (T, kv heads, kMaxAttnSplits): the blocks of the T tokens of one (kv head, split) are adjacent,
+// so for T > 1 they run together and share the split's K/V through L2. Each block covers the same
+// positions as variants 0-3 (split_len on the device, blocks past the end exit at once) and writes the
+// same partials (unnormalised accumulator, running max in natural-log units, running sum).
+// Inside a block, kV4Warps warps each stream their own chunks of 16 positions (chunk c goes to warp
+// c % kV4Warps) through a private kV4Stages-deep cp.async ring in shared memory, with their own
+// online softmax (base 2): no block barrier in the main loop, only __syncwarp. The warps are merged
+// once at the end through shared memory.
+//
+// Products (mma.sync m16n8k16, fp32 accumulate; PTX ISA fragments, g = lane / 4, c = lane % 4:
+//   A 16x16 row: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..2c+9), a3 (g+8, 2c+8..)
+//   B 16x8 col : b0 (k 2c..2c+1, n g), b1 (k 2c+8..2c+9, n g); C 16x8: c0,c1 (g, 2c..), c2,c3 (g+8, 2c..);
+//   lower-indexed element in the low 16 bits):
+//  scores S = Q K^T : M = query heads (rows g < group; the rest zero), N = 8 positions, K = dims.
+//                     B fragments come from ldmatrix (non-trans) of the K rows.
+//  values O^T = V^T P^T : M = 16 dims, N = the 8 heads, K = 16 positions. The C fragment of the two
+//                     score n-tiles of a chunk (head g, positions 2c.., 8+2c..) is exactly the B
+//                     fragment of P^T (k = positions 2c.., 2c+8.., n = head g): no shuffles. The A
+//                     fragments (V^T) come from ldmatrix.trans of the V rows. Lane (g, c) accumulates
+//                     heads 2c, 2c+1 of 32 dims (16 m-tiles x 2 rows): 64 fp32 registers.
+// int8 cache (fp16 mma):
+//  K: ldmatrix of 8 rows x 16 bytes gives lane (g, c) bytes 4c..4c+3 of position g, i.e. dims
+//     16 s + 4c + {0..3} of k-step s; the query fragments use the same permutation (a0 = dims +0,+1,
+//     a2 = +2,+3). Codes become h = 1152 + code in fp16 with one LOP3 and two PRMT per 4 codes
+//     (0x64 | (code ^ 0x80)); the 1152 offset is removed after the product: per 64-dim group g,
+//     score += kscale[pos, g] * (sum_d q_d h_d - 1152 * sum_d q_d) (exact fp16 products, fp32 sums),
+//     so neither the subtraction nor the scale touches the codes.
+//  V: ldmatrix.trans of 8 rows x 16 bytes gives lane (g, c) the 16-bit pairs (dims 2g, 2g+1) of
+//     positions 2c and 2c+1: bytes (p0 d0, p0 d1, p1 d0, p1 d1). PRMT with 0x64 builds the half2
+//     (p0, p1) for dim d0 (A row g) and d1 (A row g + 8); minus 1152, times the half2 of the two
+//     positions' group scales (fp16, as variants 0-3 dequantize). m-tile t holds dims 16 t .. 16 t + 15
+//     (row g = dim 16 t + 2 g, row g + 8 = dim 16 t + 2 g + 1), all inside group t / 4.
+// bf16 cache (bf16 mma, no conversion of the cache at all): q and P are split into bf16 hi + lo parts
+//  (two mma each) so that their rounding stays near fp32 (2^-17) instead of bf16's 2^-9.
+// Shared memory: rows of 256 B (int8) / 512 B (bf16), 16-byte chunks XOR-swizzled by (row & 7) so the
+// 8 rows of every ldmatrix matrix hit 8 distinct bank groups. int8 stage: K 4 KB | V 4 KB | K scales
+// 128 B | V scales 128 B; bf16 stage: K 8 KB | V 8 KB. Rows past the split's end are zero-filled by
+// cp.async (src-size 0) and their scores masked to -inf.
+// ------------------------------------------------------------------------------------------------
+constexpr int kV4Chunk = 16;  // positions per chunk
+template <bool INT8> struct V4Cfg {
+  static constexpr int kWarps = INT8 ? 2 : 1;
+  static constexpr int kStages = 3;
+  static constexpr int kRowBytes = INT8 ? kHd : 2 * kHd;
+  static constexpr int kKVBytes = kV4Chunk * kRowBytes;                   // one of K / V per stage
+  static constexpr int kStageBytes = 2 * kKVBytes + (INT8 ? 2 * kV4Chunk * 8 : 0);
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kSmem = kWarps * kWarpBytes;  // int8 50688 B, bf16 49152 B
+  static_assert(kWarps == 1 || kWarpBytes >= 64 * 32 * 4, "merge buffer must fit in a warp's ring");
+};
+
+__device__ inline uint32_t v4_smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ inline void v4_cp16(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ inline void v4_cp8(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0) : "memory");
+}
+__device__ inline void v4_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ inline void v4_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ inline void v4_ldsm(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ inline void v4_ldsm_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+template <bool F16>
+__device__ inline void v4_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                              uint32_t b1) {
+  if constexpr (F16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+__device__ inline float v4_ex2(float x) {  // 2^x; -inf -> +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ inline uint32_t v4_bf2(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+// x ~= hi + lo with both bf16: (hi, lo) for a pair of floats
+__device__ inline void v4_bf2_split(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = v4_bf2(x0 - __low2float(h), x1 - __high2float(h));
+}
+__device__ inline float v4_half(uint32_t w, int hi) {  // fp16 in the low (hi = 0) or high half of w
+  return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xFFFF)));
+}
+// fp16 h2 (code0 * s0, code1 * s1) from h = (0x64 | code0 ^ 0x80, 0x64 | code1 ^ 0x80) and scales (s0, s1)
+__device__ inline uint32_t v4_deq(uint32_t h, uint32_t s) {
+  const uint32_t k1152 = 0x64806480u;
+  __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&h), *reinterpret_cast<const __half2*>(&k1152));
+  v = __hmul2(v, *reinterpret_cast<const __half2*>(&s));
+  return h2_bits(v);
+}
+
+// Issue the cp.async copies of the chunk at positions [pos0, pos0 + 16) (rows >= p1 zero-filled).
+template <bool INT8>
+__device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, int p1, int nkv, int kvh, int lane) {
+  using C = V4Cfg<INT8>;
+  if constexpr (INT8) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = lane + 32 * i, row = e >> 4, c = e & 15;
+      const int p = pos0 + row;
+      const bool ok = p < p1;
+      const size_t off = ((size_t)(ok ? p : pos0) * nkv + kvh) * kHd + c * 16;
+      const uint32_t dst = st + row * C::kRowBytes + ((c ^ (row & 7)) << 4);
+      v4_cp16(dst, a.k_cache + off, ok);
+      v4_cp16(dst + C::kKVBytes, a.v_cache + off, ok);
+    }
+    const int row = lane & 15, p = pos0 + row;
+    const bool ok = p < p1;
+    const char* src = (lane < 16 ? a.k_scales : a.v_scales) + ((size_t)(ok ? p : pos0) * nkv + kvh) * (kHd / 64) * 2;
+    v4_cp8(st + 2 * C::kKVBytes + (lane >> 4) * (kV4Chunk * 8) + row * 8, src, ok);
+  } else {
+#pragma unroll
+    for (int row = 0; row < kV4Chunk; ++row) {
+      const int p = pos0 + row;
+      const bool ok = p < p1;
+      const size_t off = (((size_t)(ok ? p : pos0) * nkv + kvh) * kHd + lane * 8) * 2;
+      const uint32_t dst = st + row * C::kRowBytes + ((lane ^ (row & 7)) << 4);
+      v4_cp16(dst, a.k_cache + off, ok);
+      v4_cp16(dst + C::kKVBytes, a.v_cache + off, ok);
+    }
+  }
+}
+
+template <bool INT8>
+__global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel(SplitArgs a) {
+  using C = V4Cfg<INT8>;
+  constexpr int NW = C::kWarps, S = C::kStages;
+  constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+  extern __shared__ __align__(16) unsigned char v4_smem[];
+  __shared__ float m_sh[NW][8], l_sh[NW][8];
+  const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
+  const int T = a.in->T, nkv = a.d.n_kv_heads, nh = a.d.n_heads;
+  if (t >= T) return;
+  const int group = nh / nkv;
+  const int L_all = a.in->kv_start + T;
+  const int L = a.in->kv_start + t + 1;  // causal: slots 0 .. kv_start + t
+  const int slen = split_len(L_all);
+  const int p0 = split * slen, p1 = min(p0 + slen, L);
+  float* out = a.part + (((size_t)t * nh + kvh * group) * kMaxAttnSplits + split) * (kHd + 2);
+  const size_t head_stride = (size_t)kMaxAttnSplits * (kHd + 2);
+  if (p0 >= p1) {
+    if (threadIdx.x < group) {
+      out[threadIdx.x * head_stride + kHd] = -INFINITY;
+      out[threadIdx.x * head_stride + kHd + 1] = 0.f;
+    }
+    return;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, tig = lane & 3;
+  const bool hv = g8 < group;  // this lane's score row is a real query head
+
+  // query fragments (scaled by log2 e: the softmax runs in base 2), a1 = a3 = 0 (rows 8..15)
+  const float* qrow = a.q + ((size_t)t * nh + kvh * group + (hv ? g8 : 0)) * kHd;
+  uint32_t qa[16][2];                      // int8: fp16; bf16: hi parts
+  __shared__ uint2 ql_sh[INT8 ? 1 : 16][32];  // bf16: lo parts (own lane only; keeps registers < 255)
+  float corr[4] = {0.f, 0.f, 0.f, 0.f};    // int8: 1152 * sum of the fp16 q of group g (row g8)
+#pragma unroll
+  for (int ks = 0; ks < 16; ++ks) {
+    if constexpr (INT8) {
+      float4 x = *reinterpret_cast<const float4*>(qrow + 16 * ks + 4 * tig);
+      if (!hv) x = make_float4(0.f, 0.f, 0.f, 0.f);
+      const __half2 lo = __floats2half2_rn(x.x * kLog2e, x.y * kLog2e);
+      const __half2 hi = __floats2half2_rn(x.z * kLog2e, x.w * kLog2e);
+      qa[ks][0] = h2_bits(lo);
+      qa[ks][1] = h2_bits(hi);
+      corr[ks >> 2] += (__low2float(lo) + __high2float(lo)) + (__low2float(hi) + __high2float(hi));
+    } else {
+      float2 x0 = *reinterpret_cast<const float2*>(qrow + 16 * ks + 2 * tig);
+      float2 x1 = *reinterpret_cast<const float2*>(qrow + 16 * ks + 8 + 2 * tig);
+      if (!hv) x0 = x1 = make_float2(0.f, 0.f);
+      uint2 lo;
+      v4_bf2_split(x0.x * kLog2e, x0.y * kLog2e, qa[ks][0], lo.x);
+      v4_bf2_split(x1.x * kLog2e, x1.y * kLog2e, qa[ks][1], lo.y);
+      ql_sh[ks][lane] = lo;
+    }
+  }
+  if constexpr (INT8) {
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+      corr[g] += __shfl_xor_sync(0xffffffffu, corr[g], 1);
+      corr[g] += __shfl_xor_sync(0xffffffffu, corr[g], 2);
+      corr[g] *= 1152.f;
+    }
+  }
+
+  float acc[16][4];
+#pragma unroll
+  for (int mt = 0; mt < 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+  float m_run = -INFINITY, l_run = 0.f;  // head g8, base 2; l_run is this lane's part of the sum
+
+  const int nchunks = (p1 - p0 + kV4Chunk - 1) / kV4Chunk;
+  const int nmine = nchunks > warp ? (nchunks - warp + NW - 1) / NW : 0;
+  const uint32_t ring = v4_smem_u32(v4_smem) + warp * C::kWarpBytes;
+  const unsigned char* ring_ptr = v4_smem + warp * C::kWarpBytes;
+  // prologue: chunks 0 .. S-2 of this warp (one commit group per chunk, empty past the end)
+#pragma unroll
+  for (int j = 0; j < S - 1; ++j) {
+    if (j < nmine)
+      v4_load_chunk<INT8>(ring + j * C::kStageBytes, a, p0 + (warp + j * NW) * kV4Chunk, p1, nkv, kvh, lane);
+    v4_commit();
+  }
+  for (int j = 0; j < nmine; ++j) {
+    // the stage of chunk j + S - 1 last held chunk j - 1: every lane is done reading it
+    __syncwarp();
+    if (j + S - 1 < nmine) {
+      const int jn = j + S - 1;
+      v4_load_chunk<INT8>(ring + (jn % S) * C::kStageBytes, a, p0 + (warp + jn * NW) * kV4Chunk, p1, nkv, kvh, lane);
+    }
+    v4_commit();
+    v4_wait<S - 1>();  // groups 0 .. j complete (this lane's copies)
+    __syncwarp();      // ... and visible to the whole warp
+    const int pos0 = p0 + (warp + j * NW) * kV4Chunk;
+    const int nvalid = p1 - pos0;  // >= 1
+    const uint32_t sK = ring + (j % S) * C::kStageBytes, sV = sK + C::kKVBytes;
+    const unsigned char* sSc = ring_ptr + (j % S) * C::kStageBytes + 2 * C::kKVBytes;  // int8 scales
+
+    // ---- scores: s[nt][c] = head g8, position 8 nt + 2 tig + c of the chunk (log2 units)
+    float s[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int row = nt * 8 + (lane & 7);  // the K row this lane addresses for ldmatrix
+      if constexpr (INT8) {
+        const uint2 ksc0 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig) * 8);
+        const uint2 ksc1 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig + 1) * 8);
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          uint32_t r[4];
+          const int seg = 4 * g + (lane >> 3);
+          v4_ldsm(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t y = r[i] ^ 0x80808080u;
+            v4_mma<true>(d, qa[4 * g + i][0], 0u, qa[4 * g + i][1], 0u, __byte_perm(y, 0x64646464u, 0x4140),
+                         __byte_perm(y, 0x64646464u, 0x4342));
+          }
+          const uint32_t w0 = g < 2 ? ksc0.x : ksc0.y, w1 = g < 2 ? ksc1.x : ksc1.y;
+          s0 = fmaf(v4_half(w0, g & 1), d[0] - corr[g], s0);
+          s1 = fmaf(v4_half(w1, g & 1), d[1] - corr[g], s1);
+        }
+        s[nt][0] = s0;
+        s[nt][1] = s1;
+      } else {
+        float d[2][4] = {};  // independent chains for q hi and q lo (and the two n-tiles)
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+          uint32_t r[4];
+          const int seg = 4 * kk + (lane >> 3);
+          v4_ldsm(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          // r0, r1: b0, b1 of k-step 2 kk; r2, r3: of k-step 2 kk + 1
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int ks = 2 * kk + h;
+            const uint2 lo = ql_sh[ks][lane];
+            v4_mma<false>(d[0], qa[ks][0], 0u, qa[ks][1], 0u, r[2 * h], r[2 * h + 1]);
+            v4_mma<false>(d[1], lo.x, 0u, lo.y, 0u, r[2 * h], r[2 * h + 1]);
+          }
+        }
+        s[nt][0] = d[0][0] + d[1][0];
+        s[nt][1] = d[0][1] + d[1][1];
+      }
+    }
+    if (nvalid < kV4Chunk) {  // the split's last chunk: positions past p1 do not exist
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          if (nt * 8 + 2 * tig + c >= nvalid) s[nt][c] = -INFINITY;
+    }
+
+    // ---- online softmax (base 2) for head g8; the quad (tig 0..3) holds the chunk's 16 positions
+    float cmax = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 1));
+    cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 2));  // finite: the chunk has a valid position
+    const float m_new = fmaxf(m_run, cmax);
+    const float alpha = v4_ex2(m_run - m_new);  // 0 on the first chunk (m_run = -inf)
+    const bool grew = m_new > m_run;
+    m_run = m_new;
+    float p[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) p[nt][c] = v4_ex2(s[nt][c] - m_new);
+    l_run = fmaf(l_run, alpha, (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]));
+    if (__any_sync(0xffffffffu, grew)) {
+      // the accumulator of lane (g8, tig) holds heads 2 tig and 2 tig + 1: their factors live in quads 2 tig, 2 tig + 1
+      const float a_lo = __shfl_sync(0xffffffffu, alpha, 8 * tig);
+      const float a_hi = __shfl_sync(0xffffffffu, alpha, 8 * tig + 4);
+#pragma unroll
+      for (int mt = 0; mt < 16; ++mt) {
+        acc[mt][0] *= a_lo; acc[mt][1] *= a_hi; acc[mt][2] *= a_lo; acc[mt][3] *= a_hi;
+      }
+    }
+
+    // ---- values: acc[mt] += V^T (16 dims x 16 positions) P^T (16 positions x 8 heads)
+    if constexpr (INT8) {
+      const uint32_t b0 = h2_bits(__floats2half2_rn(p[0][0], p[0][1]));
+      const uint32_t b1 = h2_bits(__floats2half2_rn(p[1][0], p[1][1]));
+      // group scales of positions (2tig, 2tig+1) for rows k 2c.. (a0, a1) and (2tig+8, 2tig+9) for a2, a3
+      const unsigned char* vsc = sSc + kV4Chunk * 8;
+      const uint2 v0 = *reinterpret_cast<const uint2*>(vsc + (2 * tig) * 8);
+      const uint2 v1 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 1) * 8);
+      const uint2 v2 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 8) * 8);
+      const uint2 v3 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 9) * 8);
+      const uint32_t sA[4] = {__byte_perm(v0.x, v1.x, 0x5410), __byte_perm(v0.x, v1.x, 0x7632),
+                              __byte_perm(v0.y, v1.y, 0x5410), __byte_perm(v0.y, v1.y, 0x7632)};
+      const uint32_t sB[4] = {__byte_perm(v2.x, v3.x, 0x5410), __byte_perm(v2.x, v3.x, 0x7632),
+                              __byte_perm(v2.y, v3.y, 0x5410), __byte_perm(v2.y, v3.y, 0x7632)};
+      const int row = lane & 15;  // matrices: (pos 0-7, seg 2u), (pos 8-15, seg 2u), (0-7, 2u+1), (8-15, 2u+1)
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        uint32_t r[4];
+        const int seg = 2 * u + (lane >> 4);
+        v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int mt = 2 * u + h, g = mt >> 2;
+          const uint32_t x = r[2 * h] ^ 0x80808080u, y = r[2 * h + 1] ^ 0x80808080u;
+          v4_mma<true>(acc[mt], v4_deq(__byte_perm(x, 0x64646464u, 0x4240), sA[g]),
+                       v4_deq(__byte_perm(x, 0x64646464u, 0x4341), sA[g]),
+                       v4_deq(__byte_perm(y, 0x64646464u, 0x4240), sB[g]),
+                       v4_deq(__byte_perm(y, 0x64646464u, 0x4341), sB[g]), b0, b1);
+        }
+      }
+    } else {
+      uint32_t bh0, bl0, bh1, bl1;
+      v4_bf2_split(p[0][0], p[0][1], bh0, bl0);
+      v4_bf2_split(p[1][0], p[1][1], bh1, bl1);
+      // matrices: (pos 0-7, seg 2mt) a0, (0-7, 2mt+1) a1, (8-15, 2mt) a2, (8-15, 2mt+1) a3
+      const int row = (lane >> 4) * 8 + (lane & 7);
+#pragma unroll
+      for (int mt = 0; mt < 16; ++mt) {
+        uint32_t r[4];
+        const int seg = 2 * mt + ((lane >> 3) & 1);
+        v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+        v4_mma<false>(acc[mt], r[0], r[1], r[2], r[3], bh0, bh1);
+        v4_mma<false>(acc[mt], r[0], r[1], r[2], r[3], bl0, bl1);
+      }
+    }
+  }
+  v4_wait<0>();  // only empty groups can be pending here; drain before the ring is reused
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
+  l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
+
+  // merge the warps: M = max over warps, each warp's share scaled by 2^(m_w - M)
+  const int hA = 2 * tig, hB = 2 * tig + 1;  // the heads of this lane's accumulator columns
+  float m_fin = m_run, l_fin = l_run;        // head g8
+  float fA = 1.f, fB = 1.f;                  // this warp's factors for heads hA, hB
+  if constexpr (NW > 1) {
+    if (tig == 0) { m_sh[warp][g8] = m_run; l_sh[warp][g8] = l_run; }
+    __syncthreads();
+    float MA = -INFINITY, MB = -INFINITY, Mg = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      MA = fmaxf(MA, m_sh[w][hA]); MB = fmaxf(MB, m_sh[w][hB]); Mg = fmaxf(Mg, m_sh[w][g8]);
+    }
+    // warp 0 always has chunk 0, so the maxima are finite; a warp without chunks gets factor 0
+    fA = v4_ex2(m_sh[warp][hA] - MA);
+    fB = v4_ex2(m_sh[warp][hB] - MB);
+    l_fin = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) l_fin = fmaf(l_sh[w][g8], v4_ex2(m_sh[w][g8] - Mg), l_fin);
+    m_fin = Mg;
+    float* buf = reinterpret_cast<float*>(v4_smem + warp * C::kWarpBytes);  // [64][32], own ring: free now
+    if (warp > 0) {
+#pragma unroll
+      for (int mt = 0; mt < 16; ++mt) {
+        buf[(4 * mt + 0) * 32 + lane] = acc[mt][0] * fA;
+        buf[(4 * mt + 1) * 32 + lane] = acc[mt][1] * fB;
+        buf[(4 * mt + 2) * 32 + lane] = acc[mt][2] * fA;
+        buf[(4 * mt + 3) * 32 + lane] = acc[mt][3] * fB;
+      }
+    }
+    __syncthreads();
+    if (warp > 0) return;
+#pragma unroll
+    for (int mt = 0; mt < 16; ++mt) {
+      acc[mt][0] *= fA; acc[mt][1] *= fB; acc[mt][2] *= fA; acc[mt][3] *= fB;
+    }
+#pragma unroll
+    for (int w = 1; w < NW; ++w) {
+      const float* bw = reinterpret_cast<const float*>(v4_smem + w * C::kWarpBytes);
+#pragma unroll
+      for (int mt = 0; mt < 16; ++mt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mt][c] += bw[(4 * mt + c) * 32 + lane];
+    }
+  }
+  (void)fA; (void)fB;
+  if (hv && tig == 0) {
+    out[g8 * head_stride + kHd] = m_fin * kLn2;  // natural-log units, as variants 0-3
+    out[g8 * head_stride + kHd + 1] = l_fin;
+  }
+#pragma unroll
+  for (int mt = 0; mt < 16; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int dd = INT8 ? 16 * mt + 2 * g8 + r : 16 * mt + 8 * r + g8;
+      if (hA < group) out[hA * head_stride + dd] = acc[mt][2 * r];
+      if (hB < group) out[hB * head_stride + dd] = acc[mt][2 * r + 1];
+    }
+}
+
+template <bool INT8>
+void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t stream) {
+  constexpr int smem = V4Cfg<INT8>::kSmem;
+  static unsigned long long configured = 0;  // one bit per device
+  int dev = 0;
+  MR_CHECK(cudaGetDevice(&dev), "attn_split");
+  const unsigned long long bit = 1ull << (dev & 63);
+  if (!(configured & bit)) {
+    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<INT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+             "attn_split (shared memory opt-in)");
+    configured |= bit;
+  }
+  attn_split_v4_kernel<INT8><<<dim3(T, nkv, kMaxAttnSplits), 32 * V4Cfg<INT8>::kWarps, smem, stream>>>(a);
+}
+
 __global__ void __launch_bounds__(kHd) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
                                                            const float* gate, int ld_gate, __half* out_h) {
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
@@ -510,9 +952,10 @@ int g_attn_mode = 2;
 int get_attn_variant() { return g_attn_mode; }
 
 void set_attn_variant(int v) {
-  if (v < 0 || v > 3)
+  if (v < 0 || v > 4)
     throw std::invalid_argument("attention variant must be 0 (CUDA cores, q in registers), 1 (q in shared memory), "
-                                "2 (scores on tensor cores) or 3 (scores and values on tensor cores)");
+                                "2 (scores on tensor cores), 3 (scores and values on tensor cores) or 4 "
+                                "(flash-decode: cp.async rings, ldmatrix, both products on tensor cores)");
   g_attn_mode = v;
 }
 
@@ -534,7 +977,10 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     throw std::invalid_argument("attn_decode: at most 6 query heads per kv head");
   SplitArgs a{q, d, in, k_cache, v_cache, k_scales, v_scales, partials};
   dim3 grid(kMaxAttnSplits, d.n_kv_heads, T);
-  if (d.kv_int8) {
+  if (g_attn_mode == 4) {
+    if (d.kv_int8) launch_attn_split_v4<true>(a, T, d.n_kv_heads, stream);
+    else launch_attn_split_v4<false>(a, T, d.n_kv_heads, stream);
+  } else if (d.kv_int8) {
     if (g_attn_mode == 3) attn_split_kernel<true, 3><<<grid, 128, 0, stream>>>(a);
     else if (g_attn_mode == 2) attn_split_kernel<true, 2><<<grid, 128, 0, stream>>>(a);
     else if (g_attn_mode == 1) attn_split_kernel<true, 1><<<grid, 128, 0, stream>>>(a);

@@ -80,7 +80,7 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
                  const float* gate, int ld_gate, __half* out_h, cudaStream_t stream);
 
 // Attention split-kernel variant: 0 CUDA cores (query heads in registers), 1 query heads in shared
-// memory, 2 scores on tensor cores (default), 3 scores and values on tensor cores.
+// memory, 2 scores on tensor cores (default), 3 scores and values on tensor cores, 4 flash-decode (attention.cu).
 void set_attn_variant(int v);
 int get_attn_variant();
 
