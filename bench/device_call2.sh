@@ -10,9 +10,9 @@ t0=$(date +%s)
 MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > $out/build.log 2>&1 \
   || { echo "BUILD FAILED"; grep -E "error|Error" $out/build.log | head -30; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"; grep -i "cublas" $out/build.log | head -3
-timeout 280 python3 -m pytest -q -p no:cacheprovider -s tests/test_native_gemm.py tests/test_native_gdn_chunk.py \
+timeout 280 python3 -m pytest -q -p no:cacheprovider -s -rfE --timeout 90 tests/test_native_gemm.py tests/test_native_gdn_chunk.py \
   tests/test_native_attn_prefill.py tests/test_native_prefill.py tests/test_native_engine.py tests/test_native_artifact.py \
-  tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py tests/test_native_attn_decode.py > $out/tests.log 2>&1
+  tests/test_native_attn_decode.py tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py > $out/tests.log 2>&1
 echo "tests rc=$?"
 grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -60
 grep -E "TFLOP|ms per|ms for|implied|seconds|rel err|agree|slices" $out/tests.log | head -60
