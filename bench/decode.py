@@ -43,7 +43,8 @@ def copy_bandwidth_gbs(nbytes: int = 4 << 30, reps: int = 20) -> float:
 
 GEMV_SHAPES = (("mlp_gate_up", 34816, 5120, 64), ("mlp_down", 5120, 17408, 64), ("gdn_in", 16480, 5120, 48),
                ("gdn_out", 5120, 6144, 48), ("lm_head", 248320, 5120, 1))
-VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipelined persistent"}
+VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipelined persistent",
+            6: "x in shared memory, weights L1::no_allocate", 14: "6 capped at 48 registers"}
 
 
 def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
@@ -51,7 +52,7 @@ def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
     and the variant with the least time per step (weighted by how often each shape runs)."""
     import torch
     rows = []
-    per_step = {v: 0.0 for v in ((1, 4) if quick else VARIANTS)}
+    per_step = {v: 0.0 for v in ((1, 4, 6) if quick else VARIANTS)}
     for name, n, k, count in GEMV_SHAPES:
         # several weight copies rotate so the 60 MB L2 never holds the matrix between launches
         copies = max(1, min(8, (2 << 30) // (n * k // 2)))
@@ -60,7 +61,7 @@ def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
         x = torch.randn(1, k, device="cuda").half()
         out = torch.empty(1, n, device="cuda")
         nbytes = n * k // 2 + n * k // 64 * 2
-        for v in ((1, 4) if quick else VARIANTS):
+        for v in ((1, 4, 6) if quick else VARIANTS):
             nat.set_qgemv_variant(v)
             ms = statistics.median(statistics.mean(
                 nat.op_qgemv_time(c.data_ptr(), 0, sc.data_ptr(), n, k, 4, 64, x.data_ptr(), 1, out.data_ptr(), 50)
@@ -97,7 +98,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
     ap.add_argument("--quick", action="store_true",
-                    help="final-run mode: GEMV variants 1 and 4 only, attention variants 0, 2 and 3 only, "
+                    help="final-run mode: GEMV variants 1 and 4 only, attention variants 0, 2 and 4 only, "
                          "leave-one-out and profile at depth 0 and the deepest depth for int8 only")
     ap.add_argument("--shared-peer", help="the shared llama.cpp peer file, for depths not measured in this call")
     ap.add_argument("--fill-peers-only", action="store_true",
@@ -150,7 +151,7 @@ def main() -> int:
         e = model.engine
         # GEMV launch route for the step: by shape (0) or one variant everywhere, whichever step is fastest
         gt = {}
-        for v in (0, 1, 4):
+        for v in (0, 1, 4, 6):
             nat.set_qgemv_variant(v)
             e.reset_graphs()
             gt[v] = statistics.median(e.time_steps(0, 0, args.steps) for _ in range(3))
@@ -162,7 +163,7 @@ def main() -> int:
         # values on tensor cores): the fastest at the deepest depth among those whose logits match variant 0
         vt = {}
         ref_logits = None
-        for v in ((0, 2, 3) if args.quick else (0, 1, 2, 3)):
+        for v in ((0, 2, 4) if args.quick else (0, 1, 2, 3, 4)):
             nat.set_attn_variant(v)
             e.reset_graphs()
             # gate: the same token on the same state must give the same logits as variant 0

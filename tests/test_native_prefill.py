@@ -31,23 +31,32 @@ def _native(src, kv, chunk, max_context=512, budget=2 << 30):
 
 @pytest.mark.parametrize("kv, tol", [("bf16", TOL_PREFILL_VS_DECODE), ("int8", TOL_MODEL_INT8KV)])
 def test_prefill_at_odd_chunks_equals_decode_path_and_decode_continues(tiny_native_ckpt, kv, tol):
+    from engine.plan import DEFAULT_RECIPE
+    from engine.reference.model import ReferenceModel
     src = source_from_checkpoint(tiny_native_ckpt)
     pre = _native(src, kv, chunk=37)       # 100 tokens -> chunks of 37 + 37 + 26
     step = _native(src, kv, chunk=0)       # prompts through the decode step (16 at a time)
+    ref = ReferenceModel.from_checkpoint(dequantized_source(src, DEFAULT_RECIPE), device="cuda", gdn_mode="chunked",
+                                         mtp=False)
     assert pre.engine.prefill_chunk == 37 and step.engine.prefill_chunk == 0
     g = torch.Generator().manual_seed(11)
     prompt = torch.randint(0, 1000, (100,), generator=g)
-    sp, ss = pre.new_state(200), step.new_state(200)
+    sp, ss, rs = pre.new_state(200), step.new_state(200), ref.new_state(200)
     a = pre.forward(prompt, sp, last_only=True).logits[-1]
     b = step.forward(prompt, ss, last_only=True).logits[-1]
-    errs = [rel_err(a, b)]
+    r = ref.forward(prompt, rs).logits[-1].cpu()
     assert pre.sample(sp) == [int(a.argmax())]  # the device sampler reads the prefill's last-row logits
+    errs = {"prefill-decode": [rel_err(a, b)], "prefill-ref": [rel_err(a, r)], "decode-ref": [rel_err(b, r)]}
     # the state prefill left behind: decode continues the same way on both engines
     for tok in torch.randint(0, 1000, (8,), generator=g).tolist():
         x = torch.tensor([tok])
-        errs.append(rel_err(pre.forward(x, sp).logits[-1], step.forward(x, ss).logits[-1]))
-    print(f"prefill vs decode path ({kv}): {['%.1e' % e for e in errs]}")
-    assert max(errs) < tol
+        a, b, r = pre.forward(x, sp).logits[-1], step.forward(x, ss).logits[-1], ref.forward(x, rs).logits[-1].cpu()
+        errs["prefill-decode"].append(rel_err(a, b))
+        errs["prefill-ref"].append(rel_err(a, r))
+        errs["decode-ref"].append(rel_err(b, r))
+    print(f"prefill in chunks of 37 ({kv}):", {k: ["%.1e" % e for e in v] for k, v in errs.items()})
+    assert max(errs["prefill-ref"]) < tol and max(errs["decode-ref"]) < tol
+    assert max(errs["prefill-decode"]) < tol
 
 
 def test_greedy_after_multi_chunk_prompt_matches_reference(tiny_native_ckpt):

@@ -438,9 +438,10 @@ template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // 5/6/8-bit decode per element and are instantiated for T = 1 and T <= 16 only (compile time).
   if (a.T <= 1) {
-    // route (measured on H200, bench/NOTES.md call 3): the software pipeline pays for long rows
-    // (K = 17408: 19.5 vs 21.2 us), plain U2 wins elsewhere
-    const int v = g_variant ? g_variant : (a.K > 8192 ? 4 : 1);
+    // route (measured on H200, bench/NOTES.md session 2 call 2): the software pipeline pays for long
+    // rows (K = 17408: 18.2 vs 20.5 us); tall matrices (gate_up, lm_head) gain most from x staged in
+    // shared memory (gate_up 33.0 vs 39.8 us); plain U2 elsewhere
+    const int v = g_variant ? g_variant : (a.K > 8192 ? 4 : (a.N >= 24576 ? 6 : 1));
     // 6..15 (qgemv4_sx_kernel, persistent grid; rows/warp R, chunks in flight U, threads/block, register cap):
     //   6  x in smem, weights L1::no_allocate, R2 U2, 256 thr, <= 64 regs (4 blocks/SM)
     //   7  6 + software pipeline (next batch loaded before use, across row groups and the x staging)
