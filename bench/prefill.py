@@ -168,7 +168,15 @@ def main() -> int:
     gemm_tflops = flops_tok * n0 / gemm_sec / 1e12
     print(f"GEMMs at chunk {chunk}: {gemm_sec:.2f} of {full0:.2f} s for {n0} tokens = {gemm_tflops:.0f} TFLOP/s "
           f"({gemm_tflops / peak:.0%} of the matmul peak)", flush=True)
-    rows = []
+    commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                                 text=True).stdout.strip()
+    result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
+              "tensor_core_peak_tflops": round(peak, 1), "rows": [], "chunk_probe": probes,
+              "gemm_flops_per_token": flops_tok, "gemm_seconds_first_prompt": round(gemm_sec, 3),
+              "method": ("whole prompt through NativeEngine.prefill, wall clock, random weights and tokens, int8 KV; "
+                         "attention share and GEMM time from runs with those ops left out; llamacpp_tok_s is "
+                         "llama.cpp's marginal pp2048 rate (q8_0 KV) at the nearest depth")}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for n in prompts:
         sec = full0 if n == n0 else time_prefill(e, n, 2)
         share = None
@@ -178,19 +186,10 @@ def main() -> int:
         row = {"prompt_tokens": n, "kv": "int8", "tok_s": round(n / sec, 1), "seconds": round(sec, 2),
                "gemm_tflops": round(gemm_tflops, 1), "attention_share": share, "chunk": chunk}
         fill_peer(row, this_peer, shared_peer)
-        rows.append(row)
+        result["rows"].append(row)
         print(json.dumps(row), flush=True)
-    commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                                 text=True).stdout.strip()
-    result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
-              "tensor_core_peak_tflops": round(peak, 1), "rows": rows, "chunk_probe": probes,
-              "gemm_flops_per_token": flops_tok,
-              "method": ("whole prompt through NativeEngine.prefill, wall clock, random weights and tokens, int8 KV; "
-                         "attention share and GEMM time from runs with those ops left out; llamacpp_tok_s is "
-                         "llama.cpp's marginal pp2048 rate (q8_0 KV) at the nearest depth")}
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+        with open(args.out, "w") as f:  # after every row: a cut-short run keeps what it measured
+            json.dump(result, f, indent=1)
     print(f"wrote {args.out}")
     return 0
 

@@ -26,7 +26,8 @@ def artifacts(tmp_path_factory):
     os.environ["MONORAIL_ALLOW_TEST_SHAPES"] = "1"
     d = tmp_path_factory.mktemp("native_artifact")
     shape = TinyShape(hidden_size=256, intermediate_size=512, linear_head_dim=128)
-    _, ckpt = make_tiny_hf_model(d / "hf", seed=7, vision=True, mtp=True, vocab_size=1024, num_hidden_layers=8,
+    # the real vocabulary, so the Engine's real tokenizer can drive it
+    _, ckpt = make_tiny_hf_model(d / "hf", seed=7, vision=True, mtp=True, vocab_size=248320, num_hidden_layers=4,
                                  shape=shape)
     out = {}
     for recipe in ("q4", "q4-27b"):
