@@ -9,6 +9,7 @@ what=${1:-all}; shift || true
 out=${OUT:-bench/results}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+# the device has no .git: pass the commit in (MONORAIL_COMMIT=$(git rev-parse HEAD) in the run command)
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
