@@ -215,12 +215,23 @@ class NativeModel:
     def _load_weights(self, src, recipe: Recipe, report: ProgressFn) -> None:
         t = self.config.text
         e = self.engine
+        # progress in bytes uploaded into the arena, against the plan's weight bytes
+        total = sum(a.bytes for a in getattr(self.plan, "allocations", ())
+                    if a.category.startswith("weights:") and a.category not in ("weights:vision", "weights:small")) or 1
+        unit, scale = ("GB", 1e9) if total >= 1e9 else ("MB", 1e6)
+        done = 0
 
         def matrix(role: str, layer: int, rel_key: str, row_offset: int = 0, row_stride: int = 1) -> None:
+            nonlocal done
             bits, group = recipe.spec(role)
             q = native_weight(src, rel_key, bits, group)
-            e.load_matrix(role, layer, row_offset, row_stride, _np(q.codes),
-                          None if q.high is None else _np(q.high), _np(q.scales, np.uint16))
+            codes, scales = _np(q.codes), _np(q.scales, np.uint16)
+            high = None if q.high is None else _np(q.high)
+            e.load_matrix(role, layer, row_offset, row_stride, codes, high, scales)
+            done += codes.nbytes + scales.nbytes + (0 if high is None else high.nbytes)
+            report(0.1 + 0.85 * min(1.0, done / total),
+                   f"Uploading weights: {done / scale:.2f} of {total / scale:.2f} {unit} "
+                   f"({100 * min(1.0, done / total):.0f} %)")
 
         def vec(kind: str, layer: int, w) -> None:
             e.load_vector(kind, layer, _np(w.float().reshape(-1)))
@@ -229,7 +240,6 @@ class NativeModel:
         matrix("lm_head", -1, "lm_head.weight")
         vec("final_norm", -1, src.text("norm.weight"))
         for i in range(t.num_hidden_layers):
-            report(0.1 + 0.85 * i / t.num_hidden_layers, f"Quantizing and uploading layer {i + 1}/{t.num_hidden_layers}")
             p = f"layers.{i}."
             vec("input_norm", i, src.text(p + "input_layernorm.weight"))
             vec("post_norm", i, src.text(p + "post_attention_layernorm.weight"))

@@ -83,3 +83,34 @@ def test_native_recipe_keeps_the_converters_formats_where_roles_allow(tiny_check
         if len(calls) > before:
             requantized.append(key.rsplit(".", 2)[-2])
     assert requantized and set(requantized) <= {"in_proj_a", "in_proj_b", "k_proj", "v_proj"}
+
+
+def test_load_progress_counts_bytes_up_to_the_planned_weights(tiny_checkpoint):
+    """Loading reports bytes uploaded into the arena against the plan's weight bytes, monotonically,
+    ending at 100 % (CPU: a recording stand-in for the device engine)."""
+    from engine.loader import Checkpoint
+    from engine.native_backend import NativeModel
+    from engine.plan import DEFAULT_RECIPE, PlanRequest, make_plan
+
+    class Recorder:
+        def __init__(self):
+            self.matrix_bytes = 0
+
+        def load_matrix(self, role, layer, row_offset, row_stride, codes, high, scales):
+            self.matrix_bytes += codes.nbytes + scales.nbytes + (0 if high is None else high.nbytes)
+
+        def load_vector(self, kind, layer, data):
+            pass
+
+    ck = Checkpoint.open(tiny_checkpoint)
+    plan = make_plan(ck.config, PlanRequest(max_context=256, vram_budget=1 << 40))
+    rec = Recorder()
+    model = NativeModel(ck.config, rec, plan, max_context=256, kv_dtype="int8", lanes=1)
+    events = []
+    model._load_weights(ck, DEFAULT_RECIPE, lambda f, m: events.append((f, m)))
+    fractions = [f for f, _ in events]
+    assert fractions == sorted(fractions) and len(events) > 10
+    assert events[-1][1].endswith("(100 %)")
+    planned = sum(a.bytes for a in plan.allocations if a.category.startswith("weights:")
+                  and a.category not in ("weights:vision", "weights:small"))
+    assert rec.matrix_bytes == planned  # every planned matrix byte went up, once
