@@ -2,14 +2,7 @@
 # Session 2, call 2: first run of the prefill kernels (GEMM via cuBLAS, chunked GDN, flash attention),
 # the engine's prefill path, the GEMV variants 6..15, native Engine end to end; quick prefill timing.
 set -uo pipefail
-out=${OUT:-/tmp/out}; mkdir -p $out
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site
-t0=$(date +%s)
-MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > $out/build.log 2>&1 \
-  || { echo "BUILD FAILED"; grep -E "error|Error" $out/build.log | head -30; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"; grep -i "cublas" $out/build.log | head -3
+source bench/device_setup.sh; grep -i "cublas" $out/build.log | head -3
 timeout 280 python3 -m pytest -q -p no:cacheprovider -s -rfE --timeout 90 tests/test_native_gemm.py tests/test_native_gdn_chunk.py \
   tests/test_native_attn_prefill.py tests/test_native_prefill.py tests/test_native_engine.py tests/test_native_artifact.py \
   tests/test_native_attn_decode.py tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py > $out/tests.log 2>&1

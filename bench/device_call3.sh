@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # Session 2, call 3: all GPU tests after the call-2 fixes, then the decode benchmark (quick mode).
 set -uo pipefail
-out=${OUT:-/tmp/out}; mkdir -p $out
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site
-t0=$(date +%s)
-MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > $out/build.log 2>&1 \
-  || { echo "BUILD FAILED"; grep -E "error|Error" $out/build.log | head -30; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+source bench/device_setup.sh
 timeout 240 python3 -m pytest -q -p no:cacheprovider -s -rfE --timeout 90 tests/test_native_prefill.py \
   tests/test_native_engine.py tests/test_native_artifact.py tests/test_native_attn_prefill.py tests/test_native_gemm.py \
   tests/test_native_gdn_chunk.py tests/test_native_attn_decode.py tests/test_native_ops.py tests/test_native_model.py \

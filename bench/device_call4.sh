@@ -2,14 +2,7 @@
 # Session 2, call 4 (final): the llama.cpp peer (prefill pp2048 and decode), the prefill benchmark,
 # the multi-token-step diagnostic, and the tests fixed after call 3.
 set -uo pipefail
-out=${OUT:-/tmp/out}; mkdir -p $out
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  && export PYTHONPATH=/tmp/site
-t0=$(date +%s)
-MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > $out/build.log 2>&1 \
-  || { echo "BUILD FAILED"; grep -E "error|Error" $out/build.log | head -30; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
+source bench/device_setup.sh
 echo "=== diag"; timeout 60 python3 bench/diag_steps.py 2>&1 | tail -22
 timeout 90 python3 -m pytest -q -p no:cacheprovider -s -rfE --timeout 80 "tests/test_native_ops.py::test_attention_decode" \
   tests/test_native_artifact.py > $out/tests.log 2>&1

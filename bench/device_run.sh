@@ -6,24 +6,14 @@
 # Logs go to $OUT (the device tool's return folder) when set, else bench/results/.
 set -uo pipefail
 what=${1:-all}; shift || true
-out=${OUT:-bench/results}
-mkdir -p "$out"
-export PYTHONUNBUFFERED=1
-# the device has no .git: pass the commit in (MONORAIL_COMMIT=$(git rev-parse HEAD) in the run command)
+OUT=${OUT:-bench/results}
+source bench/device_setup.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
-if compgen -G ".whl/*.whl" > /dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-t0=$(date +%s)
-MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$out/build.log" 2>&1 \
-  || { echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
 python3 -c "from engine.native import native_status; print(native_status().summary())"
 if [[ $what == tests || $what == all || $what == final ]]; then
   python3 -m pytest -q -p no:cacheprovider tests/test_native_ops.py tests/test_native_model.py tests/test_plan.py \
     tests/test_native_gemm.py tests/test_native_gdn_chunk.py tests/test_native_attn_prefill.py \
-    tests/test_native_prefill.py tests/test_native_engine.py tests/test_native_artifact.py \
+    tests/test_native_prefill.py tests/test_native_engine.py tests/test_native_artifact.py tests/test_native_attn_decode.py \
     -s 2>&1 | tee "$out/tests.log" | grep -E "passed|failed|error|Error|assert|worst|tiny|full-width" | tail -40
 fi
 if [[ $what == bench || $what == all || $what == final ]]; then

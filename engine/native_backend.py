@@ -337,28 +337,21 @@ class NativeModel:
         vocab = self.config.text.vocab_size
         if min(ids) < 0 or max(ids) >= vocab:
             raise NativeBackendError(f"token id out of range 0..{vocab - 1}")
-        pos = None
+        # rotary positions, flattened [t][axis]: given (images), else text positions on all three axes
         if position_ids is not None:
-            pos = torch.as_tensor(position_ids).reshape(3, len(ids)).T.contiguous()
+            rope = [int(v) for v in torch.as_tensor(position_ids).reshape(3, len(ids)).T.reshape(-1).tolist()]
+        else:
+            base = state.seq_len + state.rope_delta
+            rope = [base + j for j in range(len(ids)) for _ in range(3)]
         if last_only and len(ids) > STEP_TOKENS and self.engine.prefill_chunk > 0:
-            if pos is not None:
-                rp = [int(v) for v in pos.reshape(-1).tolist()]
-            else:
-                base = state.seq_len + state.rope_delta
-                rp = [base + j for j in range(len(ids)) for _ in range(3)]
-            self.engine.prefill(state.lane, ids, rp, state.seq_len)
+            self.engine.prefill(state.lane, ids, rope, state.seq_len)
             state.seq_len += len(ids)
             self._last_rows = 1
             return NativeOutput(torch.from_numpy(self.engine.logits(1)))
         outs = []
         for s in range(0, len(ids), STEP_TOKENS):
             chunk = ids[s:s + STEP_TOKENS]
-            if pos is not None:
-                rp = pos[s:s + len(chunk)].reshape(-1).tolist()
-            else:
-                base = state.seq_len + state.rope_delta
-                rp = [base + j for j in range(len(chunk)) for _ in range(3)]
-            self.engine.forward(state.lane, chunk, [int(v) for v in rp], state.seq_len)
+            self.engine.forward(state.lane, chunk, rope[3 * s:3 * (s + len(chunk))], state.seq_len)
             state.seq_len += len(chunk)
             self._last_rows = len(chunk)
             if not last_only or s + STEP_TOKENS >= len(ids):

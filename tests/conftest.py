@@ -35,6 +35,17 @@ def tiny_text_hf(tmp_path_factory):
     return make_tiny_hf_model(tmp_path_factory.mktemp("tiny_text"), seed=1, text_only_layout=True, vision=False)
 
 
+@pytest.fixture(scope="session")
+def tiny_native_ckpt(tmp_path_factory):
+    """A tiny text checkpoint at the native kernels' head sizes (head_dim 256, GDN heads of 128)."""
+    pytest.importorskip("transformers")
+    from tiny_models import TinyShape, make_tiny_hf_model
+    shape = TinyShape(hidden_size=256, intermediate_size=512, linear_head_dim=128)
+    _, path = make_tiny_hf_model(tmp_path_factory.mktemp("tiny_native"), seed=5, vision=False, mtp=False,
+                                 text_only_layout=True, vocab_size=1024, num_hidden_layers=8, shape=shape)
+    return path
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Empty the Qt clipboard while Python is still alive.
 
@@ -51,3 +62,10 @@ def pytest_sessionfinish(session, exitstatus):
     if app is not None:
         app.clipboard().clear()
         app.processEvents()
+
+
+@pytest.fixture(scope="module")
+def nat():
+    """The compiled native module (GPU tests; they skip without a usable GPU before asking for it)."""
+    from engine.native import load_native
+    return load_native()

@@ -57,3 +57,41 @@ def rel_err(a, b) -> float:
     a = a.double()
     b = b.double()
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def quantized(n, k, bits, group, gen):
+    """A random [n, k] matrix quantized with round-to-nearest: (QuantizedTensor, device codes, high bits,
+    scales, and the fp64 dequantized value on the device as the oracle's weight)."""
+    import torch
+    from engine.quant import QuantFormat, quantize
+    w = torch.randn(n, k, generator=gen) * 0.05
+    q = quantize(w, QuantFormat(bits, group), method="rtn")
+    dev = lambda t: None if t is None else t.cuda()  # noqa: E731
+    return q, dev(q.codes), dev(q.high), dev(q.scales), q.dequantize().double().cuda()
+
+
+def gdn_oracle(conv_out, z, b, a, a_log, dt_bias, norm_w, S, kh, vh, eps):
+    """fp64 delta rule (token by token, all heads at once) + gated norm; S [vh, dk, dv] (k-major).
+    Returns (outputs [T, vh*dv], final state); the state passed in is not modified."""
+    import math
+
+    import torch
+    T = conv_out.shape[0]
+    dk = dv = 128
+    q = conv_out[:, :kh * dk].view(T, kh, dk)
+    k = conv_out[:, kh * dk:2 * kh * dk].view(T, kh, dk)
+    v = conv_out[:, 2 * kh * dk:].view(T, vh, dv)
+    rep = vh // kh
+    q = (q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(dk)).repeat_interleave(rep, dim=1)
+    k = (k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)).repeat_interleave(rep, dim=1)
+    g = -torch.exp(a_log) * torch.nn.functional.softplus(a + dt_bias)  # [T, vh]
+    beta = torch.sigmoid(b)
+    outs = []
+    for t in range(T):
+        S = S * torch.exp(g[t])[:, None, None]
+        u = beta[t][:, None] * (v[t] - torch.einsum("hkv,hk->hv", S, k[t]))
+        S = S + k[t][:, :, None] * u[:, None, :]
+        o = torch.einsum("hkv,hk->hv", S, q[t])
+        r = torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps)
+        outs.append((o * r * norm_w * torch.nn.functional.silu(z[t].view(vh, dv))).reshape(-1))
+    return torch.stack(outs), S

@@ -23,12 +23,6 @@ SEC = [11, 11, 10]
 VARIANT = 4
 
 
-@pytest.fixture(scope="module")
-def nat():
-    from engine.native import load_native
-    return load_native()
-
-
 class variant:
     """Context manager: run under attention variant v, restore the previous one afterwards."""
 

@@ -29,12 +29,6 @@ HD, ROT, EPS = 256, 64, 1e-6
 SEC = [11, 11, 10]
 
 
-@pytest.fixture(scope="module")
-def nat():
-    from engine.native import load_native
-    return load_native()
-
-
 class Case:
     """Random inputs of one prefill chunk plus a cache of `cap` slots filled with valid random K/V."""
 

@@ -6,11 +6,9 @@ must continue exactly from the state prefill leaves), split prefills against one
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
-from native_helpers import TOL_FP16_OUT, from_perm8, rel_err, requires_gpu
+from native_helpers import TOL_FP16_OUT, from_perm8, gdn_oracle, rel_err, requires_gpu
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -21,12 +19,6 @@ TOL_STATE_CHUNK = 2e-4  # fp32 chunked form vs fp64 (or vs fp32 recurrent) over 
 #                         different summation order, cumulative log-decay G in fp32, triangular solve
 TOL_ROW_FP16 = 5e-3     # worst single token's output row (768..6144 fp16 values): catches one bad token/chunk
 SCRATCH_PER_TOKEN_HEAD_MAX = 4 * 128 * 4  # bytes of scratch per token per value head ("a few x" v_heads*128 fp32)
-
-
-@pytest.fixture(scope="module")
-def nat():
-    from engine.native import load_native
-    return load_native()
 
 
 class Case:
@@ -65,28 +57,6 @@ class Case:
                           zb[:, vh * 128 + vh:vh * 128 + 2 * vh], d(self.a_log), d(self.dt_bias), d(self.norm_w),
                           d(self.S0).clone(), self.kh, vh, self.eps)
 
-
-def gdn_oracle(conv_out, z, b, a, a_log, dt_bias, norm_w, S, kh, vh, eps):
-    """fp64 delta rule (token by token, all heads at once) + gated norm; S [vh, dk, dv] (k-major)."""
-    T = conv_out.shape[0]
-    dk = dv = 128
-    q = conv_out[:, :kh * dk].view(T, kh, dk)
-    k = conv_out[:, kh * dk:2 * kh * dk].view(T, kh, dk)
-    v = conv_out[:, 2 * kh * dk:].view(T, vh, dv)
-    rep = vh // kh
-    q = (q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(dk)).repeat_interleave(rep, dim=1)
-    k = (k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)).repeat_interleave(rep, dim=1)
-    g = -torch.exp(a_log) * torch.nn.functional.softplus(a + dt_bias)  # [T, vh]
-    beta = torch.sigmoid(b)
-    outs = []
-    for t in range(T):
-        S = S * torch.exp(g[t])[:, None, None]
-        u = beta[t][:, None] * (v[t] - torch.einsum("hkv,hk->hv", S, k[t]))
-        S = S + k[t][:, :, None] * u[:, None, :]
-        o = torch.einsum("hkv,hk->hv", S, q[t])
-        r = torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps)
-        outs.append((o * r * norm_w * torch.nn.functional.silu(z[t].view(vh, dv))).reshape(-1))
-    return torch.stack(outs), S
 
 
 def scratch_for(nat, kh, vh, T):

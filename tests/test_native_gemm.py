@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from native_helpers import TOL_FP16_OUT, from_perm8, perm8_index, rel_err, requires_gpu, to_perm8
+from native_helpers import TOL_FP16_OUT, from_perm8, perm8_index, quantized, rel_err, requires_gpu, to_perm8
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -21,20 +21,6 @@ TOL_GEMM = 1e-3
 
 STORE, ADD, SWIGLU = 0, 1, 2
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def nat():
-    from engine.native import load_native
-    return load_native()
-
-
-def quantized(n, k, bits, group, gen):
-    from engine.quant import QuantFormat, quantize
-    w = torch.randn(n, k, generator=gen) * 0.05
-    q = quantize(w, QuantFormat(bits, group), method="rtn")
-    dev = lambda t: None if t is None else t.cuda()  # noqa: E731
-    return q, dev(q.codes), dev(q.high), dev(q.scales), q.dequantize().double().cuda()
 
 
 class Workspace:

@@ -98,16 +98,6 @@ def teacher_forced(native_model, ref_model, tokens, tol):
     return worst, checked, agree
 
 
-@pytest.fixture(scope="module")
-def tiny_native_ckpt(tmp_path_factory):
-    pytest.importorskip("transformers")
-    from tiny_models import TinyShape, make_tiny_hf_model
-    shape = TinyShape(hidden_size=256, intermediate_size=512, linear_head_dim=128)
-    _, path = make_tiny_hf_model(tmp_path_factory.mktemp("tiny_native"), seed=5, vision=False, mtp=False,
-                                 text_only_layout=True, vocab_size=1024, num_hidden_layers=8, shape=shape)
-    return path
-
-
 @pytest.mark.parametrize("attn_variant", [0, 2, 3, 4])
 @pytest.mark.parametrize("kv, tol", [("bf16", TOL_MODEL_BF16KV), ("int8", TOL_MODEL_INT8KV)])
 def test_tiny_model_64_teacher_forced_steps(tiny_native_ckpt, kv, tol, attn_variant):

@@ -9,26 +9,12 @@ import math
 
 import pytest
 
-from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_Q4, from_perm8, rel_err, requires_gpu,
-                            step_inputs, to_perm8)
+from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_Q4, from_perm8, gdn_oracle, quantized, rel_err,
+                            requires_gpu, step_inputs, to_perm8)
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def nat():
-    from engine.native import load_native
-    return load_native()
-
-
-def quantized(n, k, bits, group, gen):
-    from engine.quant import QuantFormat, quantize
-    w = torch.randn(n, k, generator=gen) * 0.05
-    q = quantize(w, QuantFormat(bits, group), method="rtn")
-    dev = lambda t: None if t is None else t.cuda()  # noqa: E731
-    return q, dev(q.codes), dev(q.high), dev(q.scales), q.dequantize().double().cuda()
 
 
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])
@@ -193,31 +179,6 @@ def test_conv_update_carries_state(nat):
         hist = seq[-(Kc - 1):]
         assert rel_err(state.T, hist) < TOL_FP32
 
-
-def gdn_oracle(conv_out, z, b, a, a_log, dt_bias, norm_w, S, kh, vh, eps):
-    """fp64 delta rule + gated norm; S [vh, dk, dv] (k-major as in the math)."""
-    T = conv_out.shape[0]
-    dk = dv = 128
-    q = conv_out[:, :kh * dk].view(T, kh, dk)
-    k = conv_out[:, kh * dk:2 * kh * dk].view(T, kh, dk)
-    v = conv_out[:, 2 * kh * dk:].view(T, vh, dv)
-    rep = vh // kh
-    q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) / math.sqrt(dk)
-    k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
-    outs = []
-    for t in range(T):
-        g = -torch.exp(a_log) * torch.nn.functional.softplus(a[t] + dt_bias)
-        beta = torch.sigmoid(b[t])
-        o = torch.empty(vh, dv, dtype=torch.float64, device=S.device)
-        for h in range(vh):
-            kk, qq = k[t, h // rep], q[t, h // rep]
-            S[h] = S[h] * torch.exp(g[h])
-            u = beta[h] * (v[t, h] - S[h].T @ kk)
-            S[h] = S[h] + torch.outer(kk, u)
-            o[h] = S[h].T @ qq
-        r = torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps)
-        outs.append((o * r * norm_w * torch.nn.functional.silu(z[t].view(vh, dv))).reshape(-1))
-    return torch.stack(outs), S
 
 
 @pytest.mark.parametrize("T", [1, 2, 4])

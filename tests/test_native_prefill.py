@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from native_helpers import TOL_MODEL_BF16KV, TOL_MODEL_INT8KV, rel_err, requires_gpu
-from test_native_model import dequantized_source, full_width_source, source_from_checkpoint, tiny_native_ckpt  # noqa: F401
+from test_native_model import dequantized_source, full_width_source, source_from_checkpoint
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 torch = pytest.importorskip("torch")

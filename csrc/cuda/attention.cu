@@ -8,21 +8,16 @@
 //  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
 // The number of positions per split is derived on the device from kv_start + T, so one captured
 // graph serves every context length (blocks past the end exit at once).
+#include "attn_prep.cuh"
 #include "common.cuh"
 #include "ops.h"
 
 namespace monorail {
 namespace {
 
-constexpr int kHd = 256;    // head_dim this kernel set is built for
+constexpr int kHd = kPrepDim;  // head_dim this kernel set is built for
 constexpr int kGroup = 6;   // query heads per kv head (max)
 constexpr int kTile = 256;  // positions per softmax tile
-
-__device__ inline int mrope_axis(int i, const int* sec) {
-  if (i % 3 == 1 && i < 3 * sec[1]) return 1;
-  if (i % 3 == 2 && i < 3 * sec[2]) return 2;
-  return 0;
-}
 
 struct PrepArgs {
   const float* qkv; int ldp; AttnDims d;
@@ -32,56 +27,16 @@ struct PrepArgs {
 
 __global__ void __launch_bounds__(kHd) attn_prep_kernel(PrepArgs p) {
   __shared__ float xs[kHd], red[32], gmax[8];
-  const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x;
-  const AttnDims& d = p.d;
-  const int nh = d.n_heads, nkv = d.n_kv_heads;
-  const float* row = p.qkv + (size_t)t * p.ldp;
-  int kind, head;  // 0 q, 1 k, 2 v
-  float x;
-  if (hh < nh) { kind = 0; head = hh; x = row[head * 2 * kHd + i]; }
-  else if (hh < nh + nkv) { kind = 1; head = hh - nh; x = row[nh * 2 * kHd + head * kHd + i]; }
-  else { kind = 2; head = hh - nh - nkv; x = row[nh * 2 * kHd + nkv * kHd + head * kHd + i]; }
-  if (kind != 2) {
-    float ss = block_sum(x * x, red);
-    const float* w = kind == 0 ? p.q_norm : p.k_norm;
-    x = x * rsqrtf(ss / kHd + d.eps) * (1.f + w[i]);
-    xs[i] = x;
-    __syncthreads();
-    const int rot = d.rotary_dim, half = rot / 2;
-    if (i < rot) {
-      const int pair = i % half;
-      const float pos = (float)p.in->rope_pos[t][mrope_axis(pair, p.sec)];
-      float sn, cs;
-      sincosf(pos * p.inv_freq[pair], &sn, &cs);
-      x = i < half ? x * cs - xs[i + half] * sn : x * cs + xs[i - half] * sn;
-    }
-  }
+  const int t = blockIdx.x, i = threadIdx.x;
+  int kind, head;
+  const float x = prep_norm_rope(p.qkv + (size_t)t * p.ldp, p.d, blockIdx.y, i, p.q_norm, p.k_norm, p.inv_freq, p.sec,
+                                 p.in->rope_pos[t], kind, head, xs, red);
   if (kind == 0) {
-    p.q_out[((size_t)t * nh + head) * kHd + i] = x * rsqrtf((float)kHd);
+    p.q_out[((size_t)t * p.d.n_heads + head) * kHd + i] = x * rsqrtf((float)kHd);
     return;
   }
-  const size_t slot = (size_t)p.in->kv_start + t;
-  const size_t idx = (slot * nkv + head) * kHd + i;
-  char* cache = kind == 1 ? p.k_cache : p.v_cache;
-  if (!d.kv_int8) {
-    reinterpret_cast<__nv_bfloat16*>(cache)[idx] = __float2bfloat16(x);
-    return;
-  }
-  // int8 group 64: absmax over the 64 dims (two warps), fp16 scale, codes quantized with that scale
-  float m = warp_max(fabsf(x));
-  if ((i & 31) == 0) gmax[i >> 5] = m;
-  __syncthreads();
-  const int g = i >> 6;
-  m = fmaxf(gmax[2 * g], gmax[2 * g + 1]);
-  const __half sh = __float2half(m / 127.f);
-  const float s = __half2float(sh);
-  int q = s > 0.f ? __float2int_rn(x / s) : 0;
-  q = max(-127, min(127, q));
-  reinterpret_cast<int8_t*>(cache)[idx] = (int8_t)q;
-  if ((i & 63) == 0) {
-    char* sc = kind == 1 ? p.k_scales : p.v_scales;
-    reinterpret_cast<__half*>(sc)[(slot * nkv + head) * (kHd / 64) + g] = sh;
-  }
+  prep_append_kv(x, i, kind, head, (size_t)p.in->kv_start + t, p.d, p.k_cache, p.v_cache, p.k_scales, p.v_scales,
+                 gmax);
 }
 
 struct SplitArgs {

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "../plan_bindings.h"
+#include "binding_helpers.h"
 #include "common.cuh"
 #include "engine.h"
 #include "ops.h"
@@ -18,18 +19,10 @@ using namespace monorail;
 namespace {
 
 template <typename T>
-T* ptr(uintptr_t p) { return reinterpret_cast<T*>(p); }
+T* ptr(uintptr_t p) { return dev_ptr<T>(p); }
 
 QMatrix qmat(uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group) {
-  QMatrix m;
-  m.codes = ptr<char>(codes);
-  m.high = ptr<char>(high);
-  m.scales = ptr<char>(scales);
-  m.rows = N;
-  m.cols = K;
-  m.q.bits = bits;
-  m.q.group = group;
-  return m;
+  return qmatrix_at(codes, high, scales, N, K, bits, group);
 }
 
 SamplingParams sampling_from_dict(const py::dict& d, int vocab) {
@@ -139,19 +132,9 @@ void register_cuda_bindings(py::module_& m) {
                             int group, uintptr_t x, int T, uintptr_t out_f32, int reps) {
     // back-to-back launches timed with events: the kernel's own time, launch gaps included
     QMatrix W = qmat(codes, high, scales, N, K, bits, group);
-    cudaEvent_t a, b;
-    MR_CHECK(cudaEventCreate(&a), "event");
-    MR_CHECK(cudaEventCreate(&b), "event");
-    for (int i = 0; i < 3; ++i) qgemv(W, ptr<const __half>(x), T, GEMV_STORE, ptr<float>(out_f32), nullptr, (int)N, 0);
-    MR_CHECK(cudaEventRecord(a, 0), "event");
-    for (int i = 0; i < reps; ++i) qgemv(W, ptr<const __half>(x), T, GEMV_STORE, ptr<float>(out_f32), nullptr, (int)N, 0);
-    MR_CHECK(cudaEventRecord(b, 0), "event");
-    sync0("qgemv_time");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ms / reps;
+    return time_ms_per_call(
+        [&] { qgemv(W, ptr<const __half>(x), T, GEMV_STORE, ptr<float>(out_f32), nullptr, (int)N, 0); }, reps, 3,
+        "qgemv_time");
   });
   m.def("set_qgemv_variant", &set_qgemv_variant);
   m.def("set_attn_variant", &set_attn_variant);

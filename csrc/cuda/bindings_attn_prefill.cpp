@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "attn_prefill.h"
+#include "binding_helpers.h"
 #include "common.cuh"
 
 namespace py = pybind11;
@@ -14,21 +15,19 @@ using namespace monorail;
 
 namespace {
 
-template <typename T>
-T* aptr(uintptr_t p) { return reinterpret_cast<T*>(p); }
 
 struct PrefillCall {
   uintptr_t qkv; int ldp, T; AttnDims d; uintptr_t q_norm, k_norm, inv_freq; int sec[3];
   uintptr_t pos3; int kv_start; uintptr_t q_buf, kc, vc, ks, vs, out_h;
 
   void prep(cudaStream_t s) const {
-    attn_prefill_prep(aptr<float>(qkv), ldp, T, d, aptr<float>(q_norm), aptr<float>(k_norm), aptr<float>(inv_freq),
-                      sec, aptr<int32_t>(pos3), kv_start, aptr<float>(q_buf), aptr<char>(kc), aptr<char>(vc),
-                      aptr<char>(ks), aptr<char>(vs), s);
+    attn_prefill_prep(dev_ptr<float>(qkv), ldp, T, d, dev_ptr<float>(q_norm), dev_ptr<float>(k_norm), dev_ptr<float>(inv_freq),
+                      sec, dev_ptr<int32_t>(pos3), kv_start, dev_ptr<float>(q_buf), dev_ptr<char>(kc), dev_ptr<char>(vc),
+                      dev_ptr<char>(ks), dev_ptr<char>(vs), s);
   }
   void attend(cudaStream_t s) const {
-    attn_prefill(aptr<float>(q_buf), T, kv_start, d, aptr<char>(kc), aptr<char>(vc), aptr<char>(ks), aptr<char>(vs),
-                 aptr<float>(qkv) + 256, ldp, aptr<__half>(out_h), s);
+    attn_prefill(dev_ptr<float>(q_buf), T, kv_start, d, dev_ptr<char>(kc), dev_ptr<char>(vc), dev_ptr<char>(ks), dev_ptr<char>(vs),
+                 dev_ptr<float>(qkv) + 256, ldp, dev_ptr<__half>(out_h), s);
   }
 };
 
@@ -62,26 +61,7 @@ void register_attn_prefill_bindings(py::module_& m) {
                                    uintptr_t vc, uintptr_t ks, uintptr_t vs, uintptr_t out_h, int reps) {
     const PrefillCall c = make_call(qkv, ldp, T, n_heads, n_kv, rotary_dim, eps, kv_int8, q_norm, k_norm, inv_freq,
                                     sec, pos3, kv_start, q_buf, kc, vc, ks, vs, out_h);
-    if (reps < 1) reps = 1;
     c.prep(0);
-    c.attend(0);
-    cudaEvent_t e0, e1;
-    MR_CHECK(cudaEventCreate(&e0), "attn_prefill_time");
-    MR_CHECK(cudaEventCreate(&e1), "attn_prefill_time");
-    float ms = 0.f;
-    try {
-      MR_CHECK(cudaEventRecord(e0, 0), "attn_prefill_time");
-      for (int r = 0; r < reps; ++r) c.attend(0);
-      MR_CHECK(cudaEventRecord(e1, 0), "attn_prefill_time");
-      MR_CHECK(cudaEventSynchronize(e1), "attn_prefill_time");
-      MR_CHECK(cudaEventElapsedTime(&ms, e0, e1), "attn_prefill_time");
-    } catch (...) {
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      throw;
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return (double)ms / reps;
+    return (double)time_ms_per_call([&] { c.attend(0); }, reps, 1, "attn_prefill_time");
   });
 }

@@ -2,6 +2,7 @@
 // (torch data_ptr() ints), synchronised on the default stream.
 #include <pybind11/pybind11.h>
 
+#include "binding_helpers.h"
 #include "common.cuh"
 #include "gdn_chunk.h"
 
@@ -10,15 +11,13 @@ using namespace monorail;
 
 namespace {
 
-template <typename T>
-T* gptr(uintptr_t p) { return reinterpret_cast<T*>(p); }
 
 void prefill(uintptr_t conv_out, uintptr_t z, uintptr_t b, uintptr_t a, int ldp, int T, const GdnDims& d,
              uintptr_t a_log, uintptr_t dt_bias, uintptr_t norm_w, uintptr_t state, uintptr_t out_h, uintptr_t scratch,
              int64_t scratch_bytes) {
-  gdn_prefill(gptr<float>(conv_out), gptr<float>(z), gptr<float>(b), gptr<float>(a), ldp, T, d, gptr<float>(a_log),
-              gptr<float>(dt_bias), gptr<float>(norm_w), gptr<float>(state), gptr<__half>(out_h),
-              gptr<void>(scratch), scratch_bytes, 0);
+  gdn_prefill(dev_ptr<float>(conv_out), dev_ptr<float>(z), dev_ptr<float>(b), dev_ptr<float>(a), ldp, T, d, dev_ptr<float>(a_log),
+              dev_ptr<float>(dt_bias), dev_ptr<float>(norm_w), dev_ptr<float>(state), dev_ptr<__half>(out_h),
+              dev_ptr<void>(scratch), scratch_bytes, 0);
 }
 
 }  // namespace
@@ -40,26 +39,8 @@ void register_gdn_chunk_bindings(py::module_& m) {
                                   uintptr_t norm_w, uintptr_t state, uintptr_t out_h, uintptr_t scratch,
                                   int64_t scratch_bytes, int reps) {
     GdnDims d{k_heads, v_heads, 128, 128, eps};
-    if (reps < 1) reps = 1;
-    prefill(conv_out, z, b, a, ldp, T, d, a_log, dt_bias, norm_w, state, out_h, scratch, scratch_bytes);
-    cudaEvent_t e0, e1;
-    MR_CHECK(cudaEventCreate(&e0), "gdn_prefill_time");
-    MR_CHECK(cudaEventCreate(&e1), "gdn_prefill_time");
-    float ms = 0.f;
-    try {
-      MR_CHECK(cudaEventRecord(e0, 0), "gdn_prefill_time");
-      for (int i = 0; i < reps; ++i)
-        prefill(conv_out, z, b, a, ldp, T, d, a_log, dt_bias, norm_w, state, out_h, scratch, scratch_bytes);
-      MR_CHECK(cudaEventRecord(e1, 0), "gdn_prefill_time");
-      MR_CHECK(cudaEventSynchronize(e1), "gdn_prefill_time");
-      MR_CHECK(cudaEventElapsedTime(&ms, e0, e1), "gdn_prefill_time");
-    } catch (...) {
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
-      throw;
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return ms / reps;
+    return time_ms_per_call(
+        [&] { prefill(conv_out, z, b, a, ldp, T, d, a_log, dt_bias, norm_w, state, out_h, scratch, scratch_bytes); },
+        reps, 1, "gdn_prefill_time");
   });
 }

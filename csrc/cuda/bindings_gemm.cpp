@@ -3,6 +3,7 @@
 // for the benchmark. Errors surface as engine._native.CudaError / ValueError like the other ops.
 #include <pybind11/pybind11.h>
 
+#include "binding_helpers.h"
 #include "common.cuh"
 #include "ops.h"
 #include "qgemm.h"
@@ -12,28 +13,13 @@ using namespace monorail;
 
 namespace {
 
-template <typename T>
-T* gptr(uintptr_t p) { return reinterpret_cast<T*>(p); }
-
-QMatrix gemm_qmat(uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group) {
-  QMatrix m;
-  m.codes = gptr<char>(codes);
-  m.high = gptr<char>(high);
-  m.scales = gptr<char>(scales);
-  m.rows = N;
-  m.cols = K;
-  m.q.bits = bits;
-  m.q.group = group;
-  return m;
-}
-
 GemmWorkspace gemm_ws(uintptr_t dq, int64_t dq_bytes, uintptr_t cb, int64_t cb_bytes, uintptr_t sc, int64_t sc_bytes) {
   GemmWorkspace ws;
-  ws.dequant = gptr<__half>(dq);
+  ws.dequant = dev_ptr<__half>(dq);
   ws.dequant_bytes = dq_bytes;
-  ws.cublas = gptr<void>(cb);
+  ws.cublas = dev_ptr<void>(cb);
   ws.cublas_bytes = cb_bytes;
-  ws.scratch = gptr<float>(sc);
+  ws.scratch = dev_ptr<float>(sc);
   ws.scratch_bytes = sc_bytes;
   return ws;
 }
@@ -45,8 +31,8 @@ void register_gemm_bindings(py::module_& m) {
         [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group, uintptr_t x,
            int T, int epi, uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t dequant_ptr, int64_t dequant_bytes,
            uintptr_t cublas_ptr, int64_t cublas_bytes, uintptr_t scratch_ptr, int64_t scratch_bytes) {
-          qgemm(gemm_qmat(codes, high, scales, N, K, bits, group), gptr<const __half>(x), T, epi, gptr<float>(out_f32),
-                gptr<__half>(out_h), ldo,
+          qgemm(qmatrix_at(codes, high, scales, N, K, bits, group), dev_ptr<const __half>(x), T, epi, dev_ptr<float>(out_f32),
+                dev_ptr<__half>(out_h), ldo,
                 gemm_ws(dequant_ptr, dequant_bytes, cublas_ptr, cublas_bytes, scratch_ptr, scratch_bytes), 0);
           MR_CHECK(cudaStreamSynchronize(0), "qgemm");
         },
@@ -60,30 +46,12 @@ void register_gemm_bindings(py::module_& m) {
         [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group, uintptr_t x,
            int T, int epi, uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t dequant_ptr, int64_t dequant_bytes,
            uintptr_t cublas_ptr, int64_t cublas_bytes, uintptr_t scratch_ptr, int64_t scratch_bytes, int reps) {
-          const QMatrix W = gemm_qmat(codes, high, scales, N, K, bits, group);
+          const QMatrix W = qmatrix_at(codes, high, scales, N, K, bits, group);
           const GemmWorkspace ws = gemm_ws(dequant_ptr, dequant_bytes, cublas_ptr, cublas_bytes, scratch_ptr, scratch_bytes);
           auto call = [&] {
-            qgemm(W, gptr<const __half>(x), T, epi, gptr<float>(out_f32), gptr<__half>(out_h), ldo, ws, 0);
+            qgemm(W, dev_ptr<const __half>(x), T, epi, dev_ptr<float>(out_f32), dev_ptr<__half>(out_h), ldo, ws, 0);
           };
-          cudaEvent_t a, b;
-          MR_CHECK(cudaEventCreate(&a), "event");
-          MR_CHECK(cudaEventCreate(&b), "event");
-          float ms = 0;
-          try {
-            for (int i = 0; i < 3; ++i) call();
-            MR_CHECK(cudaEventRecord(a, 0), "event");
-            for (int i = 0; i < reps; ++i) call();
-            MR_CHECK(cudaEventRecord(b, 0), "event");
-            MR_CHECK(cudaStreamSynchronize(0), "qgemm_time");
-            MR_CHECK(cudaEventElapsedTime(&ms, a, b), "event");
-          } catch (...) {
-            cudaEventDestroy(a);
-            cudaEventDestroy(b);
-            throw;
-          }
-          cudaEventDestroy(a);
-          cudaEventDestroy(b);
-          return ms / (reps > 0 ? reps : 1);
+          return time_ms_per_call(call, reps, 3, "qgemm_time");
         },
         py::arg("codes"), py::arg("high"), py::arg("scales"), py::arg("N"), py::arg("K"), py::arg("bits"),
         py::arg("group"), py::arg("x"), py::arg("T"), py::arg("epi"), py::arg("out_f32"), py::arg("out_h"),

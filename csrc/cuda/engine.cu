@@ -250,6 +250,40 @@ void NativeEngine::upload_inputs(cudaStream_t st) {
            "upload step inputs");
 }
 
+GdnDims NativeEngine::gdn_dims() const {
+  const ModelDims& d = dims_;
+  return GdnDims{(int)d.lin_k_heads, (int)d.lin_v_heads, (int)d.lin_k_dim, (int)d.lin_v_dim, eps_};
+}
+
+AttnDims NativeEngine::attn_dims() const {
+  const ModelDims& d = dims_;
+  const bool int8 = shape_.kv == KvDtype::INT8G64;
+  return AttnDims{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, int8 ? 1 : 0};
+}
+
+NativeEngine::LaneLayer NativeEngine::lane_layer(const LayerBuffers& L, int lane) const {
+  const ModelDims& d = dims_;
+  LaneLayer S;
+  if (!L.full) {
+    const int64_t gstate_layer = d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
+    const int64_t cstate_layer = d.conv_dim() * (d.conv_kernel - 1);
+    S.gdn_state = buf_.gdn_state + (lane * d.n_linear() + L.gdn_index) * gstate_layer;
+    S.conv_state = buf_.conv_state + (lane * d.n_linear() + L.gdn_index) * cstate_layer;
+    return S;
+  }
+  // each lane owns max_context consecutive cache slots
+  const bool int8 = shape_.kv == KvDtype::INT8G64;
+  const int64_t row_elems = (int64_t)lane * shape_.max_context * d.n_kv_heads * d.head_dim;
+  const int64_t off = row_elems * (int8 ? 1 : 2);
+  S.k_cache = L.k_cache + off;
+  S.v_cache = L.v_cache + off;
+  if (int8) {
+    S.k_scales = L.k_scales + row_elems / 64 * 2;
+    S.v_scales = L.v_scales + row_elems / 64 * 2;
+  }
+  return S;
+}
+
 void NativeEngine::enqueue_step(int lane, int T) {
   const ModelDims& d = dims_;
   StepWorkspace& w = buf_.ws;
@@ -259,16 +293,8 @@ void NativeEngine::enqueue_step(int lane, int T) {
   auto* act = reinterpret_cast<__half*>(w.act);
   auto* mix = reinterpret_cast<__half*>(w.mix);
   const int H = (int)d.hidden, I = (int)d.intermediate;
-  const int64_t nl = d.n_linear();
-  const int64_t gstate_lane = nl * d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
-  const int64_t gstate_layer = d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
-  const int64_t cstate_lane = nl * d.conv_dim() * (d.conv_kernel - 1);
-  const int64_t cstate_layer = d.conv_dim() * (d.conv_kernel - 1);
-  const int64_t kv_row = d.n_kv_heads * d.head_dim;
-  const int64_t lane_slot0 = (int64_t)lane * shape_.max_context;
-  const bool int8 = shape_.kv == KvDtype::INT8G64;
-  GdnDims gd{(int)d.lin_k_heads, (int)d.lin_v_heads, (int)d.lin_k_dim, (int)d.lin_v_dim, eps_};
-  AttnDims ad{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, int8 ? 1 : 0};
+  const GdnDims gd = gdn_dims();
+  const AttnDims ad = attn_dims();
 
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
   mark("embed");
@@ -280,14 +306,13 @@ void NativeEngine::enqueue_step(int lane, int T) {
       const int C = (int)d.conv_dim();
       if (!(skip_ & 32)) qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
       mark("gemv gdn_in");
-      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w,
-                       buf_.conv_state + lane * cstate_lane + L.gdn_index * cstate_layer, w.conv_out, st);
+      const LaneLayer S = lane_layer(L, lane);
+      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
       mark("conv_update_silu");
       const float* z = w.proj + C;
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;
-      if (!(skip_ & 4)) gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
-               buf_.gdn_state + lane * gstate_lane + L.gdn_index * gstate_layer, mix, st);
+      if (!(skip_ & 4)) gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st);
       mark("gdn_step");
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv gdn_out");
@@ -295,12 +320,8 @@ void NativeEngine::enqueue_step(int lane, int T) {
       const int ldp = (int)d.attn_qkv_rows();
       if (!(skip_ & 32)) qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
       mark("gemv attn_qkv");
-      const int64_t off = lane_slot0 * kv_row * (int8 ? 1 : 2);
-      const int64_t soff = lane_slot0 * kv_row / 64 * 2;
-      char* kc = L.k_cache + off;
-      char* vc = L.v_cache + off;
-      char* ks = int8 ? L.k_scales + soff : nullptr;
-      char* vs = int8 ? L.v_scales + soff : nullptr;
+      const LaneLayer S = lane_layer(L, lane);
+      char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
       if (!(skip_ & 8)) attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
       mark("attn_prep");
       if (!(skip_ & 8)) attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st);
@@ -349,16 +370,8 @@ void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
   auto* act = reinterpret_cast<__half*>(w.act);
   auto* mix = reinterpret_cast<__half*>(w.mix);
   const int H = (int)d.hidden, I = (int)d.intermediate;
-  const int64_t nl = d.n_linear();
-  const int64_t gstate_lane = nl * d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
-  const int64_t gstate_layer = d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
-  const int64_t cstate_lane = nl * d.conv_dim() * (d.conv_kernel - 1);
-  const int64_t cstate_layer = d.conv_dim() * (d.conv_kernel - 1);
-  const int64_t kv_row = d.n_kv_heads * d.head_dim;
-  const int64_t lane_slot0 = (int64_t)lane * shape_.max_context;
-  const bool int8 = shape_.kv == KvDtype::INT8G64;
-  GdnDims gd{(int)d.lin_k_heads, (int)d.lin_v_heads, (int)d.lin_k_dim, (int)d.lin_v_dim, eps_};
-  AttnDims ad{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, int8 ? 1 : 0};
+  const GdnDims gd = gdn_dims();
+  const AttnDims ad = attn_dims();
   // the SwiGLU GEMM stages its gate/up products in the projection buffer, which is free by then
   float* swiglu_scratch = w.proj;
   const int64_t swiglu_scratch_bytes = P.chunk * std::max(d.gdn_in_rows(), d.attn_qkv_rows()) * 4;
@@ -370,24 +383,19 @@ void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
       if (!(skip_ & 32)) matmul(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, nullptr, 0);
-      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w,
-                                         buf_.conv_state + lane * cstate_lane + L.gdn_index * cstate_layer, w.conv_out, st);
+      const LaneLayer S = lane_layer(L, lane);
+      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
       const float* z = w.proj + C;
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;
-      if (!(skip_ & 4)) gdn_prefill(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm,
-                                    buf_.gdn_state + lane * gstate_lane + L.gdn_index * gstate_layer, mix,
+      if (!(skip_ & 4)) gdn_prefill(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix,
                                     P.gdn_scratch, P.gdn_scratch_bytes, st);
       if (!(skip_ & 32)) matmul(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
     } else {
       const int ldp = (int)d.attn_qkv_rows();
       if (!(skip_ & 32)) matmul(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, nullptr, 0);
-      const int64_t off = lane_slot0 * kv_row * (int8 ? 1 : 2);
-      const int64_t soff = lane_slot0 * kv_row / 64 * 2;
-      char* kc = L.k_cache + off;
-      char* vc = L.v_cache + off;
-      char* ks = int8 ? L.k_scales + soff : nullptr;
-      char* vs = int8 ? L.v_scales + soff : nullptr;
+      const LaneLayer S = lane_layer(L, lane);
+      char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
       if (!(skip_ & 8)) {
         attn_prefill_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, P.pos3, kv_start, w.q,
                           kc, vc, ks, vs, st);

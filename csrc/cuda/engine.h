@@ -69,6 +69,15 @@ class NativeEngine {
   int64_t step_bytes(int64_t ctx) const;
 
  private:
+  // One layer's per-lane state: GDN conv and recurrent state (GDN layers), K/V cache rows (attention layers).
+  struct LaneLayer {
+    float* conv_state = nullptr;
+    float* gdn_state = nullptr;
+    char *k_cache = nullptr, *v_cache = nullptr, *k_scales = nullptr, *v_scales = nullptr;
+  };
+  LaneLayer lane_layer(const LayerBuffers& L, int lane) const;
+  GdnDims gdn_dims() const;
+  AttnDims attn_dims() const;
   void enqueue_step(int lane, int T);
   void enqueue_prefill_chunk(int lane, int T, int kv_start);
   // y = W x for T tokens: the GEMV for T <= 16, the GEMM (prefill workspace) above.
