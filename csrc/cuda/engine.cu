@@ -91,6 +91,7 @@ NativeEngine::NativeEngine(const ModelDims& dims, const EngineShape& shape, int6
   MR_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_inputs_), sizeof(StepInputs), cudaHostAllocDefault),
            "cudaHostAlloc(step inputs)");
   std::memset(host_inputs_, 0, sizeof(StepInputs));
+  MR_CHECK(cudaEventCreateWithFlags(&inputs_copied_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
   MR_CHECK(cudaMemsetAsync(arena_, 0, arena_bytes_, stream_), "cudaMemset(arena)");
   // rope inverse frequencies live in the inputs page of the workspace
   int half = (int)dims_.rotary_dim / 2;
@@ -108,6 +109,7 @@ NativeEngine::~NativeEngine() {
   for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
   qgemm_release();
   if (stream_) cudaStreamDestroy(stream_);
+  if (inputs_copied_) cudaEventDestroy(inputs_copied_);
   if (host_inputs_) cudaFreeHost(host_inputs_);
   if (arena_) cudaFree(arena_);
 }
@@ -234,10 +236,10 @@ void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids) {
   // staged through the step-inputs page, 16 ids at a time (no allocation per call)
   for (size_t i = 0; i < ids.size(); i += kMaxStepTokens) {
     int n = (int)std::min<size_t>(kMaxStepTokens, ids.size() - i);
-    for (int j = 0; j < n; ++j) {
+    for (int j = 0; j < n; ++j)
       if (ids[i + j] < 0 || ids[i + j] >= dims_.vocab) throw std::out_of_range("token id out of range");
-      host_inputs_->tokens[j] = ids[i + j];
-    }
+    StepInputs* in = inputs_for_write();
+    for (int j = 0; j < n; ++j) in->tokens[j] = ids[i + j];
     upload_inputs(stream_);
     monorail::count_tokens(buf_.token_counts + lane * dims_.vocab,
                            reinterpret_cast<StepInputs*>(buf_.ws.inputs)->tokens, n, stream_);
@@ -248,6 +250,12 @@ void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids) {
 void NativeEngine::upload_inputs(cudaStream_t st) {
   MR_CHECK(cudaMemcpyAsync(buf_.ws.inputs, host_inputs_, sizeof(StepInputs), cudaMemcpyHostToDevice, st),
            "upload step inputs");
+  MR_CHECK(cudaEventRecord(inputs_copied_, st), "upload step inputs (event)");
+}
+
+StepInputs* NativeEngine::inputs_for_write() {
+  MR_CHECK(cudaEventSynchronize(inputs_copied_), "step inputs (previous upload)");
+  return host_inputs_;
 }
 
 GdnDims NativeEngine::gdn_dims() const {
@@ -446,11 +454,12 @@ void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const s
   qgemv(buf_.lm_head, reinterpret_cast<__half*>(buf_.ws.xin), 1, GEMV_STORE, buf_.ws.logits, nullptr, (int)dims_.vocab,
         stream_);
   // step inputs as after a decode step of the last token, so sample(lane, 1) keys its draw the same way
-  host_inputs_->tokens[0] = tokens.back();
-  for (int a = 0; a < 3; ++a) host_inputs_->rope_pos[0][a] = rope_pos.empty() ? kv_start + n - 1 : rope_pos[3 * (n - 1) + a];
-  host_inputs_->kv_start = kv_start + n - 1;
-  host_inputs_->T = 1;
-  host_inputs_->lane = lane;
+  StepInputs* in = inputs_for_write();
+  in->tokens[0] = tokens.back();
+  for (int a = 0; a < 3; ++a) in->rope_pos[0][a] = rope_pos.empty() ? kv_start + n - 1 : rope_pos[3 * (n - 1) + a];
+  in->kv_start = kv_start + n - 1;
+  in->T = 1;
+  in->lane = lane;
   upload_inputs(stream_);
   synchronize();
 }
@@ -512,14 +521,16 @@ void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const s
   if (kv_start < 0 || kv_start + T > shape_.max_context)
     throw std::out_of_range("forward: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
   if (!rope_pos.empty() && (int)rope_pos.size() != 3 * T) throw std::invalid_argument("rope_pos must be T x 3");
-  for (int t = 0; t < T; ++t) {
+  for (int t = 0; t < T; ++t)
     if (tokens[t] < 0 || tokens[t] >= dims_.vocab) throw std::out_of_range("token id out of range");
-    host_inputs_->tokens[t] = tokens[t];
-    for (int a = 0; a < 3; ++a) host_inputs_->rope_pos[t][a] = rope_pos.empty() ? kv_start + t : rope_pos[3 * t + a];
+  StepInputs* in = inputs_for_write();
+  for (int t = 0; t < T; ++t) {
+    in->tokens[t] = tokens[t];
+    for (int a = 0; a < 3; ++a) in->rope_pos[t][a] = rope_pos.empty() ? kv_start + t : rope_pos[3 * t + a];
   }
-  host_inputs_->kv_start = kv_start;
-  host_inputs_->T = T;
-  host_inputs_->lane = lane;
+  in->kv_start = kv_start;
+  in->T = T;
+  in->lane = lane;
   upload_inputs(stream_);
   if (!use_graphs_) {
     enqueue_step(lane, T);

@@ -94,7 +94,12 @@ class NativeEngine {
   char* arena_ = nullptr;
   EngineBuffers buf_;
   cudaStream_t stream_ = nullptr;
-  StepInputs* host_inputs_ = nullptr;  // pinned
+  StepInputs* host_inputs_ = nullptr;  // pinned; write it only through inputs_for_write()
+  cudaEvent_t inputs_copied_ = nullptr;  // recorded after each upload of host_inputs_
+  // The pinned step-inputs page, once the device has copied its previous contents: an asynchronous
+  // copy reads pinned memory when the stream reaches it, so writing the page earlier would change the
+  // inputs of a step still queued (back-to-back forward calls with no readback in between).
+  StepInputs* inputs_for_write();
   float* inv_freq_dev_ = nullptr;      // in the arena's small-weights? kept separate: 32 floats, see .cu
   int mrope_section_[3];
   bool use_graphs_ = true;
