@@ -112,6 +112,57 @@ def test_qgemm_swiglu_in_slices(nat, bits, T, bound):
     assert rel_err(got, ref) < TOL_GEMM + TOL_FP16_OUT
 
 
+@pytest.fixture
+def overlap_off(nat):
+    nat.set_qgemm_overlap(False)
+    yield
+    nat.set_qgemm_overlap(True)
+
+
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+@pytest.mark.parametrize("epi", [STORE, ADD, SWIGLU])
+def test_qgemm_overlapped_slices_match_oracle(nat, bits, epi):
+    """Dequant of slice i + 1 on the side stream while slice i multiplies: a workspace of 300 rows is two
+    buffers of 150 -> 128-row slices, so N = 704 takes 6 slices through both buffers. Three calls on
+    different weights are queued back to back before any result is read, so a buffer rewritten before
+    the GEMM that reads it would show up as a wrong output."""
+    gen = torch.Generator().manual_seed(bits * 10 + epi)
+    N, K, T = 704, 640, 96  # N / 2 a multiple of 8 (perm8 output)
+    ws = Workspace(dequant_bytes=300 * K * 2, scratch_bytes=N * T * 4)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    mats = [quantized(N, K, bits, 64, gen) for _ in range(3)]
+    ldo = N // 2 if epi == SWIGLU else N
+    outs, refs = [], []
+    for q, codes, high, scales, wd in mats:
+        y = (wd @ x.double().T).T
+        if epi == SWIGLU:
+            out = torch.full((T, ldo), float("nan"), device="cuda").half()
+            refs.append(torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2])
+            call(nat, codes, high, scales, N, K, bits, 64, to_perm8(x), T, epi, None, out, ldo, ws)
+        else:
+            base = torch.randn(T, N, generator=gen).cuda() if epi == ADD else torch.zeros(T, N, device="cuda")
+            out = base.clone()
+            refs.append(y + base.double())
+            call(nat, codes, high, scales, N, K, bits, 64, to_perm8(x), T, epi, out, None, ldo, ws)
+        outs.append(out)
+    for out, ref in zip(outs, refs):
+        got = from_perm8(out.float()) if epi == SWIGLU else out
+        assert not got.isnan().any()
+        assert rel_err(got, ref) < TOL_GEMM + TOL_FP16_OUT
+
+
+@pytest.mark.parametrize("bits", [4, 6])
+def test_qgemm_overlap_off_gives_the_same_product(nat, overlap_off, bits):
+    gen = torch.Generator().manual_seed(77 + bits)
+    N, K, T = 700, 640, 33
+    q, codes, high, scales, wd = quantized(N, K, bits, 64, gen)
+    ws = Workspace(dequant_bytes=300 * K * 2)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    out = torch.full((T, N), float("nan"), device="cuda")
+    call(nat, codes, high, scales, N, K, bits, 64, to_perm8(x), T, STORE, out, None, N, ws)
+    assert rel_err(out, (wd @ x.double().T).T) < TOL_GEMM
+
+
 def test_qgemm_workspace_too_small(nat):
     gen = torch.Generator().manual_seed(5)
     N, K, T = 300, 1152, 33

@@ -70,4 +70,6 @@ void register_gemm_bindings(py::module_& m) {
         },
         py::arg("N"), py::arg("K"), py::arg("T"), py::arg("epi"), py::arg("dequant_bytes"), py::arg("scratch_bytes"));
   m.def("qgemm_release", &qgemm_release);
+  m.def("set_qgemm_overlap", &set_qgemm_overlap, py::arg("on"),
+        "dequantize the next slice on a side stream while the GEMM runs (default on)");
 }

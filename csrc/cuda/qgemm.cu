@@ -3,6 +3,11 @@
 // accumulate and fp32 output, tensor cores allowed). SwiGLU: the slice's products go to an fp32
 // scratch and a small kernel writes silu(gate) * up as fp16 perm8.
 //
+// Overlap: when the workspace holds at least two slices' worth of rows, it is used as two buffers and
+// the dequantization of slice i + 1 runs on a side stream while cuBLAS multiplies slice i on the
+// caller's stream (dequant is memory-bound, the GEMM compute-bound, so the pair mostly hides the
+// dequant pass). Events order the two streams: a buffer is rewritten only after the GEMM that read it.
+//
 // Numerics: the dequantized weight (code - 2^(B-1)) * scale is computed exactly (fp32 or fp16 FMA of
 // exact operands) and rounded once to fp16 (relative rounding <= 2^-11); x is already fp16; products
 // and sums are fp32 inside cuBLAS.
@@ -40,6 +45,29 @@ void cublas_check(cublasStatus_t s, const char* op) {
 // thread_local destructor could run at process exit after the CUDA context is gone; the engine calls
 // qgemm_release() at teardown instead.
 thread_local cublasHandle_t t_handle = nullptr;
+
+// Side stream and events of the dequant/GEMM overlap, per thread like the handle (same teardown).
+struct OverlapStreams {
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr;        // the caller's stream reached this qgemm call
+  cudaEvent_t dequant_done[2] = {};  // buffer b holds its slice
+  cudaEvent_t gemm_done[2] = {};     // the GEMM that read buffer b has run
+};
+thread_local OverlapStreams t_overlap;
+bool g_overlap = true;  // set_qgemm_overlap(): off gives the single-buffer sequence (A/B timing, tests)
+
+OverlapStreams& overlap_streams() {
+  OverlapStreams& o = t_overlap;
+  if (!o.side) {
+    MR_CHECK(cudaStreamCreateWithFlags(&o.side, cudaStreamNonBlocking), "qgemm: side stream");
+    MR_CHECK(cudaEventCreateWithFlags(&o.fork, cudaEventDisableTiming), "qgemm: event");
+    for (int b = 0; b < 2; ++b) {
+      MR_CHECK(cudaEventCreateWithFlags(&o.dequant_done[b], cudaEventDisableTiming), "qgemm: event");
+      MR_CHECK(cudaEventCreateWithFlags(&o.gemm_done[b], cudaEventDisableTiming), "qgemm: event");
+    }
+  }
+  return o;
+}
 
 cublasHandle_t handle_for(cudaStream_t stream, const GemmWorkspace& ws) {
   if (!t_handle) cublas_check(cublasCreate(&t_handle), "qgemm: cublasCreate");
@@ -172,6 +200,20 @@ int64_t qgemm_slice_rows(int64_t N, int64_t K, int T, int epilogue, const GemmWo
   return fit;
 }
 
+// Rows per slice when the dequant workspace is split into two buffers for the overlap, or 0 when the
+// overlap does not apply (switched off, a single slice of at most kGemmSliceRows rows, or half the
+// workspace holds fewer than kGemmSliceRows rows). At least two slices, so that one dequant can hide
+// behind a GEMM even for a matrix that would fit the workspace whole.
+int64_t overlap_slice_rows(int64_t N, int64_t K, int T, int epilogue, const GemmWorkspace& ws, int64_t* half_bytes) {
+  if (!g_overlap || !ws.dequant || N <= kGemmSliceRows) return 0;
+  *half_bytes = ws.dequant_bytes / 2 / 256 * 256;  // the second buffer starts 256-byte aligned
+  int64_t fit = *half_bytes / (K * (int64_t)sizeof(__half));
+  if (epilogue == GEMV_SWIGLU) fit = std::min<int64_t>(fit, ws.scratch ? ws.scratch_bytes / (T * (int64_t)sizeof(float)) : 0);
+  const int64_t half_n = ((N + 1) / 2 + kGemmSliceRows - 1) / kGemmSliceRows * kGemmSliceRows;
+  const int64_t rows = std::min(fit / kGemmSliceRows * kGemmSliceRows, half_n);
+  return rows >= kGemmSliceRows && rows < N ? rows : 0;
+}
+
 void qgemm(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            const GemmWorkspace& ws, cudaStream_t stream) {
   const int64_t N = W.rows, K = W.cols;
@@ -192,8 +234,19 @@ void qgemm(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   if (reinterpret_cast<uintptr_t>(ws.dequant) % 16 != 0 || reinterpret_cast<uintptr_t>(ws.cublas) % 256 != 0 ||
       reinterpret_cast<uintptr_t>(ws.scratch) % 16 != 0)
     throw std::invalid_argument("qgemm: workspace alignment (dequant/scratch 16 bytes, cublas 256 bytes)");
-  const int64_t slice = qgemm_slice_rows(N, K, T, epilogue, ws);
+  int64_t half_bytes = 0;
+  const int64_t two_buffer_rows = overlap_slice_rows(N, K, T, epilogue, ws, &half_bytes);
+  const bool overlap = two_buffer_rows > 0;
+  const int64_t slice = overlap ? two_buffer_rows : qgemm_slice_rows(N, K, T, epilogue, ws);
+  __half* buffers[2] = {ws.dequant, overlap ? reinterpret_cast<__half*>(reinterpret_cast<char*>(ws.dequant) + half_bytes)
+                                            : ws.dequant};
   cublasHandle_t h = handle_for(stream, ws);
+  OverlapStreams* os = nullptr;
+  if (overlap) {  // the side stream starts after everything already queued on the caller's stream
+    os = &overlap_streams();
+    MR_CHECK(cudaEventRecord(os->fork, stream), "qgemm: fork");
+    MR_CHECK(cudaStreamWaitEvent(os->side, os->fork, 0), "qgemm: fork");
+  }
 
   // cuBLAS is column-major; every buffer here is row-major. A row-major [R, C] matrix with row
   // stride ld is the column-major [C, R] matrix with leading dimension ld (its transpose). So:
@@ -204,9 +257,19 @@ void qgemm(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   // (The "TN" case, cuBLAS's best-tuned layout.) Wd's columns are in perm8 order like x's, so the
   // permutation cancels in the dot product.
   const float one = 1.f, zero = 0.f;
-  for (int64_t r0 = 0; r0 < N; r0 += slice) {
+  for (int64_t r0 = 0, i = 0; r0 < N; r0 += slice, ++i) {
     const int n = static_cast<int>(std::min(slice, N - r0));
-    launch_dequant(W, r0, n, ws.dequant, stream);
+    const int b = static_cast<int>(i & 1);
+    __half* const buf = buffers[b];
+    if (overlap) {
+      // buffer b was last read by the GEMM of slice i - 2
+      if (i >= 2) MR_CHECK(cudaStreamWaitEvent(os->side, os->gemm_done[b], 0), "qgemm: wait gemm");
+      launch_dequant(W, r0, n, buf, os->side);
+      MR_CHECK(cudaEventRecord(os->dequant_done[b], os->side), "qgemm: record dequant");
+      MR_CHECK(cudaStreamWaitEvent(stream, os->dequant_done[b], 0), "qgemm: wait dequant");
+    } else {
+      launch_dequant(W, r0, n, buf, stream);
+    }
     float* C;
     int ldc;
     const float* beta = &zero;  // beta = 0: C is not read (NaN garbage in it is fine)
@@ -218,7 +281,7 @@ void qgemm(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
       ldc = ldo;
       if (epilogue == GEMV_ADD) beta = &one;  // residual add: C = W x + C
     }
-    cublas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, T, static_cast<int>(K), &one, ws.dequant, CUDA_R_16F,
+    cublas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, T, static_cast<int>(K), &one, buf, CUDA_R_16F,
                               static_cast<int>(K), x, CUDA_R_16F, static_cast<int>(K), beta, C, CUDA_R_32F, ldc,
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "qgemm: cublasGemmEx");
@@ -228,10 +291,24 @@ void qgemm(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
           ws.scratch, T, n, static_cast<int>(r0 / 2), out_h, ldo);
       MR_CHECK_LAUNCH("qgemm: swiglu epilogue");
     }
+    if (overlap) MR_CHECK(cudaEventRecord(os->gemm_done[b], stream), "qgemm: record gemm");
   }
 }
 
+void set_qgemm_overlap(bool on) { g_overlap = on; }
+
 void qgemm_release() {
+  OverlapStreams& o = t_overlap;
+  if (o.side) {
+    cudaStreamSynchronize(o.side);
+    for (int b = 0; b < 2; ++b) {
+      cudaEventDestroy(o.dequant_done[b]);
+      cudaEventDestroy(o.gemm_done[b]);
+    }
+    cudaEventDestroy(o.fork);
+    cudaStreamDestroy(o.side);
+    o = OverlapStreams{};
+  }
   if (!t_handle) return;
   cublasHandle_t h = t_handle;
   t_handle = nullptr;

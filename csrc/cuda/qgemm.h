@@ -39,7 +39,10 @@ void qgemm(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
 // naming the bytes needed when not even kGemmSliceRows rows fit. Host-only, touches no device.
 int64_t qgemm_slice_rows(int64_t N, int64_t K, int T, int epilogue, const GemmWorkspace& ws);
 
-// Release the per-thread cuBLAS handle (engine teardown). Safe to call when none was created.
+// Dequant/GEMM overlap on a side stream (default on); off restores the single-buffer sequence.
+void set_qgemm_overlap(bool on);
+
+// Release the per-thread cuBLAS handle and the overlap's side stream and events (engine teardown). Safe to call when none was created.
 void qgemm_release();
 
 }  // namespace monorail
