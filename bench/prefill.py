@@ -63,6 +63,21 @@ def gemm_flops_per_token(cfg) -> int:
     return 2 * total
 
 
+def cfg_for_plan():
+    from engine.registry import config_27b
+    return config_27b(vision=False)
+
+
+def largest_chunk(cfg, context: int, budget: int) -> int:
+    """The largest prefill chunk (4096 .. 256) whose plan fits `budget` at `context` tokens, int8 KV."""
+    from engine.plan import PlanRequest, make_plan
+    for c in (4096, 2048, 1024, 512, 256):
+        if make_plan(cfg, PlanRequest(max_context=context, kv_dtype="int8", vram_budget=budget,
+                                      prefill_chunk=c)).fits:  # default margin, as random_27b with a budget
+            return c
+    raise SystemExit(f"no prefill chunk fits {budget} bytes at {context} tokens")
+
+
 def time_prefill(engine, n: int, seed: int, skip: int = 0) -> float:
     import torch
     g = torch.Generator().manual_seed(seed)
@@ -116,7 +131,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results/prefill-h200.json")
     ap.add_argument("--prompts", default=",".join(str(p) for p in PROMPTS))
-    ap.add_argument("--chunk", type=int, default=None, help="prefill chunk (default: the native engine's)")
+    ap.add_argument("--chunk", default="auto",
+                    help="prefill chunk tokens, or 'auto': the largest that the --budget-gib plan fits at the "
+                         "largest prompt (what the engine picks on such a card)")
+    ap.add_argument("--budget-gib", type=float, default=24.0, help="VRAM budget of the simulated card")
+    ap.add_argument("--overlap-probe", action="store_true",
+                    help="also time the first prompt with the GEMM's dequant/GEMM overlap switched off")
     ap.add_argument("--chunks-probe", default="", help="also time the first prompt at these chunk sizes")
     ap.add_argument("--llamacpp", help="llama-bench JSON (q8_0 KV, pp2048) from this device call")
     ap.add_argument("--shared-peer", default=None, help="the shared llama.cpp peer file")
@@ -139,7 +159,9 @@ def main() -> int:
     from engine.registry import config_27b
 
     prompts = [int(p) for p in args.prompts.split(",") if p]
-    chunk = args.chunk or DEFAULT_PREFILL_CHUNK
+    budget = int(args.budget_gib * (1 << 30))
+    chunk = largest_chunk(cfg_for_plan(), max(prompts), budget) if args.chunk == "auto" else int(args.chunk)
+    print(f"prefill chunk {chunk} ({args.chunk}), budget {args.budget_gib} GiB", flush=True)
     peak = matmul_peak_tflops()
     print(f"bf16 8192^3 matmul through torch: {peak:.0f} TFLOP/s", flush=True)
     cfg = config_27b(vision=False)
@@ -148,7 +170,8 @@ def main() -> int:
 
     probes = []
     for c in [int(x) for x in args.chunks_probe.split(",") if x]:
-        model = NativeModel.random_27b(kv_dtype="int8", max_context=prompts[0] + 64, seed=1, prefill_chunk=c)
+        model = NativeModel.random_27b(kv_dtype="int8", max_context=prompts[0] + 64, seed=1, prefill_chunk=c,
+                                       vram_budget_bytes=budget)
         time_prefill(model.engine, min(prompts[0], 2 * c), 0)  # warm (cuBLAS heuristics, caches)
         sec = time_prefill(model.engine, prompts[0], 1)
         probes.append({"chunk": c, "prompt_tokens": prompts[0], "tok_s": round(prompts[0] / sec, 1)})
@@ -157,9 +180,23 @@ def main() -> int:
         gc.collect()
         torch.cuda.empty_cache()
 
-    model = NativeModel.random_27b(kv_dtype="int8", max_context=max(prompts), seed=1, prefill_chunk=chunk)
+    model = NativeModel.random_27b(kv_dtype="int8", max_context=max(prompts), seed=1, prefill_chunk=chunk,
+                                   vram_budget_bytes=budget)
     e = model.engine
     time_prefill(e, min(prompts[0], 2 * chunk), 0)  # warm
+    overlap_probe = None
+    if args.overlap_probe:
+        from engine.native import load_native
+        nat = load_native()
+        nat.set_qgemm_overlap(False)
+        try:
+            off = time_prefill(e, prompts[0], 1)
+        finally:
+            nat.set_qgemm_overlap(True)
+        on = time_prefill(e, prompts[0], 1)
+        overlap_probe = {"prompt_tokens": prompts[0], "seconds_overlap_off": round(off, 3),
+                         "seconds_overlap_on": round(on, 3)}
+        print(f"dequant/GEMM overlap: off {off:.3f} s, on {on:.3f} s ({prompts[0]} tokens)", flush=True)
     # GEMM rate in place: the first prompt with and without every GEMM
     n0 = prompts[0]
     full0 = time_prefill(e, n0, 1)
@@ -172,6 +209,7 @@ def main() -> int:
                                                                  text=True).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "tensor_core_peak_tflops": round(peak, 1), "rows": [], "chunk_probe": probes,
+              "budget_gib": args.budget_gib, "chunk": chunk, "overlap_probe": overlap_probe,
               "gemm_flops_per_token": flops_tok, "gemm_seconds_first_prompt": round(gemm_sec, 3),
               "method": ("whole prompt through NativeEngine.prefill, wall clock, random weights and tokens, int8 KV; "
                          "attention share and GEMM time from runs with those ops left out; llamacpp_tok_s is "
