@@ -19,4 +19,9 @@ timeout 120 ncu --clock-control none -k regex:qgemv --launch-skip 12 --launch-co
 timeout 150 ncu --clock-control none -k regex:attn_prefill_kernel --launch-skip 1 --launch-count 2 $sec \
   python3 -m pytest -q -p no:cacheprovider -s tests/test_native_attn_prefill.py -k throughput > $out/ncu_attn.txt 2>&1
 echo "ncu attn rc=$?"
+timeout 60 ncu --clock-control none -k regex:gdn_kernel --launch-skip 50 --launch-count 1 $sec \
+  python3 bench/gdn_probe.py > $out/ncu_gdn.txt 2>&1; echo "ncu gdn rc=$?"
+timeout 200 python3 bench/prefill.py --out $out/prefill-probe.json --prompts 8192,32768 --overlap-probe --no-share \
+  --chunks-probe 1024,2048 > $out/prefill-probe.log 2>&1; echo "prefill probe rc=$?"
+grep -E "chunk|overlap|GEMMs|tok_s" $out/prefill-probe.log | head -12
 grep -E "Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occ|Stall|Eligible|Issued Warp" $out/ncu_gemv6.txt | head -40
