@@ -29,6 +29,7 @@
 #include "attn_prefill.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "attn_prep.cuh"
 #include "common.cuh"
@@ -397,20 +398,409 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_kernel(FwdArgs a) {
   }
 }
 
-template <bool INT8>
-void launch_prefill(const FwdArgs& a, int blocks, cudaStream_t stream) {
-  constexpr int smem = INT8 ? kSmemInt8 : kSmemBf16;
-  static unsigned long long configured = 0;  // one bit per device
+// =============================================================================================
+// Variant 0 (default): pair-split kernel (see the file header, "Variant 0").
+
+template <int NW, int WPG, int BN>
+struct V2Cfg {
+  static constexpr int kThreads = NW * 32;
+  static constexpr int kRows = NW * 16;         // query rows per block: 16 per warp (its softmax rows)
+  static constexpr int kOD = kHd / WPG;         // output dims a warp accumulates
+  static constexpr int kONT = kOD / 8;          // O n-tiles per m-tile
+  static constexpr int kSNT = BN / 8;           // S n-tiles (8 keys each)
+  static constexpr int kKS = BN / 16;           // P V k-steps (16 keys each)
+  static constexpr int kQBytes = kRows * kRowBytes;
+  static constexpr int kTile = BN * kRowBytes;  // one 16-bit K or V tile
+  static constexpr int kXBytes = 2 * kTile;     // one buffer: K tile then V tile
+  static constexpr int kPBytes = WPG > 1 ? NW * 32 * kKS * 16 : 0;  // P fragments: a uint4 per lane per k-step
+  static constexpr int kABytes = WPG > 1 ? NW * 32 * 8 : 0;         // rescale factors: a float2 per lane
+  static constexpr int kLBytes = WPG > 1 ? NW * 32 * 8 : 0;         // final row sums: a float2 per lane
+  static constexpr int kSmem = kQBytes + 2 * kXBytes + kPBytes + kABytes + kLBytes;
+  static constexpr int kChunks = BN * 32 / kThreads;  // per thread and K (or V) tile: 16-byte / 8-code chunks
+  static_assert(WPG == 1 || WPG == 2, "a warp group is one warp or a pair");
+  static_assert(NW % WPG == 0 && BN % 16 == 0 && kONT % 2 == 0, "tile shape");
+  static_assert(kChunks == 8, "the int8 scale shuffle assumes 8 tile rows x 4 groups per warp");
+};
+using V2Large = V2Cfg<8, 2, 64>;  // 128 rows, warp pairs, 64-key tiles: 212 KB (H100/H200: 227 KB opt-in)
+using V2Small = V2Cfg<4, 1, 32>;  // 64 rows, single warps, 32-key tiles: 96 KB (sm_86/89/120: 99 KB)
+static_assert(V2Large::kSmem <= 227 * 1024, "large configuration over 227 KB");
+static_assert(V2Small::kSmem <= 99 * 1024, "small configuration over 99 KB");
+
+__device__ inline void bar_pair(int id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
+
+// Q rows r0 .. r0 + kRows - 1 (as load_q)
+template <class C>
+__device__ inline void v2_load_q(const FwdArgs& a, int r0, int kvh, uint32_t sq, int tid) {
+  const int R = a.T * a.G;
+#pragma unroll 4
+  for (int i = 0; i < C::kRows * 32 / C::kThreads; ++i) {
+    const int e = i * C::kThreads + tid, row = e >> 5, c = e & 31;
+    const int r = r0 + row;
+    const bool ok = r < R;
+    const int rr = ok ? r : 0;
+    const int t = rr / a.G, h = kvh * a.G + rr % a.G;
+    cp_async16(sq + swz(row, c), a.q + (((size_t)t * a.nh + h) * kHd + c * 8) * 2, ok);
+  }
+}
+// bf16 K and V rows p0 .. p0 + BN - 1 into one buffer (zero past n_keys); a warp moves one 512-byte row
+template <class C>
+__device__ inline void v2_load_kv_bf16(const FwdArgs& a, int kvh, int p0, int n_keys, uint32_t dst, int tid) {
+#pragma unroll
+  for (int i = 0; i < C::kChunks; ++i) {
+    const int e = i * C::kThreads + tid, row = e >> 5, c = e & 31;
+    const int p = p0 + row;
+    const bool ok = p < n_keys;
+    const size_t off = (((size_t)(ok ? p : 0) * a.nkv + kvh) * kHd + c * 8) * 2;
+    cp_async16(dst + swz(row, c), a.kc + off, ok);
+    cp_async16(dst + C::kTile + swz(row, c), a.vc + off, ok);
+  }
+}
+// int8 K and V tile held in registers between the global load and the dequantizing shared-memory store.
+// Chunk i of a thread: tile row i * NW + warp, codes lane * 8 .. lane * 8 + 7 (group lane / 8). Scales:
+// lane l holds the scale of row (l / 4) * NW + warp, group l % 4; chunk i takes it from lane 4 i + lane / 8.
+template <class C>
+struct RawKV {
+  uint2 k[C::kChunks], v[C::kChunks];
+  uint32_t ks, vs;
+};
+template <class C>
+__device__ inline void v2_fetch_int8(RawKV<C>& r, const FwdArgs& a, int kvh, int p0, int n_keys, int warp,
+                                     int lane) {
+  constexpr int NW = C::kThreads / 32;
+#pragma unroll
+  for (int i = 0; i < C::kChunks; ++i) {
+    const int p = p0 + i * NW + warp;
+    const bool ok = p < n_keys;
+    const size_t off = ((size_t)(ok ? p : 0) * a.nkv + kvh) * kHd + lane * 8;
+    const uint2 k = __ldg(reinterpret_cast<const uint2*>(a.kc + off));
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(a.vc + off));
+    r.k[i] = ok ? k : make_uint2(0u, 0u);
+    r.v[i] = ok ? v : make_uint2(0u, 0u);
+  }
+  const int p = p0 + (lane >> 2) * NW + warp;
+  const bool ok = p < n_keys;
+  const size_t off = ((size_t)(ok ? p : 0) * a.nkv + kvh) * (kHd / 64) + (lane & 3);
+  const uint32_t ks = __ldg(reinterpret_cast<const unsigned short*>(a.ks) + off);
+  const uint32_t vs = __ldg(reinterpret_cast<const unsigned short*>(a.vs) + off);
+  r.ks = ok ? ks : 0u;
+  r.vs = ok ? vs : 0u;
+}
+// code * fp16 scale rounded to fp16 (i8x2_to_h2: the decode kernel's and the old dequant pass's values,
+// bit for bit) into the swizzled tile; a warp writes one 512-byte row per chunk, conflict-free
+template <class C>
+__device__ inline void v2_store_int8(const RawKV<C>& r, char* dst, int warp, int lane) {
+  constexpr int NW = C::kThreads / 32;
+#pragma unroll
+  for (int i = 0; i < C::kChunks; ++i) {
+    const int row = i * NW + warp, src = i * 4 + (lane >> 3);
+    const uint32_t ks = __shfl_sync(0xffffffffu, r.ks, src);
+    const uint32_t vs = __shfl_sync(0xffffffffu, r.vs, src);
+    const uint32_t ks2 = ks | (ks << 16), vs2 = vs | (vs << 16);
+    const __half2 sk = *reinterpret_cast<const __half2*>(&ks2), sv = *reinterpret_cast<const __half2*>(&vs2);
+    uint4 hk, hv;
+    hk.x = i8x2_to_h2(r.k[i].x, 0, sk);
+    hk.y = i8x2_to_h2(r.k[i].x, 1, sk);
+    hk.z = i8x2_to_h2(r.k[i].y, 0, sk);
+    hk.w = i8x2_to_h2(r.k[i].y, 1, sk);
+    hv.x = i8x2_to_h2(r.v[i].x, 0, sv);
+    hv.y = i8x2_to_h2(r.v[i].x, 1, sv);
+    hv.z = i8x2_to_h2(r.v[i].y, 0, sv);
+    hv.w = i8x2_to_h2(r.v[i].y, 1, sv);
+    *reinterpret_cast<uint4*>(dst + swz(row, lane)) = hk;
+    *reinterpret_cast<uint4*>(dst + C::kTile + swz(row, lane)) = hv;
+  }
+}
+
+template <bool INT8, int NW, int WPG, int BN>
+__global__ void __launch_bounds__(NW * 32, 1) attn_prefill_v2_kernel(FwdArgs a) {
+  using C = V2Cfg<NW, WPG, BN>;
+  constexpr bool F16 = INT8;  // int8 cache: fp16 mma; bf16 cache: bf16 mma
+  extern __shared__ __align__(128) char smem[];
+  char* sQ = smem;
+  char* sX = smem + C::kQBytes;  // two buffers of [K tile | V tile], 16-bit swizzled
+  char* sP = sX + 2 * C::kXBytes;
+  char* sA = sP + C::kPBytes;
+  char* sL = sA + C::kABytes;
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, tig = lane & 3;
+  const int part = warp % WPG;  // which kOD output dims this warp accumulates
+  const int G = a.G, R = a.T * G;
+  const int n_rt = (R + C::kRows - 1) / C::kRows;
+  const int kvh = blockIdx.x % a.nkv;
+  const int rt = n_rt - 1 - (int)(blockIdx.x / a.nkv);  // longest first
+  const int r0 = rt * C::kRows;
+  const int t_first = r0 / G;
+  const int t_last = min(a.T - 1, (r0 + C::kRows - 1) / G);
+  const int n_keys = a.kv_start + t_last + 1;
+  const int n_tiles = (n_keys + BN - 1) / BN;
+  const int full_tiles = (a.kv_start + t_first + 1) / BN;  // tiles j < full_tiles need no mask
+
+  int lim[2];  // last visible key of this thread's softmax rows g and g + 8 (padding rows: the last token)
+#pragma unroll
+  for (int i = 0; i < 2; ++i) lim[i] = a.kv_start + min((r0 + warp * 16 + g + 8 * i) / G, a.T - 1);
+
+  // prologue: Q (cp.async) and tile 0 into buffer 0 (bf16: cp.async; int8: registers -> dequant -> store)
+  v2_load_q<C>(a, r0, kvh, smem_u32(sQ), tid);
+  [[maybe_unused]] RawKV<C> raw;
+  if constexpr (INT8) {
+    cp_commit();
+    v2_fetch_int8<C>(raw, a, kvh, 0, n_keys, warp, lane);
+    v2_store_int8<C>(raw, sX, warp, lane);
+  } else {
+    v2_load_kv_bf16<C>(a, kvh, 0, n_keys, smem_u32(sX), tid);
+    cp_commit();
+  }
+
+  // o[0]: this warp's own 16 rows; o[1] (pairs): the partner warp's 16 rows. Dims part * kOD .. + kOD - 1.
+  float o[WPG][C::kONT][4];
+#pragma unroll
+  for (int mt = 0; mt < WPG; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < C::kONT; ++nt) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  // ldmatrix lane addressing as in the old kernel (offsets into buffer 0; buffer 1 adds kXBytes)
+  const int lrow = lane & 7;
+  const uint32_t x0 = smem_u32(sX);
+  uint32_t q_off[4], k_off[4], v_off[4];
+  {
+    const uint32_t q_row = smem_u32(sQ) + (warp * 16 + lrow + ((lane >> 3) & 1) * 8) * kRowBytes;
+    const uint32_t k_row = x0 + (lrow + (lane >> 4) * 8) * kRowBytes;
+    const uint32_t v_row = x0 + C::kTile + (lrow + ((lane >> 3) & 1) * 8) * kRowBytes + part * C::kOD * 2;
+    const int q_hi = lane >> 4, k_hi = (lane >> 3) & 1, v_hi = lane >> 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      q_off[i] = q_row + (((2 * i + q_hi) ^ lrow) << 4);
+      k_off[i] = k_row + (((2 * i + k_hi) ^ lrow) << 4);
+      v_off[i] = v_row + (((2 * i + v_hi) ^ lrow) << 4);
+    }
+  }
+
+  for (int j = 0; j < n_tiles; ++j) {
+    // The one block barrier of a tile: buffer j % 2 is complete (bf16: this thread's cp.async waited;
+    // int8: stored during tile j - 1) and every warp is done with tile j - 1, so buffer (j + 1) % 2 is free.
+    cp_wait<0>();
+    __syncthreads();
+    const bool more = j + 1 < n_tiles;
+    const uint32_t buf = (j & 1) ? C::kXBytes : 0u, nbuf = (j & 1) ? 0u : C::kXBytes;
+    if (more) {
+      if constexpr (INT8) {
+        v2_fetch_int8<C>(raw, a, kvh, (j + 1) * BN, n_keys, warp, lane);  // consumed after S below
+      } else {
+        v2_load_kv_bf16<C>(a, kvh, (j + 1) * BN, n_keys, x0 + nbuf, tid);
+        cp_commit();
+      }
+    }
+    // ---- S = Q K_j^T: this warp's 16 rows x BN keys
+    float s[C::kSNT][4];
+#pragma unroll
+    for (int nt = 0; nt < C::kSNT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < 16; ++kk) {
+      uint32_t qa[4];
+      ldsm_x4(qa, q_off[kk & 3] + (kk >> 2) * 128);
+#pragma unroll
+      for (int np = 0; np < C::kSNT / 2; ++np) {
+        uint32_t kb[4];
+        ldsm_x4(kb, k_off[kk & 3] + buf + (kk >> 2) * 128 + np * 16 * kRowBytes);
+        mma16816<F16>(s[2 * np], qa, kb[0], kb[1]);
+        mma16816<F16>(s[2 * np + 1], qa, kb[2], kb[3]);
+      }
+    }
+    // ---- int8: tile j + 1 (loaded into registers before S) dequantized into the free buffer
+    if constexpr (INT8) {
+      if (more) v2_store_int8<C>(raw, sX + nbuf, warp, lane);
+    }
+    // ---- causal mask (diagonal tiles only; also covers keys past n_keys, which are zero-filled)
+    if (j >= full_tiles) {
+#pragma unroll
+      for (int nt = 0; nt < C::kSNT; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int key = j * BN + nt * 8 + 2 * tig + (c & 1);
+          if (key > lim[c >> 1]) s[nt][c] = -INFINITY;
+        }
+    }
+    // ---- online softmax of the own rows (base 2). The maxima are scaled by log2(e) with an unfused
+    // multiply so that an unchanged maximum gives alpha = 2^0 = 1 exactly (and the rescale can be skipped).
+    float alpha[WPG][2], mu[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = m[i];
+#pragma unroll
+      for (int nt = 0; nt < C::kSNT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mu_old = __fmul_rn(m[i], kLog2e);           // -inf on the first tile -> alpha 0
+      mu[i] = mx == -INFINITY ? 0.f : __fmul_rn(mx, kLog2e);  // no visible key yet: keep everything 0
+      alpha[0][i] = ex2(mu_old - mu[i]);
+      m[i] = mx;
+    }
+    float rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < C::kSNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float p = ex2(fmaf(s[nt][c], kLog2e, -mu[c >> 1]));
+        s[nt][c] = p;
+        rs[c >> 1] += p;
+      }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[0][i] + rs[i];  // per-thread partial sums
+    // P as A fragments: the S accumulators of n-tiles 2kk, 2kk+1 are the A fragment of key step kk
+    uint32_t pa[WPG][C::kKS][4];
+#pragma unroll
+    for (int kk = 0; kk < C::kKS; ++kk) {
+      pa[0][kk][0] = pack2<F16>(s[2 * kk][0], s[2 * kk][1]);
+      pa[0][kk][1] = pack2<F16>(s[2 * kk][2], s[2 * kk][3]);
+      pa[0][kk][2] = pack2<F16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[0][kk][3] = pack2<F16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    if constexpr (WPG == 2) {
+      // Pair exchange: the partner's lane holds the same fragment positions for its 16 rows, so a lane
+      // stores its fragments and reads the partner's at the same lane index (contiguous, conflict-free).
+      // Reuse is safe: the next tile writes these slots only after the block barrier, which the partner
+      // reaches after reading them.
+      uint4* xp = reinterpret_cast<uint4*>(sP);
+      float2* xa = reinterpret_cast<float2*>(sA);
+#pragma unroll
+      for (int kk = 0; kk < C::kKS; ++kk)
+        xp[(warp * C::kKS + kk) * 32 + lane] = make_uint4(pa[0][kk][0], pa[0][kk][1], pa[0][kk][2], pa[0][kk][3]);
+      xa[warp * 32 + lane] = make_float2(alpha[0][0], alpha[0][1]);
+      bar_pair(1 + warp / 2);
+      const int pw = warp ^ 1;
+#pragma unroll
+      for (int kk = 0; kk < C::kKS; ++kk) {
+        const uint4 u = xp[(pw * C::kKS + kk) * 32 + lane];
+        pa[1][kk][0] = u.x; pa[1][kk][1] = u.y; pa[1][kk][2] = u.z; pa[1][kk][3] = u.w;
+      }
+      const float2 pa2 = xa[pw * 32 + lane];
+      alpha[1][0] = pa2.x;
+      alpha[1][1] = pa2.y;
+    }
+    // ---- rescale O, skipped when no row of the warp changed its maximum (multiplying by 1 is exact)
+    bool rescale = false;
+#pragma unroll
+    for (int mt = 0; mt < WPG; ++mt) rescale |= (alpha[mt][0] != 1.f) | (alpha[mt][1] != 1.f);
+    if (__any_sync(0xffffffffu, rescale)) {
+#pragma unroll
+      for (int mt = 0; mt < WPG; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::kONT; ++nt) {
+          o[mt][nt][0] *= alpha[mt][0]; o[mt][nt][1] *= alpha[mt][0];
+          o[mt][nt][2] *= alpha[mt][1]; o[mt][nt][3] *= alpha[mt][1];
+        }
+    }
+    // ---- O += P V_j: each V fragment (16 keys x 16 dims) feeds 2 * WPG mma
+#pragma unroll
+    for (int kk = 0; kk < C::kKS; ++kk) {
+#pragma unroll
+      for (int dq = 0; dq < C::kONT / 2; ++dq) {
+        uint32_t vb[4];
+        ldsm_x4_t(vb, v_off[dq & 3] + buf + (dq >> 2) * 128 + kk * 16 * kRowBytes);
+#pragma unroll
+        for (int mt = 0; mt < WPG; ++mt) {
+          mma16816<F16>(o[mt][2 * dq], pa[mt][kk], vb[0], vb[1]);
+          mma16816<F16>(o[mt][2 * dq + 1], pa[mt][kk], vb[2], vb[3]);
+        }
+      }
+    }
+  }
+
+  // ---- epilogue: row sums (own rows reduced over the quad; a pair swaps them), normalise, gate, store
+  float lt[WPG][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float x = l[i];
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    lt[0][i] = x;  // > 0: key 0 is visible to every row
+  }
+  if constexpr (WPG == 2) {
+    float2* xl = reinterpret_cast<float2*>(sL);
+    xl[warp * 32 + lane] = make_float2(lt[0][0], lt[0][1]);
+    bar_pair(1 + warp / 2);
+    const float2 p2 = xl[(warp ^ 1) * 32 + lane];
+    lt[1][0] = p2.x;
+    lt[1][1] = p2.y;
+  }
+#pragma unroll
+  for (int mt = 0; mt < WPG; ++mt) {
+    const int rw = mt == 0 ? warp : (warp ^ 1);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float inv = 1.f / lt[mt][i];
+      const int r = r0 + rw * 16 + g + 8 * i;
+      if (r < R) {
+        const int t = r / G, h = kvh * G + r % G;
+        const float* gp = a.gate + (size_t)t * a.ld_gate + (size_t)h * 2 * kHd;
+        __half* op = a.out + (size_t)t * a.nh * kHd + (size_t)h * kHd;  // perm8 keeps groups of 8 in place
+#pragma unroll
+        for (int nt = 0; nt < C::kONT; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int dd = part * C::kOD + nt * 8 + 2 * tig + c;
+            op[perm8(dd)] = __float2half(o[mt][nt][2 * i + c] * inv * sigmoidf_(gp[dd]));
+          }
+      }
+    }
+  }
+}
+
+// dynamic shared memory opt-in, once per kernel and device
+template <class Kernel>
+void opt_in_smem(Kernel kernel, int smem, unsigned long long& configured) {
   int dev = 0;
   MR_CHECK(cudaGetDevice(&dev), "attn_prefill");
   const unsigned long long bit = 1ull << (dev & 63);
   if (!(configured & bit)) {
-    MR_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<INT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    MR_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "attn_prefill (shared memory opt-in)");
     configured |= bit;
   }
+}
+
+int max_smem_optin() {  // cudaDevAttrMaxSharedMemoryPerBlockOptin of the current device, cached
+  static int cache[64] = {};
+  int dev = 0;
+  MR_CHECK(cudaGetDevice(&dev), "attn_prefill");
+  int& v = cache[dev & 63];
+  if (v == 0) MR_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "attn_prefill");
+  return v;
+}
+
+template <bool INT8>
+void launch_prefill(const FwdArgs& a, int blocks, cudaStream_t stream) {
+  constexpr int smem = INT8 ? kSmemInt8 : kSmemBf16;
+  static unsigned long long configured = 0;  // one bit per device
+  opt_in_smem(attn_prefill_kernel<INT8>, smem, configured);
   attn_prefill_kernel<INT8><<<blocks, kThreads, smem, stream>>>(a);
 }
+
+template <bool INT8, int NW, int WPG, int BN>
+void launch_prefill_v2(const FwdArgs& a, cudaStream_t stream) {
+  using C = V2Cfg<NW, WPG, BN>;
+  static unsigned long long configured = 0;
+  opt_in_smem(attn_prefill_v2_kernel<INT8, NW, WPG, BN>, C::kSmem, configured);
+  const long long rows = (long long)a.T * a.G;
+  const long long blocks = (rows + C::kRows - 1) / C::kRows * a.nkv;
+  if (blocks > 0x7fffffffLL) throw std::invalid_argument("attn_prefill: too many query rows");
+  attn_prefill_v2_kernel<INT8, NW, WPG, BN><<<(int)blocks, C::kThreads, C::kSmem, stream>>>(a);
+}
+template <bool INT8, class C>
+struct V2Launch;
+template <bool INT8, int NW, int WPG, int BN>
+struct V2Launch<INT8, V2Cfg<NW, WPG, BN>> {
+  static void run(const FwdArgs& a, cudaStream_t s) { launch_prefill_v2<INT8, NW, WPG, BN>(a, s); }
+};
+template <class C>
+void launch_v2(const FwdArgs& a, bool int8, cudaStream_t s) {
+  if (int8) V2Launch<true, C>::run(a, s);
+  else V2Launch<false, C>::run(a, s);
+}
+
+int g_variant = 0;  // set_attn_prefill_variant
 
 void check_dims(const AttnDims& d, const char* op) {
   if (d.head_dim != kHd) throw std::invalid_argument(std::string(op) + ": head_dim must be 256");
@@ -443,9 +833,32 @@ void attn_prefill(const float* q_buf, int T, int kv_start, const AttnDims& d, co
   if (blocks > 0x7fffffffLL) throw std::invalid_argument("attn_prefill: too many query rows");
   FwdArgs a{reinterpret_cast<const char*>(q_buf), T, kv_start, d.n_heads, d.n_kv_heads, G,
             k_cache, v_cache, k_scales, v_scales, gate, ld_gate, out_h};
-  if (d.kv_int8) launch_prefill<true>(a, (int)blocks, stream);
-  else launch_prefill<false>(a, (int)blocks, stream);
+  int v = g_variant;
+  if (v == 0) v = max_smem_optin() >= V2Large::kSmem ? 3 : 2;
+  switch (v) {
+    case 1:
+      if (d.kv_int8) launch_prefill<true>(a, (int)blocks, stream);
+      else launch_prefill<false>(a, (int)blocks, stream);
+      break;
+    case 2: launch_v2<V2Small>(a, d.kv_int8, stream); break;
+    default:
+      if (max_smem_optin() < V2Large::kSmem)
+        throw std::invalid_argument("attn_prefill: variant 3 needs " + std::to_string(V2Large::kSmem) +
+                                    " bytes of shared memory per block; this device allows " +
+                                    std::to_string(max_smem_optin()));
+      launch_v2<V2Large>(a, d.kv_int8, stream);
+  }
   MR_CHECK_LAUNCH("attn_prefill");
+}
+
+void set_attn_prefill_variant(int v) {
+  if (v < 0 || v > 3) throw std::invalid_argument("attn_prefill: variant must be 0..3");
+  g_variant = v;
+}
+int attn_prefill_variant() { return g_variant; }
+bool attn_prefill_variant_supported(int v) {
+  if (v < 0 || v > 3) return false;
+  return v != 3 || max_smem_optin() >= V2Large::kSmem;
 }
 
 }  // namespace monorail
