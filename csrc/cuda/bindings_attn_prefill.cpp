@@ -43,6 +43,11 @@ PrefillCall make_call(uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int 
 }  // namespace
 
 void register_attn_prefill_bindings(py::module_& m) {
+  // Kernel selection (attn_prefill.h): 0 default (3 where the device has the shared memory, else 2),
+  // 1 the first kernel, 2 small pair-split configuration, 3 large. Process-wide; tests reset it to 0.
+  m.def("set_attn_prefill_variant", [](int v) { set_attn_prefill_variant(v); });
+  m.def("attn_prefill_variant", [] { return attn_prefill_variant(); });
+  m.def("attn_prefill_variant_supported", [](int v) { return attn_prefill_variant_supported(v); });
   // attn_prefill_prep then attn_prefill on stream 0, synchronised.
   m.def("op_attn_prefill", [](uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps,
                               int kv_int8, uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq, std::vector<int> sec,
