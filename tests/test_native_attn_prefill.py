@@ -2,7 +2,9 @@
 
 Covers: bf16 and int8 KV, GQA 6:1 with 1 and 4 kv heads, chunks at kv_start 0 / unaligned / deep in a
 filled cache; the cache written by prefill is bit-identical to the decode op's; chunked prefill equals
-one chunk exactly; a 32K-deep chunk on sampled rows; and a throughput probe (printed with -s).
+one chunk exactly; 32K- and 128K-deep chunks on sampled rows; and a throughput probe (printed with -s).
+Every check runs for every kernel variant (attn_prefill.h: 0 default, 1 the first kernel, 2 the small
+pair-split configuration, 3 the large one; 3 is skipped where the device lacks its shared memory).
 Outputs are poisoned with NaN before each call."""
 
 from __future__ import annotations
@@ -27,12 +29,24 @@ TOL_ATTN_PREFILL_INT8 = TOL_ATTN
 
 HD, ROT, EPS = 256, 64, 1e-6
 SEC = [11, 11, 10]
+VARIANTS = [0, 1, 2, 3]
+
+
+@pytest.fixture(params=VARIANTS, ids=lambda v: f"v{v}")
+def variant(request, nat):
+    """Selects attn_prefill kernel variant `param` for the test, back to the default (0) afterwards."""
+    v = request.param
+    if not nat.attn_prefill_variant_supported(v):
+        pytest.skip(f"attn_prefill variant {v} needs more shared memory per block than this device allows")
+    nat.set_attn_prefill_variant(v)
+    yield v
+    nat.set_attn_prefill_variant(0)
 
 
 class Case:
     """Random inputs of one prefill chunk plus a cache of `cap` slots filled with valid random K/V."""
 
-    def __init__(self, nh, nkv, kv_int8, T, kv_start, cap=None, seed=0):
+    def __init__(self, nh, nkv, kv_int8, T, kv_start, cap=None, seed=0, pos_base=None):
         g = torch.Generator(device="cuda").manual_seed(seed)
         self.nh, self.nkv, self.kv_int8, self.T, self.kv_start = nh, nkv, kv_int8, T, kv_start
         self.cap = cap if cap is not None else kv_start + T + 5
@@ -41,7 +55,8 @@ class Case:
         self.q_norm = torch.randn(HD, device="cuda", generator=g) * 0.1
         self.k_norm = torch.randn(HD, device="cuda", generator=g) * 0.1
         self.inv_freq = (1.0 / (1e7 ** (torch.arange(0, ROT, 2, dtype=torch.float32) / ROT))).cuda()
-        self.pos = torch.tensor([(kv_start + t + 10, kv_start + t + 3, kv_start + t) for t in range(T)],
+        p0 = kv_start if pos_base is None else pos_base  # rotary positions (the cache slots are kv_start + t)
+        self.pos = torch.tensor([(p0 + t + 10, p0 + t + 3, p0 + t) for t in range(T)],
                                 dtype=torch.int32, device="cuda").reshape(T, 3)  # distinct axes
         shape = (self.cap, nkv, HD)
         if kv_int8:
@@ -137,7 +152,7 @@ def tol(kv_int8):
 @pytest.mark.parametrize("nh, nkv", [(6, 1), (24, 4)])
 @pytest.mark.parametrize("T", [1, 17, 64, 100, 300])
 @pytest.mark.parametrize("kv_start", [0, 37, 1000])
-def test_attn_prefill_vs_oracle(nat, kv_int8, nh, nkv, T, kv_start):
+def test_attn_prefill_vs_oracle(nat, variant, kv_int8, nh, nkv, T, kv_start):
     c = Case(nh, nkv, kv_int8, T, kv_start, seed=T * 7919 + kv_start * 31 + nh + kv_int8)
     got = c.run(nat)
     ref, k_new, v_new = oracle(c)
@@ -148,7 +163,7 @@ def test_attn_prefill_vs_oracle(nat, kv_int8, nh, nkv, T, kv_start):
 
 
 @pytest.mark.parametrize("kv_int8", [0, 1])
-def test_attn_prefill_cache_matches_decode(nat, kv_int8):
+def test_attn_prefill_cache_matches_decode(nat, variant, kv_int8):
     """attn_prefill_prep writes the cache bit for bit as the decode op (16 tokens per step) does."""
     nh, nkv, T, kv_start = 24, 4, 40, 37
     c = Case(nh, nkv, kv_int8, T, kv_start, seed=11 + kv_int8)
@@ -174,7 +189,7 @@ def test_attn_prefill_cache_matches_decode(nat, kv_int8):
 
 
 @pytest.mark.parametrize("kv_int8", [0, 1])
-def test_attn_prefill_chunked_equals_whole(nat, kv_int8):
+def test_attn_prefill_chunked_equals_whole(nat, variant, kv_int8):
     """T = 100 at kv_start 0 then T = 57 at kv_start 100 gives exactly the outputs of one chunk of 157:
     key tiles are aligned to absolute cache slots and each row's arithmetic does not depend on its tile."""
     nh, nkv = 24, 4
@@ -198,41 +213,65 @@ def test_attn_prefill_chunked_equals_whole(nat, kv_int8):
 
 
 @pytest.mark.parametrize("kv_int8", [0, 1])
-def test_attn_prefill_deep_cache(nat, kv_int8):
-    """A chunk of 256 queries behind 32,768 cached positions, checked on sampled rows."""
-    nh, nkv, T, kv_start = 24, 4, 256, 32768
-    c = Case(nh, nkv, kv_int8, T, kv_start, seed=99 + kv_int8)
+@pytest.mark.parametrize("T, kv_start, pos_base", [(256, 32768, None), (77, 131072 + 37, 1000)],
+                         ids=["32K", "128K-odd"])
+def test_attn_prefill_deep_cache(nat, variant, kv_int8, T, kv_start, pos_base):
+    """A chunk behind a deep cache (256 queries at 32,768; 77 queries at an unaligned 131,109), checked
+    on sampled rows (first and last tokens, tile and block boundaries). The 128K case takes rotary
+    positions from 1000: the fp32 rotary angle of the shared prep loses ~1e-2 rad at position 131K (its
+    ulp), which is the prep's precision, not this kernel's; the cache slots stay at 131,109 + t."""
+    nh, nkv = 24, 4
+    c = Case(nh, nkv, kv_int8, T, kv_start, seed=99 + kv_int8 + T, pos_base=pos_base)
     got = c.run(nat)
     assert not got.isnan().any()
-    tokens = [0, 1, 5, 63, 64, 100, 127, 128, 191, 200, 254, 255]
+    tokens = [t for t in [0, 1, 5, 21, 22, 42, 43, 63, 64, 76, 100, 127, 128, 191, 200, 254, 255] if t < T]
     ref, k_new, v_new = oracle(c, tokens)
     check_appended(c, k_new, v_new)
     err = rel_err(got[tokens], ref)
     assert err < tol(kv_int8), f"rel err {err:.3e}"
 
 
+def test_attn_prefill_variant_switch(nat):
+    assert nat.attn_prefill_variant() == 0
+    assert nat.attn_prefill_variant_supported(1) and nat.attn_prefill_variant_supported(2)
+    with pytest.raises(ValueError):
+        nat.set_attn_prefill_variant(4)
+    nat.set_attn_prefill_variant(1)
+    assert nat.attn_prefill_variant() == 1
+    nat.set_attn_prefill_variant(0)
+
+
 def test_attn_prefill_throughput(nat):
-    """Throughput probe (not asserted): T = 4096 chunks at kv_start 0, 32K, 128K, 24/4 heads, and the
-    implied attention time of a 131,072-token prompt in 4096-token chunks over 16 layers."""
+    """Throughput probe (not asserted): T = 4096 chunks at kv_start 0, 32K, 128K, 24/4 heads, every
+    supported variant on the same inputs, and the implied attention time of a 131,072-token prompt in
+    4096-token chunks over 16 layers per variant."""
     nh, nkv, T = 24, 4, 4096
     starts = [0, 32768, 131072]
-    for kv_int8 in (1, 0):
-        ms = []
-        for kv_start in starts:
-            c = Case(nh, nkv, kv_int8, T, kv_start, seed=1)
-            t = nat.op_attn_prefill_time(*c.args(), 5)
-            assert not c.out.isnan().any()
-            flops = 4.0 * nh * HD * (T * kv_start + T * (T + 1) / 2)
-            print(f"\nattn_prefill {'int8' if kv_int8 else 'bf16'} KV, T {T}, kv_start {kv_start}: "
-                  f"{t:.3f} ms, {flops / t / 1e9:.1f} TFLOP/s")
-            ms.append(t)
-            del c
-            torch.cuda.empty_cache()
-        total = 0.0
-        for k in range(131072 // T):
-            s = k * T
-            i = 0 if s <= starts[1] else 1
-            f = (s - starts[i]) / (starts[i + 1] - starts[i])
-            total += ms[i] + f * (ms[i + 1] - ms[i])
-        print(f"implied attention time, 131,072-token prompt, 4096-token chunks, 16 layers "
-              f"({'int8' if kv_int8 else 'bf16'} KV): {total * 16 / 1e3:.2f} s")
+    variants = [v for v in VARIANTS if nat.attn_prefill_variant_supported(v)]
+    try:
+        for kv_int8 in (1, 0):
+            ms = {v: [] for v in variants}
+            for kv_start in starts:
+                c = Case(nh, nkv, kv_int8, T, kv_start, seed=1)
+                flops = 4.0 * nh * HD * (T * kv_start + T * (T + 1) / 2)
+                for v in variants:
+                    nat.set_attn_prefill_variant(v)
+                    c.out.fill_(float("nan"))
+                    t = nat.op_attn_prefill_time(*c.args(), 5)
+                    assert not c.out.isnan().any()
+                    print(f"\nattn_prefill variant {v} {'int8' if kv_int8 else 'bf16'} KV, T {T}, "
+                          f"kv_start {kv_start}: {t:.3f} ms, {flops / t / 1e9:.1f} TFLOP/s")
+                    ms[v].append(t)
+                del c
+                torch.cuda.empty_cache()
+            for v in variants:
+                total = 0.0
+                for k in range(131072 // T):
+                    s = k * T
+                    i = 0 if s <= starts[1] else 1
+                    f = (s - starts[i]) / (starts[i + 1] - starts[i])
+                    total += ms[v][i] + f * (ms[v][i + 1] - ms[v][i])
+                print(f"implied attention time, 131,072-token prompt, 4096-token chunks, 16 layers "
+                      f"({'int8' if kv_int8 else 'bf16'} KV, variant {v}): {total * 16 / 1e3:.2f} s")
+    finally:
+        nat.set_attn_prefill_variant(0)
