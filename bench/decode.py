@@ -147,7 +147,9 @@ def main() -> int:
     gemv_route = {}
     attn_check = {}
     for kv in ("bf16", "int8"):
-        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1)
+        # a 24 GiB card: the engine's plan must fit that budget (128K bf16 KV: 22.5 GiB)
+        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1,
+                                       vram_budget_bytes=24 << 30)
         e = model.engine
         # GEMV launch route for the step: by shape (0) or one variant everywhere, whichever step is fastest
         gt = {}
