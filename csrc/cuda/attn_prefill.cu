@@ -26,6 +26,55 @@
 // Work: keys [0, kv_start + t_last] for the tile's last token; key tiles ascend from 0, tiles past
 // kv_start + t_first (the tile's first token) are masked per row, the others run without masks. Blocks
 // are numbered longest-first (the last query tiles walk the most keys).
+//
+// The above is variant 1 (the first kernel). Variant 0, the default, runs the pair-split kernel
+// (attn_prefill_v2_kernel) in one of two configurations (variant 3 large, variant 2 small):
+//
+// Why. With mma.sync and head_dim 256 the first kernel is bound by shared-memory bandwidth, not by the
+// tensor cores: per warp and 64-key tile it issues 256 mma (4 KFLOP each) but reads 144 ldmatrix.x4
+// (Q 16, K 64, V 64: 72 KB) plus its share of the cp.async writes (16 KB); at 128 B/clock per SM that is
+// ~2.7 clocks of shared memory per mma, where the mma pipe needs ~1. The int8 path adds a dequant pass
+// (raw read, fp16 write) and four block barriers per tile: 106 KB per warp-tile, hence 218 vs 300 TFLOP/s.
+// Measured throughput times bytes per warp-tile is nearly constant (300 x 90 ~ 218 x 106), so the plan
+// is to cut bytes per mma and barriers:
+//  * Warp pairs (large configuration). A pair owns 32 query rows. Each warp computes S and the softmax
+//    of its own 16 rows over the whole tile (no cross-warp max), then the pair swaps P fragments and
+//    rescale factors through shared memory (2 KB per warp, conflict-free, one 64-thread named barrier),
+//    and each warp accumulates O for all 32 rows over half of the 256 output dims. O stays 128 fp32
+//    registers per thread, but each V fragment now feeds 4 mma instead of 2: V reads halve. Per warp and
+//    tile: Q 8 + K 32 + V 16 + exchange 4 = 60 KB of reads (was 72). Splitting the keys instead (each warp
+//    16 of 32 keys for all 32 rows) would save 8 KB more but needs a max exchange and a second barrier.
+//  * 128 rows per block (8 warps): K/V tiles are loaded (and int8 dequantized) once for twice the rows,
+//    halving cp.async/dequant shared-memory writes and L2 traffic per FLOP (64 rows x 64 keys of bf16 K/V
+//    per 2.1 MFLOP moved ~4.6 TB/s of L2 reads at 300 TFLOP/s). With G = 6, 128 rows are ~21 tokens of 6 heads.
+//  * int8: no raw tile in shared memory. At the top of tile j each thread issues its global loads of
+//    tile j + 1's codes (8 x 8 codes of K and of V, scales by one 16-bit load each, spread by shuffles)
+//    into 34 registers; after the S mma of tile j (which hides the latency) it converts them with the
+//    decode kernel's dequantization (0x64 magic, code * fp16 scale rounded to fp16: bit-identical values
+//    to the first kernel's pass) and stores fp16 into the second buffer. The raw round trip (cp.async
+//    write + read, 64 KB per tile) disappears, the conversion overlaps other warps' mma, and int8 costs
+//    the same shared-memory bytes as bf16 (the fp16 stores equal the bf16 cp.async writes).
+//    Converting B fragments in registers right before each mma was weighed and rejected: every warp
+//    would redo the conversion of the whole tile (8x the ALU work of a shared conversion, ~7 instructions
+//    per mma against an issue budget of ~4-6), and the group-64 scale varies along k per key, so it
+//    cannot be hoisted out of the mma; int8 mma would need Q and P quantized (accuracy).
+//  * Double-buffered fp16 K|V tiles, one __syncthreads per tile: the barrier at the top of tile j both
+//    publishes buffer j % 2 and frees buffer (j + 1) % 2, into which tile j + 1 is loaded (bf16 cp.async)
+//    or stored (int8) during tile j, a whole tile ahead. Triple buffering does not fit.
+//  * Rescale of O skipped when no row of the warp raised its maximum (warp vote; alpha is exactly 1 then
+//    because the maxima are scaled by log2(e) with unfused multiplies): 128 FMUL per thread per tile saved
+//    on most tiles. exp2 with the log2(e) scale folded into one FFMA per score, as before.
+//  * Not done: Q in registers (64 more registers over O's 128), skipping masked diagonal tiles per warp
+//    (at most 2 of the ~n_keys/64 tiles of a block touch the diagonal), Hopper-only instructions.
+// Configurations (both mma.sync m16n8k16, same code, template parameters):
+//   large (variant 3): 8 warps in 4 pairs, 128 rows, 64-key tiles: Q 64 KB + 2 x (K 32 + V 32) KB + P,
+//                      alpha, l exchange 20 KB = 212 KB; used by variant 0 where the opt-in limit allows
+//                      (H100/H200: 227 KB), 1 block (8 warps) per SM.
+//   small (variant 2): 4 single warps (no exchange), 64 rows, 32-key tiles: Q 32 KB + 2 x (16 + 16) KB =
+//                      96 KB, for sm_86/89/120 (99 KB per block); same per-warp S/V traffic as the first
+//                      kernel but the int8 raw round trip and three of four barriers per tile are gone.
+// Both keep the first kernel's numerics: same mma types, fp32 softmax, same dequantized values; results
+// differ from it only by the tile size (32 keys for small) moving the online-softmax rescale points.
 #include "attn_prefill.h"
 
 #include <stdexcept>
