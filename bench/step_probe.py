@@ -1,0 +1,31 @@
+"""Decode step time of the native engine on random 27B-shaped weights (24 GiB budget), without the full
+benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
+
+    python3 bench/step_probe.py [--kv int8] [--depths 0,131072] [--steps 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kv", default="int8")
+    ap.add_argument("--depths", default="0")
+    ap.add_argument("--steps", type=int, default=50)
+    args = ap.parse_args()
+    from engine.native_backend import NativeModel
+    depths = [int(d) for d in args.depths.split(",")]
+    for kv in args.kv.split(","):
+        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, vram_budget_bytes=24 << 30)
+        e = model.engine
+        for d in depths:
+            ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
+            print(f"step kv {kv} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+        del model, e
+
+
+if __name__ == "__main__":
+    main()
