@@ -18,6 +18,23 @@ const char* role_name(int role) {
   return (role >= 0 && role < N_ROLES) ? names[role] : "?";
 }
 
+int role_index(const std::string& name) {
+  for (int r = 0; r < N_ROLES; ++r)
+    if (name == role_name(r)) return r;
+  return -1;
+}
+
+bool role_has_tail(int role) { return role == GDN_IN || role == ATTN_QKV; }
+
+int64_t role_tail_rows(const ModelDims& d, int role) {
+  if (role == GDN_IN) return d.gdn_in_tail_rows();
+  if (role == ATTN_QKV) return d.attn_qkv_tail_rows();
+  return 0;
+}
+
+const char* role_head_label(int role) { return role == GDN_IN ? "qkv|z" : role == ATTN_QKV ? "q" : ""; }
+const char* role_tail_label(int role) { return role == GDN_IN ? "b|a" : role == ATTN_QKV ? "k|v" : ""; }
+
 char* Arena::take(const std::string& name, const std::string& category, int64_t bytes, int64_t align) {
   if (bytes < 0) throw std::invalid_argument("negative allocation for " + name);
   int64_t off = (used_ + align - 1) / align * align;
@@ -48,19 +65,50 @@ static void check_spec(const QuantSpec& q, int64_t cols, const char* role) {
                                 " is not a multiple of the group " + std::to_string(q.group));
 }
 
-static QMatrix take_qmatrix(Arena& a, const std::string& name, int role, int64_t rows, int64_t cols,
+// One quantized matrix; its plan line is the category "weights:<line>".
+static QMatrix take_qmatrix(Arena& a, const std::string& name, const std::string& line, int64_t rows, int64_t cols,
                             const QuantSpec& q) {
-  check_spec(q, cols, role_name(role));
+  check_spec(q, cols, line.c_str());
   QMatrix m;
   m.rows = rows;
   m.cols = cols;
   m.q = q;
-  std::string cat = std::string("weights:") + role_name(role);
+  const std::string cat = "weights:" + line;
   m.codes = a.take(name + ".qcodes", cat, qmatrix_code_bytes(rows, cols, q.bits), 256);
   int64_t hb = qmatrix_high_bytes(rows, cols, q.bits);
   if (hb) m.high = a.take(name + ".qhigh", cat, hb, 256);
   m.scales = a.take(name + ".qscales", cat, qmatrix_scale_bytes(rows, cols, q.group), 256);
   return m;
+}
+
+static QMatrix take_qmatrix(Arena& a, const std::string& name, int role, int64_t rows, int64_t cols,
+                            const QuantSpec& q) {
+  return take_qmatrix(a, name, role_name(role), rows, cols, q);
+}
+
+// A fused input projection: one matrix when its recipe has one format, else a head and a tail
+// matrix, each on its own plan line ("weights:gdn_in qkv|z" and "weights:gdn_in b|a").
+static SplitQMatrix take_split_qmatrix(Arena& a, const std::string& name, const std::string& tail_name, int role,
+                                       int64_t rows, int64_t cols, const ModelDims& d, const EngineShape& s) {
+  SplitQMatrix m;
+  if (!s.split(role)) {
+    m.head = take_qmatrix(a, name, role, rows, cols, s.recipe[role]);
+    return m;
+  }
+  const int64_t tail_rows = role_tail_rows(d, role);
+  const std::string line = role_name(role);
+  m.head = take_qmatrix(a, name, line + " " + role_head_label(role), rows - tail_rows, cols, s.recipe[role]);
+  m.tail = take_qmatrix(a, tail_name, line + " " + role_tail_label(role), tail_rows, cols, s.tail_spec(role));
+  return m;
+}
+
+// A second format only where the engine can run a role as two row segments.
+static void check_recipe_tails(const EngineShape& s) {
+  for (int r = 0; r < N_ROLES; ++r)
+    if (s.split(r) && !role_has_tail(r))
+      throw std::invalid_argument(std::string("recipe: role ") + role_name(r) +
+                                  " has one format for all its rows (only gdn_in's b|a rows and attn_qkv's k|v rows "
+                                  "may take a second format)");
 }
 
 static float* take_f32(Arena& a, const std::string& name, const std::string& cat, int64_t n) {
@@ -152,6 +200,7 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
   if (s.kv_capacity < s.max_lanes * s.max_context)
     throw std::invalid_argument("kv_capacity must hold max_lanes x max_context tokens");
   if (d.head_dim % 64 != 0) throw std::invalid_argument("head_dim must be a multiple of 64");
+  check_recipe_tails(s);
 
   EngineBuffers b;
   const QuantSpec* r = s.recipe;
@@ -166,13 +215,15 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
     L.post_norm = take_f32(a, p + "post_attention_layernorm", "weights:small", d.hidden);
     if (L.full) {
       L.attn_index = attn_i++;
-      L.mixer_in = take_qmatrix(a, p + "self_attn.qkv_proj", ATTN_QKV, d.attn_qkv_rows(), d.hidden, r[ATTN_QKV]);
+      L.mixer_in = take_split_qmatrix(a, p + "self_attn.qkv_proj", p + "self_attn.kv_proj", ATTN_QKV,
+                                      d.attn_qkv_rows(), d.hidden, d, s);
       L.q_norm = take_f32(a, p + "self_attn.q_norm", "weights:small", d.head_dim);
       L.k_norm = take_f32(a, p + "self_attn.k_norm", "weights:small", d.head_dim);
       L.mixer_out = take_qmatrix(a, p + "self_attn.o_proj", ATTN_O, d.hidden, d.n_heads * d.head_dim, r[ATTN_O]);
     } else {
       L.gdn_index = gdn_i++;
-      L.mixer_in = take_qmatrix(a, p + "linear_attn.in_proj", GDN_IN, d.gdn_in_rows(), d.hidden, r[GDN_IN]);
+      L.mixer_in = take_split_qmatrix(a, p + "linear_attn.in_proj", p + "linear_attn.in_proj_ba", GDN_IN,
+                                      d.gdn_in_rows(), d.hidden, d, s);
       L.conv_w = take_f32(a, p + "linear_attn.conv1d", "weights:small", d.conv_dim() * d.conv_kernel);
       L.a_log = take_f32(a, p + "linear_attn.A_log", "weights:small", d.lin_v_heads);
       L.dt_bias = take_f32(a, p + "linear_attn.dt_bias", "weights:small", d.lin_v_heads);

@@ -5,6 +5,7 @@
 // engine takes can never disagree.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct ModelDims {
   int64_t gdn_in_rows() const { return conv_dim() + lin_v_total() + 2 * lin_v_heads; }
   // Rows of the fused attention input projection: q (with gate, 2 x head_dim per head) | k | v.
   int64_t attn_qkv_rows() const { return 2 * n_heads * head_dim + 2 * n_kv_heads * head_dim; }
+  // The tail segments a recipe may store in their own format: GDN b | a, attention k | v.
+  int64_t gdn_in_tail_rows() const { return 2 * lin_v_heads; }
+  int64_t attn_qkv_tail_rows() const { return 2 * n_kv_heads * head_dim; }
   int n_full() const;
   int n_linear() const { return static_cast<int>(n_layers) - n_full(); }
 };
@@ -33,11 +37,23 @@ struct ModelDims {
 struct QuantSpec {
   int bits = 4;
   int group = 64;
+  bool operator==(const QuantSpec& o) const { return bits == o.bits && group == o.group; }
+  bool operator!=(const QuantSpec& o) const { return !(*this == o); }
 };
 
-// The matrix roles of the recipe. Fused roles are stored as one device matrix.
+// The matrix roles of the recipe. Fused roles are stored as one device matrix, except that GDN_IN and
+// ATTN_QKV may keep their last rows (the tail: GDN b | a, attention k | v) in a format of their own,
+// so that an artifact's 8-bit a/b and 6-bit k/v are held as stored. MLP_GATE_UP has no tail: its
+// gate and up rows are interleaved pairs for the SwiGLU epilogue.
 enum Role : int { EMBED = 0, LM_HEAD, GDN_IN, GDN_OUT, ATTN_QKV, ATTN_O, MLP_GATE_UP, MLP_DOWN, N_ROLES };
 const char* role_name(int role);
+int role_index(const std::string& name);  // -1 when no role has this name
+bool role_has_tail(int role);
+// Rows of `role`'s tail segment (0 for a role without one).
+int64_t role_tail_rows(const ModelDims& d, int role);
+// What the head and tail rows of a split role hold ("qkv|z" / "b|a", "q" / "k|v"): plan line names.
+const char* role_head_label(int role);
+const char* role_tail_label(int role);
 
 enum class KvDtype : int { BF16 = 0, INT8G64 = 1 };
 
@@ -52,6 +68,11 @@ struct EngineShape {
   int64_t graph_allowance = 0;  // bytes held back for instantiated CUDA graphs
   int64_t margin = 0;           // bytes left free for the driver, fragmentation, etc.
   QuantSpec recipe[N_ROLES];
+  // Format of a role's tail rows; unset (or equal to recipe[role]) keeps the role one matrix.
+  std::optional<QuantSpec> recipe_tail[N_ROLES];
+
+  QuantSpec tail_spec(int role) const { return recipe_tail[role].value_or(recipe[role]); }
+  bool split(int role) const { return tail_spec(role) != recipe[role]; }
 };
 
 // Attention split-K: at most this many chunks of the context per (kv head, token).
@@ -93,11 +114,21 @@ int64_t qmatrix_code_bytes(int64_t rows, int64_t cols, int bits);
 int64_t qmatrix_high_bytes(int64_t rows, int64_t cols, int bits);
 int64_t qmatrix_scale_bytes(int64_t rows, int64_t cols, int group);
 
+// A projection held as one quantized matrix, or as two over consecutive rows when its recipe gives
+// the tail rows another format: `head` holds rows [0, head.rows), `tail` the remaining ones
+// (tail.rows == 0 when unsplit). Both write the same output rows, the tail from column head.rows on.
+struct SplitQMatrix {
+  QMatrix head, tail;
+  int64_t rows() const { return head.rows + tail.rows; }
+  bool split() const { return tail.rows > 0; }
+};
+
 struct LayerBuffers {
   bool full = false;
   float* input_norm = nullptr;  // [hidden]
   float* post_norm = nullptr;   // [hidden]
-  QMatrix mixer_in, mixer_out, gate_up, down;
+  SplitQMatrix mixer_in;  // GDN: qkv | z | b | a; attention: q (with gate) | k | v
+  QMatrix mixer_out, gate_up, down;
   // GDN
   float* conv_w = nullptr;   // [conv_dim, kernel]
   float* a_log = nullptr;    // [v_heads]

@@ -38,6 +38,15 @@ ModelDims dims_from_dict(const py::dict& d) {
   return m;
 }
 
+// (bits, group) from Python.
+static QuantSpec spec_from(const py::handle& bits_group) {
+  auto bg = bits_group.cast<std::pair<int, int>>();
+  QuantSpec q;
+  q.bits = bg.first;
+  q.group = bg.second;
+  return q;
+}
+
 EngineShape shape_from_dict(const py::dict& d) {
   EngineShape s;
   s.max_context = d["max_context"].cast<int64_t>();
@@ -53,12 +62,13 @@ EngineShape shape_from_dict(const py::dict& d) {
   s.graph_allowance = get_or<int64_t>(d, "graph_allowance", 0);
   s.margin = get_or<int64_t>(d, "margin", 0);
   py::dict recipe = get_or<py::dict>(d, "recipe", py::dict());
+  py::dict tails = get_or<py::dict>(d, "recipe_tail", py::dict());
+  for (const auto& item : tails)
+    if (role_index(item.first.cast<std::string>()) < 0)
+      throw std::invalid_argument("recipe_tail: unknown role '" + item.first.cast<std::string>() + "'");
   for (int r = 0; r < N_ROLES; ++r) {
-    if (recipe.contains(role_name(r))) {
-      auto bg = recipe[role_name(r)].cast<std::pair<int, int>>();
-      s.recipe[r].bits = bg.first;
-      s.recipe[r].group = bg.second;
-    }
+    if (recipe.contains(role_name(r))) s.recipe[r] = spec_from(recipe[role_name(r)]);
+    if (tails.contains(role_name(r))) s.recipe_tail[r] = spec_from(tails[role_name(r)]);
   }
   return s;
 }

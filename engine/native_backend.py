@@ -7,7 +7,10 @@
     ids = model.sample(state, temperature=0.7, top_p=0.9, seed=1)
 
 Weights are quantized at load time with engine.quant (round-to-nearest, the recipe's format per
-role) unless an artifact stores them in the recipe's format, and uploaded in the canonical layout;
+role) unless an artifact stores them in the recipe's format, and uploaded in the canonical layout.
+From an artifact the recipe is the artifact's own formats (``recipe_from_artifact``): the fused GDN
+and attention input projections keep their b|a and k|v rows in their stored formats as a second
+device matrix, so nothing the converter chose is re-quantized;
 the engine's arena is allocated once, from the memory plan, before any weight is uploaded.
 A forward of more than 16 tokens that needs only the last position's logits (a prompt) runs
 through the engine's prefill path (tensor-core GEMMs, chunked GDN, flash attention) in chunks of
@@ -20,12 +23,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
 from engine.config import ModelConfig, TextConfig
-from engine.plan import DEFAULT_MARGIN, DEFAULT_RECIPE, PlanRequest, Recipe, make_plan, model_dims
+from engine.plan import DEFAULT_MARGIN, DEFAULT_RECIPE, SPLIT_ROLES, PlanRequest, Recipe, make_plan, model_dims
 
 ProgressFn = Callable[[float, str], None]
 STEP_TOKENS = 16  # tokens per engine step (the verify width)
@@ -89,35 +92,93 @@ def native_role(full_key: str) -> str | None:
     return None
 
 
-def recipe_from_artifact(artifact, fallback: Recipe = DEFAULT_RECIPE) -> Recipe:
-    """The native recipe that keeps as much of an artifact as stored.
+# The tail rows of the roles the engine may split (engine.plan.SPLIT_ROLES), by key suffix.
+NATIVE_TAIL_MEMBERS = {
+    "gdn_in": ("linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight"),
+    "attn_qkv": ("self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+}
 
-    A native role is one fused matrix with one format; the converter may store its parts in different
-    formats (q4-27b: GDN a/b projections in 8-bit beside 4-bit qkv/z). Each role takes the stored
-    format that holds most of its parameters; the other parts are re-quantized to it at load
-    (native_weight). A role stored unquantized keeps the fallback recipe's format.
+
+def native_segment(full_key: str) -> tuple[str, str] | None:
+    """(native role, "head" or "tail") of a checkpoint tensor; None for tensors the text engine skips."""
+    role = native_role(full_key)
+    if role is None:
+        return None
+    return role, "tail" if full_key.endswith(NATIVE_TAIL_MEMBERS.get(role, ())) else "head"
+
+
+def _parse_spec(fmt: str) -> tuple[int, int]:
+    bits, group = fmt.lstrip("q").split("g")
+    return int(bits), int(group)
+
+
+def _refuse_mixed_gate_up(formats: dict[str, str]) -> None:
+    """MLP gate and up rows are interleaved pairs of one device matrix (the SwiGLU epilogue reads a
+    pair at a time), so they can only be held in one format."""
+    for key, fmt in formats.items():
+        if key.startswith("mtp.") or not key.endswith("mlp.gate_proj.weight"):
+            continue
+        up = key[: -len("gate_proj.weight")] + "up_proj.weight"
+        if up in formats and formats[up] != fmt:
+            raise NativeBackendError(
+                f"the native engine holds MLP gate and up as one matrix of interleaved rows in one format, but "
+                f"'{key}' is stored as {fmt} and '{up}' as {formats[up]}; convert with one format for mlp.gate_up")
+
+
+def native_recipe(tensors: Iterable[tuple[str, str, tuple]], name: str,
+                  fallback: Recipe = DEFAULT_RECIPE) -> Recipe:
+    """The native recipe that holds tensors stored as ``(full key, format, shape)`` in their own formats.
+
+    Every role takes its stored format, and a split role's tail rows (GDN b|a, attention k|v) theirs,
+    as a second device matrix when it differs (q4-27b: 8-bit a/b beside 4-bit qkv/z, 6-bit k/v beside
+    4-bit q). Only parts of one segment stored in different formats (a recipe giving GDN z another
+    format than qkv) cannot all be kept: the segment takes the format holding most of its parameters
+    and the rest is re-quantized at load (native_weight). A segment stored unquantized takes the
+    fallback's format (a tail: its head's). MLP gate and up stored in different formats are refused.
     """
-    params: dict[str, dict[str, int]] = {}
-    for info in artifact.weights.values():
-        role = native_role(info.key)
-        if role is None or not info.quantized:
+    tensors = list(tensors)
+    _refuse_mixed_gate_up({key: fmt for key, fmt, _ in tensors})
+    params: dict[tuple[str, str], dict[str, int]] = {}
+    for key, fmt, shape in tensors:
+        seg = native_segment(key)
+        if seg is None or not fmt.startswith("q"):
             continue
         n = 1
-        for d in info.shape:
+        for d in shape:
             n *= int(d)
-        params.setdefault(role, {}).setdefault(info.format, 0)
-        params[role][info.format] += n
-    roles = {}
-    for role in fallback.roles:
-        by_format = params.get(role)
-        if not by_format:
-            roles[role] = fallback.spec(role)
-            continue
-        fmt = max(by_format, key=by_format.get)
-        bits, group = fmt.lstrip("q").split("g")
-        roles[role] = (int(bits), int(group))
-    name = "artifact:" + ",".join(f"{r}=q{b}g{g}" for r, (b, g) in roles.items())
-    return Recipe(name, roles)
+        by_format = params.setdefault(seg, {})
+        by_format[fmt] = by_format.get(fmt, 0) + n
+
+    def stored(seg: tuple[str, str]) -> tuple[int, int] | None:
+        by_format = params.get(seg)
+        return _parse_spec(max(by_format, key=by_format.get)) if by_format else None
+
+    roles = {role: stored((role, "head")) or fallback.spec(role) for role in fallback.roles}
+    tails = {role: stored((role, "tail")) or roles[role] for role in SPLIT_ROLES}
+
+    def label(role: str) -> str:
+        b, g = roles[role]
+        if role not in tails or tails[role] == roles[role]:
+            return f"{role}=q{b}g{g}"
+        tb, tg = tails[role]
+        return f"{role}=q{b}g{g}({SPLIT_ROLES[role][1]}=q{tb}g{tg})"
+
+    return Recipe(name + ":" + ",".join(label(r) for r in roles), roles, tails)
+
+
+def recipe_from_artifact(artifact, fallback: Recipe = DEFAULT_RECIPE) -> Recipe:
+    """The native recipe that keeps an artifact's tensors as stored (see native_recipe)."""
+    return native_recipe(((i.key, i.format, i.shape) for i in artifact.weights.values()), "artifact", fallback)
+
+
+def recipe_for_converter_recipe(recipe_id: str, config: ModelConfig) -> Recipe:
+    """The native recipe an artifact converted with ``recipe_id`` (engine.recipe) would load with:
+    for the memory plan of a model that has not been converted yet."""
+    from engine.recipe import get_recipe
+    from engine.registry import expected_tensors
+    conv = get_recipe(recipe_id)
+    tensors = ((key, conv.format_for(key, shape), shape) for key, shape in expected_tensors(config).items())
+    return native_recipe(tensors, recipe_id)
 
 
 def native_weight(src, rel_key: str, bits: int, group: int):
@@ -222,8 +283,11 @@ class NativeModel:
         done = 0
 
         def matrix(role: str, layer: int, rel_key: str, row_offset: int = 0, row_stride: int = 1) -> None:
+            """Upload one checkpoint matrix into rows row_offset + r * row_stride of the role (the row
+            offset counts over the whole fused role; the engine puts tail rows into its tail matrix)."""
             nonlocal done
-            bits, group = recipe.spec(role)
+            tail = rel_key.endswith(NATIVE_TAIL_MEMBERS.get(role, ()))
+            bits, group = recipe.tail_spec(role) if tail else recipe.spec(role)
             q = native_weight(src, rel_key, bits, group)
             codes, scales = _np(q.codes), _np(q.scales, np.uint16)
             high = None if q.high is None else _np(q.high)

@@ -6,7 +6,8 @@ launch cannot disagree. This module only chooses the inputs (shapes, recipe, con
 lanes, budget) and groups the allocations into a table.
 
 ``weight_bytes_by_role`` computes the same weight bytes from shapes and bits alone; it is the
-independent check of the dry run and the one function to swap for a recipe module's figures.
+independent check of the dry run and the one function to swap for a recipe module's figures
+(``weight_bytes_by_line`` gives them per plan line, the two segments of a split role apart).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 ROLES = ("embed", "lm_head", "gdn_in", "gdn_out", "attn_qkv", "attn_o", "mlp_gate_up", "mlp_down")
+# Fused roles whose last rows (the tail) may keep a format of their own, as (head, tail) row names;
+# the same names label the plan lines of a split role (csrc/alloc_sequence.cpp, role_*_label).
+SPLIT_ROLES = {"gdn_in": ("qkv|z", "b|a"), "attn_qkv": ("q", "k|v")}
 KV_DTYPES = ("bf16", "int8")
 
 # Held back beside the arena: instantiated decode graphs (a few hundred kernel nodes each).
@@ -29,13 +33,31 @@ DEFAULT_MARGIN = 512 * MiB
 
 @dataclass(frozen=True)
 class Recipe:
-    """Bits and group size per matrix role (groupwise symmetric integer, fp16 scales)."""
+    """Bits and group size per matrix role (groupwise symmetric integer, fp16 scales).
+
+    ``tails`` gives a split role's tail rows (GDN b|a, attention k|v: SPLIT_ROLES) their own format;
+    a role without an entry, or with its head's format, is one matrix in one format."""
 
     name: str
     roles: dict[str, tuple[int, int]]
+    tails: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        others = sorted(set(self.tails) - set(SPLIT_ROLES))
+        if others:
+            raise ValueError(f"recipe {self.name}: roles {others} hold all their rows in one format; only "
+                             f"{sorted(SPLIT_ROLES)} may give their tail rows a second one")
 
     def spec(self, role: str) -> tuple[int, int]:
+        """The format of the role (of its head rows when it is split)."""
         return self.roles[role]
+
+    def tail_spec(self, role: str) -> tuple[int, int]:
+        """The format of the role's tail rows (its head's format when it has no tail of its own)."""
+        return self.tails.get(role, self.roles[role])
+
+    def is_split(self, role: str) -> bool:
+        return self.tail_spec(role) != self.spec(role)
 
 
 def uniform_recipe(bits: int = 4, group: int = 64) -> Recipe:
@@ -93,17 +115,37 @@ def matrix_shapes(t: TextConfig) -> dict[str, list[tuple[int, int]]]:
     }
 
 
+def tail_rows(t: TextConfig, role: str) -> int:
+    """Rows of a split role's tail: GDN b|a (one row per value head each), attention k|v."""
+    return {"gdn_in": 2 * t.linear_num_value_heads,
+            "attn_qkv": 2 * t.num_key_value_heads * t.head_dim}.get(role, 0)
+
+
 def quantized_bytes(n: int, k: int, bits: int, group: int) -> int:
     """Bytes of one matrix in the canonical groupwise format: codes (+ high bits) + fp16 scales."""
     return n * k * bits // 8 + n * (k // group) * 2
 
 
-def weight_bytes_by_role(t: TextConfig, recipe: Recipe) -> dict[str, int]:
-    """Independent formula (shapes x bits) for the matrix bytes of each role."""
+def weight_bytes_by_line(t: TextConfig, recipe: Recipe) -> dict[str, int]:
+    """Independent formula (shapes x bits) for the matrix bytes of each plan line ("weights <key>"):
+    the role, or for a split role "<role> <head rows>" and "<role> <tail rows>" (e.g. "gdn_in b|a")."""
     out = {}
     for role, shapes in matrix_shapes(t).items():
-        bits, group = recipe.spec(role)
-        out[role] = sum(quantized_bytes(n, k, bits, group) for n, k in shapes)
+        if not recipe.is_split(role):
+            out[role] = sum(quantized_bytes(n, k, *recipe.spec(role)) for n, k in shapes)
+            continue
+        head, tail = SPLIT_ROLES[role]
+        tr = tail_rows(t, role)
+        out[f"{role} {head}"] = sum(quantized_bytes(n - tr, k, *recipe.spec(role)) for n, k in shapes)
+        out[f"{role} {tail}"] = sum(quantized_bytes(tr, k, *recipe.tail_spec(role)) for _, k in shapes)
+    return out
+
+
+def weight_bytes_by_role(t: TextConfig, recipe: Recipe) -> dict[str, int]:
+    """Independent formula (shapes x bits) for the matrix bytes of each role (both segments of a split one)."""
+    out = {role: 0 for role in ROLES}
+    for line, nbytes in weight_bytes_by_line(t, recipe).items():
+        out[line.split(" ", 1)[0]] += nbytes
     return out
 
 
@@ -151,6 +193,7 @@ class PlanRequest:
             vision_max_tokens=self.vision_max_tokens if self.vision else 0,
             graph_allowance=self.graph_allowance, margin=self.margin,
             recipe={r: self.recipe.spec(r) for r in ROLES},
+            recipe_tail={r: self.recipe.tail_spec(r) for r in SPLIT_ROLES},
         )
 
 

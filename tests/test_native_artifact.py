@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from native_helpers import TOL_MODEL_INT8KV, requires_gpu
-from test_native_model import teacher_forced
+from native_helpers import TOL_MODEL_INT8KV, rel_err, requires_gpu
+from test_native_model import DictSource, source_from_checkpoint, teacher_forced
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 torch = pytest.importorskip("torch")
@@ -51,6 +51,92 @@ def test_uniform_artifact_native_matches_reference_on_the_same_codes(artifacts):
     print(f"q4 artifact, native vs reference: worst logits rel err {worst:.2e}, greedy agree {agree}/{checked}")
     assert worst < TOL_MODEL_INT8KV
     assert agree == checked >= 20
+
+
+def test_default_recipe_artifact_holds_every_stored_format_and_matches_reference(artifacts, monkeypatch):
+    """q4-27b mixes formats inside the fused native roles (8-bit GDN a/b beside 4-bit qkv/z, 6-bit k/v
+    beside 4-bit q). The engine holds those rows as a second matrix in their stored format, so every
+    tensor goes up with the artifact's own codes (nothing quantized at load), and it matches the
+    reference reading the same artifact on the decode path (GEMV per segment) and the prefill path
+    (GEMM per segment, chunks of 64 + 36 tokens)."""
+    from engine import native_backend
+    from engine.artifact import Artifact
+    from engine.native_backend import NativeModel
+    from engine.reference.model import ReferenceModel
+    view = Artifact.open(artifacts["q4-27b"], allow_test_shapes=True).checkpoint_view()
+    calls = []
+    real_quantize = native_backend._quantize
+    monkeypatch.setattr(native_backend, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
+    native = NativeModel.from_checkpoint(view, kv_dtype="int8", max_context=256, vram_budget_bytes=2 << 30,
+                                         prefill_chunk=64)
+    assert calls == []
+    recipe = native.plan.request.recipe
+    assert recipe.spec("gdn_in") == (4, 64) and recipe.tail_spec("gdn_in") == (8, 64)
+    assert recipe.spec("attn_qkv") == (4, 64) and recipe.tail_spec("attn_qkv") == (6, 64)
+    assert {"weights gdn_in b|a", "weights attn_qkv k|v"} <= {ln.label for ln in native.plan.lines}
+
+    ref = ReferenceModel.from_checkpoint(view, device="cuda", gdn_mode="recurrent", mtp=False)
+    tokens = torch.randint(0, 1000, (48,), generator=torch.Generator().manual_seed(23)).tolist()
+    worst, checked, agree = teacher_forced(native, ref, tokens, TOL_MODEL_INT8KV)
+    prompt = torch.randint(0, 1000, (100,), generator=torch.Generator().manual_seed(24))
+    ns, rs = native.new_state(128), ref.new_state(128)
+    prefill_err = rel_err(native.forward(prompt, ns, last_only=True).logits[-1],
+                          ref.forward(prompt, rs).logits[-1].cpu())
+    print(f"q4-27b artifact, native vs reference: decode worst logits rel err {worst:.2e}, greedy agree "
+          f"{agree}/{checked}; prefill {prefill_err:.2e}")
+    assert worst < TOL_MODEL_INT8KV and prefill_err < TOL_MODEL_INT8KV
+    assert agree == checked >= 20
+
+
+# Split and fused engines hold bit-identical dequantized weights; only the GEMV/GEMM arithmetic of
+# g32 against g64 groups differs. A tail written to the wrong rows or columns would be an O(1) error.
+TOL_SPLIT_VS_FUSED = 1e-2
+
+
+def _tail_groups_share_scales(w):
+    """w with each 64-column group's absmax written into both of its 32-column halves, so that q8g32
+    and q8g64 (round-to-nearest) find the same scales and codes: the same dequantized weight."""
+    w = w.clone()
+    groups = w.view(w.shape[0], -1, 64)
+    amax = groups.abs().amax(-1)
+    groups[:, :, 0] = amax
+    groups[:, :, 32] = amax
+    return w
+
+
+def test_split_engine_equals_fused_engine_on_the_same_weights(tiny_native_ckpt):
+    """The same dequantized weights held once as one matrix per input projection (q8g64) and once
+    split (q8g64 head, q8g32 b|a and k|v tail): equal logits on the decode and prefill paths."""
+    from engine.native_backend import NATIVE_TAIL_MEMBERS, NativeModel, _quantize
+    from engine.plan import Recipe, uniform_recipe
+    src = source_from_checkpoint(tiny_native_ckpt)
+    tails = {k: _tail_groups_share_scales(v) if k.endswith(sum(NATIVE_TAIL_MEMBERS.values(), ())) else v
+             for k, v in src.tensors.items()}
+    src = DictSource(src.config, tails)
+    some_tail = next(v for k, v in tails.items() if k.endswith("k_proj.weight"))
+    assert torch.equal(_quantize(some_tail, 8, 32).dequantize(), _quantize(some_tail, 8, 64).dequantize())
+
+    roles = dict(uniform_recipe(4, 64).roles, gdn_in=(8, 64), attn_qkv=(8, 64))
+    fused_recipe = Recipe("fused", roles)
+    split_recipe = Recipe("split", roles, {"gdn_in": (8, 32), "attn_qkv": (8, 32)})
+
+    def engine(recipe):
+        return NativeModel.from_checkpoint(src, kv_dtype="bf16", max_context=256, vram_budget_bytes=2 << 30,
+                                           recipe=recipe, prefill_chunk=64)
+    fused, split = engine(fused_recipe), engine(split_recipe)
+    assert "weights gdn_in b|a" in {ln.label for ln in split.plan.lines}
+    assert "weights gdn_in" in {ln.label for ln in fused.plan.lines}
+
+    g = torch.Generator().manual_seed(31)
+    prompt = torch.randint(0, 1000, (100,), generator=g)
+    fs, ss = fused.new_state(160), split.new_state(160)
+    errs = [rel_err(split.forward(prompt, ss, last_only=True).logits[-1],
+                    fused.forward(prompt, fs, last_only=True).logits[-1])]
+    for tok in torch.randint(0, 1000, (24,), generator=g).tolist():
+        x = torch.tensor([tok])
+        errs.append(rel_err(split.forward(x, ss).logits[-1], fused.forward(x, fs).logits[-1]))
+    print(f"split vs fused engine: prefill {errs[0]:.2e}, decode worst {max(errs[1:]):.2e}")
+    assert max(errs) < TOL_SPLIT_VS_FUSED
 
 
 def test_default_recipe_artifact_generates_through_the_engine(artifacts):

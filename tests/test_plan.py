@@ -111,3 +111,89 @@ def test_cli_plan_prints_table(capsys):
     assert rc == 2 and "DOES NOT FIT" in out and "largest context that fits" in out
     rc = main(["plan", "--context", "32768", "--kv", "int8"])
     assert rc == 0 and "KV pool" in capsys.readouterr().out
+
+
+# ---- split roles: a fused role's tail rows (GDN b|a, attention k|v) in a format of their own ----
+
+def _q4_27b_native():
+    """The native recipe of a q4-27b artifact: 8-bit b|a beside 4-bit qkv|z, 6-bit k|v beside 4-bit q."""
+    from engine.plan import Recipe
+    roles = dict(embed=(6, 64), lm_head=(6, 64), gdn_in=(4, 64), gdn_out=(5, 64), attn_qkv=(4, 64),
+                 attn_o=(5, 64), mlp_gate_up=(4, 64), mlp_down=(5, 64))
+    return Recipe("q4-27b-native", roles, {"gdn_in": (8, 64), "attn_qkv": (6, 64)})
+
+
+def test_split_roles_get_one_plan_line_per_segment_with_its_formats_bytes():
+    from engine.plan import quantized_bytes, weight_bytes_by_line
+    recipe = _q4_27b_native()
+    plan = make_plan(CFG, PlanRequest(max_context=1024, recipe=recipe, vram_budget=1 << 50))
+    expected = weight_bytes_by_line(T, recipe)
+    assert {"gdn_in qkv|z", "gdn_in b|a", "attn_qkv q", "attn_qkv k|v"} <= set(expected)
+    for key, nbytes in expected.items():
+        assert plan.line(f"weights {key}").bytes == nbytes, key
+    for gone in ("weights gdn_in", "weights attn_qkv"):
+        with pytest.raises(KeyError):
+            plan.line(gone)
+    # one tail matrix per layer of its kind, each exactly its rows in its format
+    n_full = len(T.full_attention_layers)
+    kv = [a for a in plan.allocations if a.category == "weights:attn_qkv k|v"]
+    ba = [a for a in plan.allocations if a.category == "weights:gdn_in b|a"]
+    assert len(kv) == 3 * n_full  # codes, high bits (6-bit), scales
+    assert len(ba) == 2 * (T.num_hidden_layers - n_full)  # codes, scales (8-bit has no high bits)
+    kv_rows, ba_rows = 2 * T.num_key_value_heads * T.head_dim, 2 * T.linear_num_value_heads
+    assert sum(a.bytes for a in kv) == n_full * quantized_bytes(kv_rows, T.hidden_size, 6, 64)
+    assert sum(a.bytes for a in ba) == (T.num_hidden_layers - n_full) * quantized_bytes(ba_rows, T.hidden_size, 8, 64)
+    assert {a.name.rsplit(".", 1)[0] for a in kv if a.name.startswith("layers.3.")} == {"layers.3.self_attn.kv_proj"}
+
+
+def test_split_plan_holds_the_converter_recipes_bytes():
+    """Every text matrix of a q4-27b artifact is held in the bytes it is stored in (nothing re-quantized)."""
+    from engine.recipe import get_recipe, recipe_bytes_by_role
+    stored = recipe_bytes_by_role(get_recipe("q4-27b"), CFG)
+    plan = make_plan(CFG, PlanRequest(max_context=1024, recipe=_q4_27b_native(), vram_budget=1 << 50))
+    held = {ln.label: ln.bytes for ln in plan.lines}
+    assert held["weights gdn_in qkv|z"] == stored["gdn.qkv"] + stored["gdn.z"]
+    assert held["weights gdn_in b|a"] == stored["gdn.ab"]
+    assert held["weights attn_qkv q"] == stored["attn.q"]
+    assert held["weights attn_qkv k|v"] == stored["attn.kv"]
+    assert held["weights mlp_gate_up"] == stored["mlp.gate_up"] and held["weights mlp_down"] == stored["mlp.down"]
+
+
+def test_tail_in_the_heads_format_is_the_unsplit_sequence():
+    """A tail given its head's format changes nothing: same allocations, names, sizes and offsets."""
+    from engine.plan import Recipe
+    plain = uniform_recipe(4, 64)
+    same = Recipe("same", dict(plain.roles), {"gdn_in": (4, 64), "attn_qkv": (4, 64)})
+    req = PlanRequest(max_context=2048, vision=True, vram_budget=1 << 50)
+    a = make_plan(CFG, req).allocations
+    b = make_plan(CFG, PlanRequest(**{**req.__dict__, "recipe": same})).allocations
+    assert a == b
+
+
+def test_split_sequence_is_deterministic_and_aligned():
+    """The engine replays this sequence over its device block: two runs of it must be identical, and
+    every segment must start on its alignment, with nothing overlapping."""
+    req = PlanRequest(max_context=4096, vision=True, prefill_chunk=512, recipe=_q4_27b_native(), vram_budget=1 << 50)
+    a, b = make_plan(CFG, req), make_plan(CFG, req)
+    assert a.allocations == b.allocations and a.total == b.total
+    assert sum(ln.bytes for ln in a.lines) == a.total
+    spans = sorted((x.offset, x.offset + x.bytes) for x in a.allocations)
+    assert all(e0 <= s1 for (_, e0), (s1, _) in zip(spans, spans[1:]))
+    assert all(x.offset % x.align == 0 for x in a.allocations)
+
+
+def test_only_gdn_in_and_attn_qkv_may_split():
+    from engine.native import load_native
+    from engine.plan import Recipe, model_dims
+    with pytest.raises(ValueError, match="mlp_gate_up"):
+        Recipe("bad", uniform_recipe(4, 64).roles, {"mlp_gate_up": (8, 64)})
+    # the allocation sequence refuses it too (a shape dict written by hand)
+    shape = PlanRequest(max_context=1024).shape_dict()
+    shape["recipe_tail"] = {"mlp_gate_up": (8, 64)}
+    with pytest.raises(ValueError, match="mlp_gate_up"):
+        load_native().dry_run(model_dims(CFG), shape)
+    shape["recipe_tail"] = {"gdn_inn": (8, 64)}
+    with pytest.raises(ValueError, match="gdn_inn"):
+        load_native().dry_run(model_dims(CFG), shape)
+    with pytest.raises(ValueError, match="bits"):
+        make_plan(CFG, PlanRequest(recipe=Recipe("b", uniform_recipe(4, 64).roles, {"gdn_in": (3, 64)})))

@@ -77,13 +77,18 @@ void register_cuda_bindings(py::module_& m) {
       .def("load_matrix", [](NativeEngine& e, const std::string& role, int layer, int64_t row_offset, int64_t row_stride,
                              py::array_t<uint8_t, py::array::c_style> codes, py::object high,
                              py::array_t<uint16_t, py::array::c_style> scales) {
-             int r = -1;
-             for (int i = 0; i < N_ROLES; ++i) if (role == role_name(i)) r = i;
+             const int r = role_index(role);
              if (r < 0) throw std::invalid_argument("unknown role " + role);
              const void* hp = nullptr;
+             int64_t high_bytes = 0;
              py::array_t<uint8_t, py::array::c_style> harr;
-             if (!high.is_none()) { harr = high.cast<py::array_t<uint8_t, py::array::c_style>>(); hp = harr.data(); }
-             e.load_matrix(r, layer, row_offset, row_stride, codes.shape(0), codes.data(), hp, scales.data());
+             if (!high.is_none()) {
+               harr = high.cast<py::array_t<uint8_t, py::array::c_style>>();
+               hp = harr.data();
+               high_bytes = harr.nbytes();
+             }
+             e.load_matrix(r, layer, row_offset, row_stride, codes.shape(0), codes.data(), codes.nbytes(), hp,
+                           high_bytes, scales.data(), scales.nbytes());
            })
       .def("load_vector", [](NativeEngine& e, const std::string& kind, int layer,
                              py::array_t<float, py::array::c_style | py::array::forcecast> v) {

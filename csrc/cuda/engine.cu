@@ -116,33 +116,62 @@ NativeEngine::~NativeEngine() {
 
 void NativeEngine::synchronize() { MR_CHECK(cudaStreamSynchronize(stream_), "decode step (synchronize)"); }
 
-QMatrix& NativeEngine::matrix_of(int role, int layer) {
-  if (role == EMBED) return buf_.embed;
-  if (role == LM_HEAD) return buf_.lm_head;
+LayerBuffers& NativeEngine::layer_of(int role, int layer) {
   if (layer < 0 || layer >= (int)buf_.layers.size()) throw std::out_of_range("layer index out of range");
   LayerBuffers& L = buf_.layers[layer];
+  const bool attention_role = role == ATTN_QKV || role == ATTN_O;
+  const bool gdn_role = role == GDN_IN || role == GDN_OUT;
+  if ((attention_role && !L.full) || (gdn_role && L.full))
+    throw std::invalid_argument("role does not match the layer type");
+  return L;
+}
+
+QMatrix& NativeEngine::segment_of(int role, int layer, int64_t& row) {
+  if (role == EMBED) return buf_.embed;
+  if (role == LM_HEAD) return buf_.lm_head;
+  LayerBuffers& L = layer_of(role, layer);
   switch (role) {
     case GDN_IN: case ATTN_QKV:
-      if ((role == ATTN_QKV) != L.full) throw std::invalid_argument("role does not match the layer type");
-      return L.mixer_in;
-    case GDN_OUT: case ATTN_O:
-      if ((role == ATTN_O) != L.full) throw std::invalid_argument("role does not match the layer type");
-      return L.mixer_out;
+      if (!L.mixer_in.split() || row < L.mixer_in.head.rows) return L.mixer_in.head;
+      row -= L.mixer_in.head.rows;
+      return L.mixer_in.tail;
+    case GDN_OUT: case ATTN_O: return L.mixer_out;
     case MLP_GATE_UP: return L.gate_up;
     case MLP_DOWN: return L.down;
   }
   throw std::invalid_argument("unknown role");
 }
 
+// A host array must hold exactly `rows` rows of the destination's format: an upload in another
+// format than the plan's (a recipe mismatch on the Python side) would read past it or misplace codes.
+static void check_upload(const QMatrix& M, int role, int64_t rows, int64_t codes_bytes, int64_t high_bytes,
+                         int64_t scales_bytes) {
+  if (codes_bytes == qmatrix_code_bytes(rows, M.cols, M.q.bits) &&
+      high_bytes == qmatrix_high_bytes(rows, M.cols, M.q.bits) &&
+      scales_bytes == qmatrix_scale_bytes(rows, M.cols, M.q.group))
+    return;
+  throw std::invalid_argument(std::string("load_matrix: these rows of role ") + role_name(role) + " are held as q" +
+                              std::to_string(M.q.bits) + "g" + std::to_string(M.q.group) + " (" +
+                              std::to_string(qmatrix_code_bytes(rows, M.cols, M.q.bits)) + " code, " +
+                              std::to_string(qmatrix_high_bytes(rows, M.cols, M.q.bits)) + " high-bit, " +
+                              std::to_string(qmatrix_scale_bytes(rows, M.cols, M.q.group)) +
+                              " scale bytes for " + std::to_string(rows) + " rows); the upload has " +
+                              std::to_string(codes_bytes) + ", " + std::to_string(high_bytes) + " and " +
+                              std::to_string(scales_bytes));
+}
+
 void NativeEngine::load_matrix(int role, int layer, int64_t row_offset, int64_t row_stride, int64_t rows,
-                               const void* codes, const void* high, const void* scales) {
-  QMatrix& M = matrix_of(role, layer);
-  if (row_offset < 0 || row_stride < 1 || row_offset + (rows - 1) * row_stride >= M.rows)
-    throw std::out_of_range(std::string("load_matrix: rows do not fit role ") + role_name(role));
+                               const void* codes, int64_t codes_bytes, const void* high, int64_t high_bytes,
+                               const void* scales, int64_t scales_bytes) {
+  int64_t first = row_offset;
+  QMatrix& M = segment_of(role, layer, first);
+  if (rows < 1 || first < 0 || row_stride < 1 || first + (rows - 1) * row_stride >= M.rows)
+    throw std::out_of_range(std::string("load_matrix: rows do not fit one matrix of role ") + role_name(role));
+  check_upload(M, role, rows, codes_bytes, high_bytes, scales_bytes);
   auto put = [&](char* dst, const void* src, int64_t row_bytes, const char* what) {
     if (!row_bytes) return;
     if (!src) throw std::invalid_argument(std::string("load_matrix: missing ") + what);
-    MR_CHECK(cudaMemcpy2DAsync(dst + row_offset * row_bytes, row_stride * row_bytes, src, row_bytes, row_bytes, rows,
+    MR_CHECK(cudaMemcpy2DAsync(dst + first * row_bytes, row_stride * row_bytes, src, row_bytes, row_bytes, rows,
                                cudaMemcpyHostToDevice, stream_), "load_matrix (upload)");
   };
   put(M.codes, codes, qmatrix_code_bytes(1, M.cols, M.q.bits), "codes");
@@ -186,7 +215,9 @@ void NativeEngine::randomize(uint64_t seed) {
   mat(buf_.lm_head, s++ * 7919);
   fill_random_f32(buf_.final_norm, dims_.hidden, s++, -0.1f, 0.1f, stream_);
   for (auto& L : buf_.layers) {
-    mat(L.mixer_in, s++ * 7919);
+    mat(L.mixer_in.head, s++ * 7919);
+    // a seed outside the sequence, so an unsplit engine's weights stay what they always were
+    if (L.mixer_in.split()) mat(L.mixer_in.tail, ~(s * 7919));
     mat(L.mixer_out, s++ * 7919);
     mat(L.gate_up, s++ * 7919);
     mat(L.down, s++ * 7919);
@@ -312,7 +343,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
-      if (!(skip_ & 32)) qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
       mark("gemv gdn_in");
       const LaneLayer S = lane_layer(L, lane);
       if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
@@ -326,7 +357,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
       mark("gemv gdn_out");
     } else {
       const int ldp = (int)d.attn_qkv_rows();
-      if (!(skip_ & 32)) qgemv(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, st);
+      if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
       mark("gemv attn_qkv");
       const LaneLayer S = lane_layer(L, lane);
       char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
@@ -367,6 +398,11 @@ void NativeEngine::matmul(const QMatrix& W, const __half* x, int T, int epilogue
   qgemm(W, x, T, epilogue, out_f32, out_h, ldo, g, stream_);
 }
 
+void NativeEngine::matmul_store(const SplitQMatrix& W, const __half* x, int T, float* out, int ldo) {
+  matmul(W.head, x, T, GEMV_STORE, out, nullptr, ldo, nullptr, 0);
+  if (W.split()) matmul(W.tail, x, T, GEMV_STORE, out + W.head.rows, nullptr, ldo, nullptr, 0);
+}
+
 // One prefill chunk of T tokens (tokens and positions already in the prefill workspace) whose first
 // token goes to cache slot kv_start. The same layer sequence as enqueue_step, with the prefill ops.
 void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
@@ -390,7 +426,7 @@ void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
-      if (!(skip_ & 32)) matmul(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, nullptr, 0);
+      if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
       const LaneLayer S = lane_layer(L, lane);
       if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
       const float* z = w.proj + C;
@@ -401,7 +437,7 @@ void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
       if (!(skip_ & 32)) matmul(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
     } else {
       const int ldp = (int)d.attn_qkv_rows();
-      if (!(skip_ & 32)) matmul(L.mixer_in, xin, T, GEMV_STORE, w.proj, nullptr, ldp, nullptr, 0);
+      if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
       const LaneLayer S = lane_layer(L, lane);
       char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
       if (!(skip_ & 8)) {

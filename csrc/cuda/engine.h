@@ -28,9 +28,12 @@ class NativeEngine {
   NativeEngine(const NativeEngine&) = delete;
   NativeEngine& operator=(const NativeEngine&) = delete;
 
-  // Weights. Matrix rows land at dst row = row_offset + r * row_stride of the role's device matrix.
+  // Weights. Matrix rows land at dst row = row_offset + r * row_stride of the role's rows (counted over
+  // the whole fused role: rows of a split role's tail go to its tail matrix, in the tail's format).
+  // The byte counts are the host arrays' sizes, checked against the destination's format.
   void load_matrix(int role, int layer, int64_t row_offset, int64_t row_stride, int64_t rows, const void* codes,
-                   const void* high, const void* scales);
+                   int64_t codes_bytes, const void* high, int64_t high_bytes, const void* scales,
+                   int64_t scales_bytes);
   // kind: input_norm, post_norm, conv_w, a_log, dt_bias, gdn_norm, q_norm, k_norm, final_norm
   void load_vector(const std::string& kind, int layer, const float* data, int64_t n);
   void randomize(uint64_t seed);
@@ -83,8 +86,13 @@ class NativeEngine {
   // y = W x for T tokens: the GEMV for T <= 16, the GEMM (prefill workspace) above.
   void matmul(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
               float* gemm_scratch, int64_t gemm_scratch_bytes);
+  // out[:, 0:rows) = W x for a projection held as one or two row segments (GEMV_STORE): each segment
+  // writes its own columns of the same output rows, the tail from column head.rows on.
+  void matmul_store(const SplitQMatrix& W, const __half* x, int T, float* out, int ldo);
   void upload_inputs(cudaStream_t st);
-  QMatrix& matrix_of(int role, int layer);
+  LayerBuffers& layer_of(int role, int layer);
+  // The device matrix holding row `row` of a role; `row` becomes that row's index inside it.
+  QMatrix& segment_of(int role, int layer, int64_t& row);
 
   ModelDims dims_;
   EngineShape shape_;
