@@ -20,7 +20,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 15;  // T = 1, 4-bit launch variants 1..15 (launch_bits)
+constexpr int kNumVariants = 19;  // T = 1 launch variants 1..19 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -112,6 +112,84 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
 #pragma unroll
     for (int k = 0; k < 32; ++k) s = fmaf(float(code_of<BITS>(ch, k)) - off, __half2float(xh[perm8(k)]), s);
     return s;
+  }
+}
+
+// Fast chunk dot for every width (T = 1 ring kernel). 4-bit: chunk_dot<4> (same arithmetic as variant 1).
+// 5/6-bit: the high bits of elements (i, i+4) are ORed into the nibble pair before the 0x6400 magic, so
+// the half2 is (1024 + c_i, 1024 + c_{i+4}) (pairs i = 0, 2) or (1024 + 16 c_i, ...) (pairs 1, 3, whose
+// nibbles sit at bits 4-7); both stay below 2048, where fp16 holds every integer. 8-bit: two byte_perms
+// build the (i, i+4) byte pairs of words 2j and 2j+1 with 0x64 above each byte.
+// One HFMA2 per pair then gives (c - 2^(B-1)) / D with D = 2^(B-4), exactly (the result has at most B-4
+// fractional bits and |.| <= 8): the fp16 partial sums have the 4-bit path's magnitude, so 8 products
+// per half summed in fp16 cannot overflow where the 4-bit path does not. The chunk sum is times D in fp32.
+template <int BITS>
+__device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
+  if constexpr (BITS == 4) {
+    return chunk_dot<4>(ch, xv);
+  } else {
+    const __half2* x2 = reinterpret_cast<const __half2*>(xv);
+    constexpr float D = float(1 << (BITS - 4));
+    constexpr float off = float(1 << (BITS - 1));
+    const __half2 mul_lo = __floats2half2_rn(1.f / D, 1.f / D);  // code at bits 0..(B-1) of each half
+    const __half2 add_lo = __floats2half2_rn(-(1024.f + off) / D, -(1024.f + off) / D);
+    const __half2 mul_hi = __floats2half2_rn(1.f / (16.f * D), 1.f / (16.f * D));  // code at bits 4..(B+3)
+    const __half2 add_hi = __floats2half2_rn(-(64.f + off) / D, -(64.f + off) / D);
+    float s = 0.f;
+#pragma unroll
+    for (int jj = 0; jj < 4; jj += 2) {
+      __half2 acc = __floats2half2_rn(0.f, 0.f);
+#pragma unroll
+      for (int j = jj; j < jj + 2; ++j) {  // elements 8j..8j+7
+        uint32_t b[4];
+        if constexpr (BITS == 8) {
+          const uint32_t e0 = j < 2 ? (&ch.lo.x)[2 * j] : (&ch.hi8.x)[2 * j - 4];  // elements 8j..8j+3
+          const uint32_t e1 = j < 2 ? (&ch.lo.x)[2 * j + 1] : (&ch.hi8.x)[2 * j - 3];  // 8j+4..8j+7
+          const uint32_t p01 = __byte_perm(e0, e1, 0x5140);  // bytes c0 c4 c1 c5
+          const uint32_t p23 = __byte_perm(e0, e1, 0x7362);  // bytes c2 c6 c3 c7
+          const uint32_t magic = 0x64646464u;
+          b[0] = __byte_perm(p01, magic, 0x4140);  // 0x64 c0 | 0x64 c4 (little end first)
+          b[1] = __byte_perm(p01, magic, 0x4342);
+          b[2] = __byte_perm(p23, magic, 0x4140);
+          b[3] = __byte_perm(p23, magic, 0x4342);
+        } else {
+          const uint32_t w = (&ch.lo.x)[j];
+          const uint32_t w8 = w >> 8;
+          uint32_t g[4];  // high bits of pair i, at bits 4/20 (i even) or 8/24 (i odd)
+          if constexpr (BITS == 5) {
+            // hb bit i = bit 4 of element 8j+i; hb * (2^a + 2^(a+12)) is two disjoint copies of hb, so the
+            // mask picks element i at bit a+i and element i+4 at bit a+12+i+4 = a+i+16
+            const uint32_t hb = __byte_perm(ch.high.x, 0, 0x4440 + j);
+            g[0] = (hb * 0x10010u) & 0x00100010u;  // a = 4: elements 0, 4 -> bits 4, 20
+            g[1] = (hb * 0x80080u) & 0x01000100u;  // a = 7: elements 1, 5 -> bits 8, 24
+            g[2] = (hb * 0x04004u) & 0x00100010u;  // a = 2: elements 2, 6 -> bits 4, 20
+            g[3] = (hb * 0x20020u) & 0x01000100u;  // a = 5: elements 3, 7 -> bits 8, 24
+          } else {
+            // 16 bits for elements 8j..8j+7, 2 per element: elements 0..3 -> byte 0, 4..7 -> byte 2 of z,
+            // so element i sits at bits 2i and element i+4 at 16 + 2i: one shift places both
+            const uint32_t src = j < 2 ? ch.high.x : ch.high.y;
+            const uint32_t z = __byte_perm(src, 0, (j & 1) ? 0x4342 : 0x4140);
+            g[0] = (z << 4) & 0x00300030u;
+            g[1] = (z << 6) & 0x03000300u;
+            g[2] = z & 0x00300030u;
+            g[3] = (z << 2) & 0x03000300u;
+          }
+          b[0] = (w & 0x000F000Fu) | g[0] | 0x64006400u;
+          b[1] = (w & 0x00F000F0u) | g[1] | 0x64006400u;
+          b[2] = (w8 & 0x000F000Fu) | g[2] | 0x64006400u;
+          b[3] = (w8 & 0x00F000F0u) | g[3] | 0x64006400u;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const bool hi = BITS != 8 && (i & 1);
+          const __half2 v = __hfma2(*reinterpret_cast<const __half2*>(&b[i]), hi ? mul_hi : mul_lo, hi ? add_hi : add_lo);
+          acc = __hfma2(v, x2[4 * j + i], acc);
+        }
+      }
+      float2 f = __half22float2(acc);
+      s += f.x + f.y;
+    }
+    return s * D;
   }
 }
 
@@ -262,6 +340,56 @@ __device__ inline float ld_stream_half(const __half* p) {
 
 __device__ inline int xs_slot(int c, int p) { return 4 * c + (p ^ ((c >> 1) & 3)); }
 
+// x (nch chunks of 64 bytes) -> xs in the swizzled order, by NT threads, 4 loads in flight per thread.
+template <int NT>
+__device__ inline void stage_x(uint4* xs, const __half* x, int nch) {
+  const uint4* xg = reinterpret_cast<const uint4*>(x);
+  const int npieces = 4 * nch;
+  int q = threadIdx.x;
+  for (; q + 3 * NT < npieces; q += 4 * NT) {
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = __ldg(xg + q + j * NT);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int qq = q + j * NT;
+      xs[xs_slot(qq >> 2, qq & 3)] = v[j];
+    }
+  }
+  for (; q < npieces; q += NT) xs[xs_slot(q >> 2, q & 3)] = __ldg(xg + q);
+}
+
+// The 64 x bytes of chunk c from the swizzled shared copy (4 conflict-free LDS.128 per quarter warp).
+__device__ inline void load_x_chunk(const uint4* xs, int c, uint4 (&xv)[4]) {
+  const uint4* xr = xs + 4 * c;
+  const int sw = (c >> 1) & 3;
+#pragma unroll
+  for (int p = 0; p < 4; ++p) xv[p] = xr[p ^ sw];
+}
+
+// T = 1 epilogue of one warp's row group g (rows g*ROWS ..): warp-reduce the per-lane sums, then lane i
+// writes row i (SwiGLU: lane j writes pair j); compile-time indices only, so acc stays in registers.
+template <int ROWS>
+__device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&acc)[ROWS]) {
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) acc[i] = warp_sum(acc[i]);
+  const int r0 = g * ROWS;
+  if (a.epi == GEMV_SWIGLU) {
+#pragma unroll
+    for (int j = 0; j < ROWS / 2; ++j) {
+      const int pair = g * (ROWS / 2) + j;
+      if (lane == j && 2 * pair + 1 < a.N) a.out_h[perm8(pair)] = __float2half(silu(acc[2 * j]) * acc[2 * j + 1]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < ROWS; ++i) {
+      if (lane != i || r0 + i >= a.N) continue;
+      if (a.epi == GEMV_STORE) a.out_f32[r0 + i] = acc[i];
+      else a.out_f32[r0 + i] += acc[i];
+    }
+  }
+}
+
 // ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
 // SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first.
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT>
@@ -297,20 +425,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   // first batch in flight while x is staged (both modes)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   if (SX) {
-    const uint4* xg = reinterpret_cast<const uint4*>(a.x);
-    const int npieces = 4 * nch;
-    int q = threadIdx.x;
-    for (; q + 3 * WARPS * 32 < npieces; q += 4 * WARPS * 32) {  // 4 loads in flight per thread
-      uint4 v[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = __ldg(xg + q + j * WARPS * 32);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int qq = q + j * WARPS * 32;
-        xs[xs_slot(qq >> 2, qq & 3)] = v[j];
-      }
-    }
-    for (; q < npieces; q += WARPS * 32) xs[xs_slot(q >> 2, q & 3)] = __ldg(xg + q);
+    stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
   }
 
@@ -337,10 +452,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
         if (c >= nch) break;
         uint4 xv[4];
         if (SX) {
-          const uint4* xr = xs + 4 * c;
-          const int sw = (c >> 1) & 3;
-#pragma unroll
-          for (int p = 0; p < 4; ++p) xv[p] = xr[p ^ sw];
+          load_x_chunk(xs, c, xv);
         } else {
           const uint4* xp = reinterpret_cast<const uint4*>(a.x + c * 32);
 #pragma unroll
@@ -359,30 +471,47 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
           }
       }
     }
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) acc[i] = warp_sum(acc[i]);
-    // lane i writes row i of the group (SwiGLU: lane j writes pair j); compile-time indices only
-    const int r0 = g * ROWS;
-    if (a.epi == GEMV_SWIGLU) {
-#pragma unroll
-      for (int j = 0; j < ROWS / 2; ++j) {
-        const int pair = g * (ROWS / 2) + j;
-        if (lane == j && 2 * pair + 1 < a.N) a.out_h[perm8(pair)] = __float2half(silu(acc[2 * j]) * acc[2 * j + 1]);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < ROWS; ++i) {
-        if (lane != i || r0 + i >= a.N) continue;
-        if (a.epi == GEMV_STORE) a.out_f32[r0 + i] = acc[i];
-        else a.out_f32[r0 + i] += acc[i];
-      }
-    }
+    store_group<ROWS>(a, g, lane, acc);
   }
 }
 
 // Grid: one resident wave (occupancy calculator, cached per shared-memory size), or fewer blocks when
 // the row groups run out. BALANCED: the fewest warps that still need the same number of rounds, so
 // every warp walks the same number of row groups (no last partial round).
+struct OccupancyCache {  // resident blocks per SM of one kernel, per dynamic shared-memory size
+  size_t bytes[8];
+  int n[8];
+  int len = 0;
+  template <typename Kern>
+  int get(Kern kern, int threads, size_t smem) {
+    for (int i = 0; i < len; ++i)
+      if (bytes[i] == smem) return n[i];
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem) != cudaSuccess || per_sm <= 0)
+      per_sm = 1;
+    if (len < 8) {
+      bytes[len] = smem;
+      n[len++] = per_sm;
+    }
+    return per_sm;
+  }
+};
+
+int wave_blocks(long long groups, int warps_per_block, int per_sm, bool balanced) {
+  const long long cap = (long long)sm_count() * per_sm;  // blocks of one wave
+  long long blocks = (groups + warps_per_block - 1) / warps_per_block;
+  if (blocks > cap) {
+    if (balanced) {
+      const long long rounds = (groups + cap * warps_per_block - 1) / (cap * warps_per_block);
+      const long long warps = (groups + rounds - 1) / rounds;
+      blocks = std::min(cap, (warps + warps_per_block - 1) / warps_per_block);
+    } else {
+      blocks = cap;
+    }
+  }
+  return (int)blocks;
+}
+
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT>;
@@ -402,46 +531,258 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
       attr_set = smem;
     }
   }
-  static size_t cache_smem[8];
-  static int cache_n[8];
-  static int cache_len = 0;
-  int per_sm = 0;
-  for (int i = 0; i < cache_len; ++i)
-    if (cache_smem[i] == smem) per_sm = cache_n[i];
-  if (!per_sm) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WARPS * 32, smem) != cudaSuccess || per_sm <= 0)
-      per_sm = 1;
-    if (cache_len < 8) {
-      cache_smem[cache_len] = smem;
-      cache_n[cache_len++] = per_sm;
-    }
-  }
-  const long long groups = (a.N + ROWS - 1) / ROWS;
-  const long long cap = (long long)sm_count() * per_sm;  // blocks of one wave
-  long long blocks = (groups + WARPS - 1) / WARPS;
-  if (blocks > cap) {
-    if (balanced) {
-      const long long rounds = (groups + cap * WARPS - 1) / (cap * WARPS);
-      const long long warps = (groups + rounds - 1) / rounds;
-      blocks = std::min(cap, (warps + WARPS - 1) / WARPS);
-    } else {
-      blocks = cap;
-    }
-  }
-  kern<<<(int)blocks, WARPS * 32, smem, st>>>(a);
+  static OccupancyCache occ;
+  const int per_sm = occ.get(kern, WARPS * 32, smem);
+  kern<<<wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced), WARPS * 32, smem, st>>>(a);
   return true;
 }
 
-int g_variant = 0;  // T = 1, 4-bit: 0 = route by shape, 1..15 = force one variant (set_qgemv_variant)
+// ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
+// Variants 1..15 hold the weight bytes in flight in registers (U chunks x ROWS rows x 16 B per lane):
+// 2-4 KB per warp, and every such byte costs occupancy. Here each warp owns a ring of S stages in
+// shared memory. A stage is one batch: for each of the warp's ROWS rows, lane l's chunk cb*32 + l, i.e.
+// its codes (cp.async.cg, 16 B: cached in L2 only, L1 untouched; 8-bit: two of them), its high-plane
+// bits (5-bit 4 B, 6-bit 8 B; cp.async.ca, the only sizes below 16 B) and the aligned 4-byte word that
+// holds its scale. The warp keeps S - 1 batches in flight while it computes on the oldest, straight
+// across row-group boundaries, with no registers tied up by them.
+//   * A lane reads back only the bytes it copied itself, so the per-thread cp.async.wait_group is all
+//     the synchronisation there is: no barrier, no mbarrier. A slot is refilled one step after it was
+//     read, and that read fed the FMAs that precede the refill in program order.
+//   * One commit group per batch, empty ones included (past the warp's last row group, or lanes past
+//     the row end), so "S - 1 groups pending" always means "the oldest batch has landed".
+//   * Ring reads are conflict-free: lane l's 16 B at l * 16 (4 wavefronts per LDS.128, the minimum),
+//     high and scale words at l * 4 / l * 8.
+//   * x: staged once per block in the swizzled copy of variant 6, while the first S - 1 batches fly.
+//   * S is picked at launch (launch_ring) from the shared-memory budget, so one instantiation serves
+//     every K and every card: the deepest ring up to S_MAX that leaves room for 2 blocks per SM.
+template <int BITS>
+struct RingFmt {
+  static constexpr int kPieces = BITS == 8 ? 2 : 1;                    // 16-byte code pieces per chunk
+  static constexpr int kHighBytes = BITS == 5 ? 4 : (BITS == 6 ? 8 : 0);  // high-plane bytes per chunk
+  static constexpr int kLaneBytes = 16 * kPieces + kHighBytes + 4;       // + the scale word
+};
+template <int BITS, int ROWS>
+constexpr int ring_stage_bytes() { return ROWS * 32 * RingFmt<BITS>::kLaneBytes; }  // one warp's stage
+constexpr int kRingMaxStages = 8;  // cp_async_wait_pending handles up to 7 pending groups
+
+__device__ inline uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ inline void cp_async_cg16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+template <int BYTES>  // 4 or 8 (.cg takes 16 only)
+__device__ inline void cp_async_ca(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(dst), "l"(src), "n"(BYTES) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// wait_group takes an immediate; S is a kernel argument, hence the (warp-uniform) switch
+__device__ inline void cp_async_wait_pending(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+  }
+}
+__device__ inline void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ inline uint32_t ld_stream_u16(const __half* p) {
+  unsigned short h;
+  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
+  return h;
+}
+
+template <int BITS, int ROWS, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) qgemv_ring_kernel(GemvArgs a, int S) {
+  using F = RingFmt<BITS>;
+  constexpr int kStage = ring_stage_bytes<BITS, ROWS>();
+  constexpr int kHighOff = ROWS * F::kPieces * 512;           // [ROWS][kPieces][32 lanes] x 16 B codes first
+  constexpr int kScaleOff = kHighOff + ROWS * 32 * F::kHighBytes;  // then [ROWS][32] high, [ROWS][32] scale words
+  extern __shared__ uint4 xs[];  // x: 4 * (K / 32) swizzled 16-byte slots, then WARPS rings of S stages
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nch = a.K >> 5;
+  const int nb = (nch + 31) >> 5;  // batches per row group
+  const int nrg = (a.N + ROWS - 1) / ROWS;
+  const int stride = gridDim.x * WARPS;
+  const int ngroups = a.K >> a.gshift;
+  const long long nsc = (long long)a.N * ngroups;
+  // parity of a scale's half within its 4-byte word: (address / 2) & 1, from the base and the index
+  const uint32_t sc_par = (uint32_t)(reinterpret_cast<uintptr_t>(a.scales) >> 1);
+  const uint8_t* ring = reinterpret_cast<const uint8_t*>(xs) + (size_t)nch * 64 + (size_t)warp * S * kStage;
+  const uint32_t ring_s = smem_u32(ring);
+
+  int ig = blockIdx.x * WARPS + warp, ib = 0, is = 0;  // issue cursor: row group, batch in group, slot
+  auto issue = [&]() {
+    const int c = ib * 32 + lane;
+    if (ig < nrg && c < nch) {
+      const uint32_t st = ring_s + is * kStage;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const int row = min(ig * ROWS + r, a.N - 1);  // last partial group: re-read the last row
+        if (BITS == 8) {
+          const uint8_t* src = a.codes + (size_t)row * a.K + c * 32;
+          cp_async_cg16(st + (2 * r) * 512 + lane * 16, src);
+          cp_async_cg16(st + (2 * r + 1) * 512 + lane * 16, src + 16);
+        } else {
+          cp_async_cg16(st + r * 512 + lane * 16, a.codes + (size_t)row * (a.K >> 1) + c * 16);
+        }
+        if (BITS == 5) cp_async_ca<4>(st + kHighOff + (r * 32 + lane) * 4, a.high + (size_t)row * (a.K >> 3) + c * 4);
+        if (BITS == 6) cp_async_ca<8>(st + kHighOff + (r * 32 + lane) * 8, a.high + (size_t)row * (a.K >> 2) + c * 8);
+        // The scale's aligned word may reach 2 bytes outside the scale array only for its first and last
+        // element: those are loaded and stored synchronously (the same thread reads them back).
+        const long long idx = (long long)row * ngroups + ((c * 32) >> a.gshift);
+        const uint32_t sdst = st + kScaleOff + (r * 32 + lane) * 4;
+        const int upper = (int)((sc_par + (uint32_t)idx) & 1);
+        if (idx > 0 && idx < nsc - 1) cp_async_ca<4>(sdst, a.scales + idx - upper);
+        else st_shared_u32(sdst, ld_stream_u16(a.scales + idx) << (16 * upper));
+      }
+    }
+    cp_async_commit();
+    if (++ib == nb) {
+      ib = 0;
+      ig += stride;
+    }
+    is = is + 1 == S ? 0 : is + 1;
+  };
+
+  for (int i = 0; i < S - 1; ++i) issue();
+  stage_x<WARPS * 32>(xs, a.x, nch);
+  __syncthreads();  // every thread reaches this (no early exit above)
+
+  int g = blockIdx.x * WARPS + warp, cb = 0, cs = 0;  // consume cursor
+  float acc[ROWS];
+#pragma unroll
+  for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
+  while (g < nrg) {
+    issue();  // S - 1 batches ahead, into the slot read in the previous step
+    cp_async_wait_pending(S - 1);
+    const int c = cb * 32 + lane;
+    if (c < nch) {
+      uint4 xv[4];
+      load_x_chunk(xs, c, xv);
+      const uint8_t* st = ring + cs * kStage;
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        Chunk<BITS> ch;
+        ch.lo = *reinterpret_cast<const uint4*>(st + (F::kPieces * r) * 512 + lane * 16);
+        if (BITS == 8) ch.hi8 = *reinterpret_cast<const uint4*>(st + (2 * r + 1) * 512 + lane * 16);
+        if (BITS == 5) ch.high.x = *reinterpret_cast<const uint32_t*>(st + kHighOff + (r * 32 + lane) * 4);
+        if (BITS == 6) ch.high = *reinterpret_cast<const uint2*>(st + kHighOff + (r * 32 + lane) * 8);
+        const uint32_t row = (uint32_t)min(g * ROWS + r, a.N - 1);
+        const uint32_t upper = (sc_par + row * (uint32_t)ngroups + (uint32_t)((c * 32) >> a.gshift)) & 1;  // mod 2^32: parity kept
+        const uint32_t sw = *reinterpret_cast<const uint32_t*>(st + kScaleOff + (r * 32 + lane) * 4);
+        const float scale = __half2float(__ushort_as_half((unsigned short)(sw >> (16 * upper))));
+        acc[r] = fmaf(scale, chunk_dot_fast<BITS>(ch, xv), acc[r]);
+      }
+    }
+    cs = cs + 1 == S ? 0 : cs + 1;
+    if (++cb == nb) {
+      store_group<ROWS>(a, g, lane, acc);
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
+      cb = 0;
+      g += stride;
+    }
+  }
+  cp_async_wait<0>();  // only empty groups can be pending here; leave nothing in flight at exit anyway
+}
+
+struct SmemLimits {
+  int per_block = 48 * 1024;  // opt-in maximum of one block
+  int per_sm = 48 * 1024;
+  int reserved = 1024;        // the runtime's share of each resident block
+};
+const SmemLimits& smem_limits() {
+  static SmemLimits L;
+  static bool done = false;
+  if (!done) {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && v > 0) L.per_block = v;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && v > 0) L.per_sm = v;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess && v >= 0) L.reserved = v;
+    done = true;
+  }
+  return L;
+}
+
+// Stage count: the deepest ring (<= s_max) with x + rings small enough for 2 resident blocks per SM
+// (consumer parts: 100 KB per SM, so about 48 KB per block); when x alone leaves no room for 2 stages
+// there (K = 17408 with 8 warps), the largest block that fits at all. Grid: one resident wave from the
+// occupancy calculator, as launch_sx. Returns false when not even 2 stages fit (caller falls back).
+template <int BITS, int ROWS, int WARPS>
+bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
+  auto kern = qgemv_ring_kernel<BITS, ROWS, WARPS>;
+  constexpr long long stage = (long long)ring_stage_bytes<BITS, ROWS>() * WARPS;  // one stage of every warp
+  const long long xbytes = (long long)a.K * 2;
+  const SmemLimits& L = smem_limits();
+  auto stages_within = [&](long long budget) {
+    return budget > xbytes ? (int)std::min<long long>(std::min(s_max, kRingMaxStages), (budget - xbytes) / stage) : 0;
+  };
+  int S = stages_within(std::min<long long>(L.per_block, L.per_sm / 2 - L.reserved));
+  if (S < 2) S = stages_within(L.per_block);
+  if (S < 2) return false;
+  const size_t smem = (size_t)(xbytes + S * stage);
+  static bool attrs_set = false;
+  if (!attrs_set) {
+    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L.per_block), "qgemv ring smem attr");
+    // the ring takes L1's place as the landing buffer: ask for the largest shared-memory carveout
+    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
+             "qgemv ring carveout");
+    attrs_set = true;
+  }
+  static OccupancyCache occ;
+  const int per_sm = occ.get(kern, WARPS * 32, smem);
+  kern<<<wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced), WARPS * 32, smem, st>>>(a, S);
+  return true;
+}
+
+int g_variant = 0;  // T = 1: 0 = route by shape, 1..19 = force one variant (set_qgemv_variant)
+
+// Ring variants (qgemv_ring_kernel; every width): id -> rows per warp, most stages, warps per block, grid.
+template <int BITS>
+bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
+  switch (v) {
+    case 16: return launch_ring<BITS, 2, 8>(a, st, 4, true);
+    case 17: return launch_ring<BITS, 2, 4>(a, st, 8, true);
+    case 18: return launch_ring<BITS, 4, 4>(a, st, 4, true);
+    default: return launch_ring<BITS, 2, 8>(a, st, 4, false);  // 19
+  }
+}
+constexpr int kRingDefault = 16;  // 5/6/8-bit T = 1 route
 
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
-  // 5/6/8-bit decode per element and are instantiated for T = 1 and T <= 16 only (compile time).
+  // T > 1 and the generic T = 1 path of 5/6/8-bit decode per element (code_of), instantiated for T = 1 and
+  // T <= 16 only (compile time).
   if (a.T <= 1) {
-    // route (measured on H200, bench/NOTES.md session 2 call 2): the software pipeline pays for long
+    // 4-bit route (measured on H200, bench/NOTES.md session 2 call 2): the software pipeline pays for long
     // rows (K = 17408: 18.2 vs 20.5 us); tall matrices (gate_up, lm_head) gain most from x staged in
-    // shared memory (gate_up 33.0 vs 39.8 us); plain U2 elsewhere
-    const int v = g_variant ? g_variant : (a.K > 8192 ? 4 : (a.N >= 24576 ? 6 : 1));
+    // shared memory (gate_up 33.0 vs 39.8 us); plain U2 elsewhere. 5/6/8-bit: the ring kernel.
+    const int v = g_variant ? g_variant : (BITS != 4 ? kRingDefault : (a.K > 8192 ? 4 : (a.N >= 24576 ? 6 : 1)));
+    // 16..19 (qgemv_ring_kernel, every width; persistent grid; cp.async ring of S stages per warp, S <= S_MAX
+    // chosen at launch from the shared-memory budget; per-warp in-flight bytes (S - 1) x R x 512 B of codes):
+    //   16 R2, S_MAX 4, 256 thr, balanced grid (3 KB of codes in flight per warp)
+    //   17 R2, S_MAX 8, 128 thr, balanced (7 KB per warp, half the warps)
+    //   18 R4, S_MAX 4, 128 thr, balanced (each x read feeds 4 rows: less shared-memory traffic)
+    //   19 16 with a plain one-wave grid (isolates the balanced grid)
+    // A shape whose x leaves no room for 2 stages falls back to variant 1 (4-bit) / the generic path.
+    if (v >= 16) {
+      if (!launch_ring_variant<BITS>(a, st, v)) launch<BITS, 1, 2, false, false>(a, st);
+      return;
+    }
+    // 5/6/8-bit, 1..15: the generic per-element path (kept for comparison)
+    if constexpr (BITS != 4) {
+      launch<BITS, 1, 2, false, false>(a, st);
+      return;
+    }
     // 6..15 (qgemv4_sx_kernel, persistent grid; rows/warp R, chunks in flight U, threads/block, register cap):
     //   6  x in smem, weights L1::no_allocate, R2 U2, 256 thr, <= 64 regs (4 blocks/SM)
     //   7  6 + software pipeline (next batch loaded before use, across row groups and the x staging)
@@ -472,12 +813,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
       }
+      if (v == 2) launch<BITS, 1, 4, false, false>(a, st);
+      else if (v == 3) launch<BITS, 1, 4, true, false>(a, st);
+      else if (v == 4) launch<BITS, 1, 2, false, true>(a, st);
+      else if (v == 5) launch<BITS, 1, 2, true, true>(a, st);
+      else launch<BITS, 1, 2, false, false>(a, st);
     }
-    if (BITS == 4 && v == 2) launch<BITS, 1, 4, false, false>(a, st);
-    else if (BITS == 4 && v == 3) launch<BITS, 1, 4, true, false>(a, st);
-    else if (BITS == 4 && v == 4) launch<BITS, 1, 2, false, true>(a, st);
-    else if (BITS == 4 && v == 5) launch<BITS, 1, 2, true, true>(a, st);
-    else launch<BITS, 1, 2, false, false>(a, st);
   }
   else if (BITS != 4) launch<BITS, 16, 2, false, false>(a, st);
   else if (a.T <= 2) launch<BITS, 2, 2, false, false>(a, st);
@@ -489,7 +830,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 }  // namespace
 
 void set_qgemv_variant(int v) {
-  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..15");
+  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..19");
   g_variant = v;
 }
 
