@@ -1,14 +1,20 @@
-"""Time the T = 1, 4-bit decode GEMV on the 27B layer shapes, for every launch variant, and/or launch it a
-few times for `ncu` to profile.
+"""Time the T = 1 decode GEMV on the 27B layer shapes, for every launch variant and weight width, and/or launch
+it a few times for `ncu` to profile.
 
-    python3 bench/gemv_probe.py                      # table: shape x variant -> us, GB/s
-    python3 bench/gemv_probe.py --variants 1,7,8     # a subset
-    ncu --clock-control none -k regex:qgemv --launch-skip 3 --launch-count 4 --section ... \
-        python3 bench/gemv_probe.py --variants 7 --reps 5
+    python3 bench/gemv_probe.py                           # 4-bit table: shape x variant -> us, GB/s
+    python3 bench/gemv_probe.py --bits 4,5,6,8            # one table per width
+    python3 bench/gemv_probe.py --bits 5 --variants 1,16  # a subset
+    ncu --clock-control none -k regex:qgemv --launch-skip 3 --launch-count 4 --section ... \\
+        python3 bench/gemv_probe.py --variants 16 --reps 5
 
-Bytes counted: codes + scales (x and the output are < 0.1 % of them). Each figure is the mean of `reps`
-back-to-back launches after 3 warm-up launches (op_qgemv_time): a matrix that fits in L2 (gdn_out,
-17 MB; H200 L2 50 MB) is partly served from L2 here, unlike in a decode step where other layers evict it.
+Variants (csrc/cuda/qgemv.cu launch_bits): 0 = route by shape (default), 1..15 forced 4-bit launch variants,
+16..19 the cp.async ring kernel (every width). For 5/6/8-bit, 1..15 all run the generic per-element path, so
+the default list there is 0 (route: the ring), 1 (generic, for comparison) and 16..19.
+
+Bytes counted: codes + high-bit plane + scales (x and the output are < 0.1 % of them); all random, group 64.
+Each figure is the mean of `reps` back-to-back launches after 3 warm-up launches (op_qgemv_time): a matrix that
+fits in L2 (gdn_out at 4-bit, 17 MB; H200 L2 50 MB) is partly served from L2 here, unlike in a decode step where
+other layers evict it.
 """
 
 from __future__ import annotations
@@ -19,54 +25,79 @@ import torch
 
 from engine.native import load_native
 
-SHAPES = {  # name: (N, K), 4-bit group 64
+SHAPES = {  # name: (N, K), group 64
     "gate_up": (34816, 5120),
     "down": (5120, 17408),
     "gdn_in": (16480, 5120),
     "gdn_out": (5120, 6144),
 }
-VARIANTS = list(range(16))  # 0 = route by shape (default), 1..15 forced (csrc/cuda/qgemv.cu launch_bits)
+GROUP = 64
+VARIANTS_4BIT = list(range(20))
+VARIANTS_WIDE = [0, 1, 16, 17, 18, 19]  # 5/6/8-bit: 1..15 are one and the same generic path
+
+
+def make_matrix(n: int, k: int, bits: int):
+    """Random codes, high plane (5/6-bit) and scales in the canonical layout; (codes, high, scales, bytes)."""
+    code_cols = k if bits == 8 else k // 2
+    codes = torch.randint(0, 256, (n, code_cols), dtype=torch.uint8, device="cuda")
+    high = None
+    if bits in (5, 6):
+        high = torch.randint(0, 256, (n, k // 8 if bits == 5 else k // 4), dtype=torch.uint8, device="cuda")
+    scales = (torch.rand(n, k // GROUP, device="cuda") * 1e-3).half()
+    nbytes = codes.numel() + (high.numel() if high is not None else 0) + scales.numel() * 2
+    return codes, high, scales, nbytes
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--variants", default=",".join(map(str, VARIANTS)), help="comma-separated variant ids")
+    ap.add_argument("--bits", default="4", help="comma-separated widths out of 4,5,6,8")
+    ap.add_argument("--variants", default="", help="comma-separated variant ids (default: every one that differs)")
     ap.add_argument("--reps", type=int, default=50)
     args = ap.parse_args()
-    variants = [int(v) for v in args.variants.split(",") if v != ""]
+    widths = [int(b) for b in args.bits.split(",") if b != ""]
     nat = load_native()
-    data = {}
-    for name, (n, k) in SHAPES.items():
-        codes = torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, device="cuda")
-        scales = (torch.rand(n, k // 64, device="cuda") * 1e-3).half()
-        x = torch.randn(1, k, device="cuda").half()
-        out = torch.empty(1, n, device="cuda")
-        data[name] = (codes, scales, x, out, codes.numel() + scales.numel() * 2)
+    for bits in widths:
+        if bits not in (4, 5, 6, 8):
+            raise SystemExit(f"--bits: {bits} is not one of 4, 5, 6, 8")
+        if args.variants:
+            variants = [int(v) for v in args.variants.split(",") if v != ""]
+        else:
+            variants = VARIANTS_4BIT if bits == 4 else VARIANTS_WIDE
+        data = {}
+        for name, (n, k) in SHAPES.items():
+            codes, high, scales, nbytes = make_matrix(n, k, bits)
+            x = torch.randn(1, k, device="cuda").half()
+            out = torch.empty(1, n, device="cuda")
+            data[name] = (codes, high, scales, x, out, nbytes)
 
-    res = {}  # (variant, shape) -> (us, GB/s)
-    try:
+        res = {}  # (variant, shape) -> (us, GB/s)
+        try:
+            for v in variants:
+                nat.set_qgemv_variant(v)
+                for name, (n, k) in SHAPES.items():
+                    codes, high, scales, x, out, nbytes = data[name]
+                    ms = nat.op_qgemv_time(codes.data_ptr(), 0 if high is None else high.data_ptr(),
+                                           scales.data_ptr(), n, k, bits, GROUP, x.data_ptr(), 1, out.data_ptr(),
+                                           args.reps)
+                    res[v, name] = (ms * 1000, nbytes / ms / 1e6)
+        finally:
+            nat.set_qgemv_variant(0)
+        del data
+        torch.cuda.empty_cache()
+
+        names = list(SHAPES)
+        print(f"\n{bits}-bit, group {GROUP}")
+        head = "variant " + "".join(f"{nm + f' {SHAPES[nm][0]}x{SHAPES[nm][1]}':>24s}" for nm in names)
+        print(head + f"{'sum us':>10s}")
+        print(" " * 8 + "".join(f"{'us':>12s}{'GB/s':>12s}" for _ in names))
+        best = {nm: min(variants, key=lambda v: res[v, nm][0]) for nm in names}
         for v in variants:
-            nat.set_qgemv_variant(v)
-            for name, (n, k) in SHAPES.items():
-                codes, scales, x, out, nbytes = data[name]
-                ms = nat.op_qgemv_time(codes.data_ptr(), 0, scales.data_ptr(), n, k, 4, 64, x.data_ptr(), 1,
-                                       out.data_ptr(), args.reps)
-                res[v, name] = (ms * 1000, nbytes / ms / 1e6)
-    finally:
-        nat.set_qgemv_variant(0)
-
-    names = list(SHAPES)
-    head = "variant " + "".join(f"{nm + f' {SHAPES[nm][0]}x{SHAPES[nm][1]}':>24s}" for nm in names) + f"{'sum us':>10s}"
-    print(head)
-    print(" " * 8 + "".join(f"{'us':>12s}{'GB/s':>12s}" for _ in names))
-    best = {nm: min(variants, key=lambda v: res[v, nm][0]) for nm in names}
-    for v in variants:
-        row = f"{v:7d} "
-        for nm in names:
-            us, gbs = res[v, nm]
-            row += f"{us:11.1f}{'*' if best[nm] == v else ' '}{gbs:12.0f}"
-        row += f"{sum(res[v, nm][0] for nm in names):10.1f}"
-        print(row)
+            row = f"{v:7d} "
+            for nm in names:
+                us, gbs = res[v, nm]
+                row += f"{us:11.1f}{'*' if best[nm] == v else ' '}{gbs:12.0f}"
+            row += f"{sum(res[v, nm][0] for nm in names):10.1f}"
+            print(row)
     print("* fastest for the shape; sum us = one of each shape (a layer has gate_up + down, and gdn_in + gdn_out "
           "or the attention projections)")
 

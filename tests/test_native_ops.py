@@ -30,7 +30,8 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     out = torch.full((T, N), float("nan"), device="cuda")
     nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits, group,
                  xp.data_ptr(), T, 0, out.data_ptr(), 0, N)
-    tol = TOL_GEMV_Q4 if bits == 4 else TOL_FP32
+    # T = 1 of every width goes through the fp16 half2 path (ring kernel for 5/6/8-bit); T > 1 of 5/6/8-bit is fp32
+    tol = TOL_GEMV_Q4 if bits == 4 or T == 1 else TOL_FP32
     assert not out.isnan().any()
     assert rel_err(out, ref) < tol
     res = torch.randn(T, N, device="cuda")
@@ -40,7 +41,8 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(16))  # 0 = route by shape, 1..15 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(20))  # 0 = route by shape, 1..19 forced (qgemv.cu launch_bits)
+QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 
 
 @pytest.mark.parametrize("variant", QGEMV_VARIANTS)
@@ -128,6 +130,84 @@ def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
         assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
     base = call(1)
     assert rel_err(got, base) < (TOL_FP16_OUT if epi == 2 else 1e-5)
+
+
+def _random_q(N, K, bits, group, gen):
+    """Uniform codes of any width drawn on the GPU, packed in the canonical layout (engine/quant.py pack_codes:
+    low nibbles two per byte; 5-bit bit 4 of element 8j+i at bit i of high byte j; 6-bit bits 4-5 of element
+    4j+i at bits 2i..2i+1 of high byte j; 8-bit one byte per element), with their fp64 dequantization."""
+    c = torch.randint(0, 1 << bits, (N, K), device="cuda", generator=gen).to(torch.uint8)
+    scales = (torch.rand(N, K // group, device="cuda", generator=gen) * 0.01 + 0.005).half()
+    wd = (c.double() - (1 << (bits - 1))) * scales.double().repeat_interleave(group, dim=1)
+    if bits == 8:
+        return c.contiguous(), None, scales, wd
+    low = c & 15
+    packed = (low[:, 0::2] | (low[:, 1::2] << 4)).contiguous()
+    high = None
+    if bits == 5:
+        b = ((c >> 4) & 1).view(N, K // 8, 8)
+        high = sum(b[:, :, i] << i for i in range(8)).to(torch.uint8).contiguous()
+    elif bits == 6:
+        b = ((c >> 4) & 3).view(N, K // 4, 4)
+        high = sum(b[:, :, i] << (2 * i) for i in range(4)).to(torch.uint8).contiguous()
+    return packed, high, scales, wd
+
+
+def test_random_q_packing_matches_quant_module(nat):
+    # the test's own packer against engine.quant (the layout the kernels are written for)
+    from engine.quant import pack_codes
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for bits in (4, 5, 6, 8):
+        codes, high, scales, wd = _random_q(6, 96, bits, 32, gen)
+        s = scales.double().repeat_interleave(32, dim=1)
+        unsigned = (wd / s).round().long() + (1 << (bits - 1))
+        want_codes, want_high = pack_codes(unsigned.to(torch.uint8).cpu(), bits)
+        if bits == 8:
+            assert torch.equal(codes.cpu(), unsigned.to(torch.uint8).cpu())
+        else:
+            assert torch.equal(codes.cpu(), want_codes)
+            assert (high is None and want_high is None) or torch.equal(high.cpu(), want_high)
+
+
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+@pytest.mark.parametrize("variant", [0, 1] + QGEMV_RING_VARIANTS)
+@pytest.mark.parametrize("epi, N, K, group", [
+    (0, 253, 1120, 32),    # K = 32 * 35: last batch of 3 lanes; N odd: a last row group of 1 row (R2 and R4)
+    (1, 250, 1152, 64),    # N = 4k + 2: the last R4 group is half empty
+    (2, 198, 2080, 32),    # SwiGLU, 99 pairs (R4: a last group of one pair); K = 32 * 65
+    (1, 5120, 6144, 64),   # several row groups per warp (persistent rounds), ring wraps across groups
+    (0, 5120, 17408, 32),  # x takes 34 KB: the fewest stages; 17 batches per row group
+])
+def test_qgemv_widths_t1(nat, bits, variant, epi, N, K, group):
+    # T = 1 of every width through the route (0), the generic path (1: for 5/6/8-bit the per-element fp32
+    # decode, kept for comparison) and the cp.async ring variants, with every epilogue, against fp64
+    gen = torch.Generator(device="cuda").manual_seed(bits * 1000 + variant * 13 + N + K + group)
+    codes, high, scales, wd = _random_q(N, K, bits, group, gen)
+    x = torch.randn(1, K, device="cuda", generator=gen).half()
+    y = (wd @ x.double().T).T  # [1, N]
+    if epi == 2:
+        out = torch.full((1, N // 2), float("nan"), device="cuda").half()
+        args = (0, out.data_ptr(), N // 2)
+    else:
+        out = torch.randn(1, N, device="cuda", generator=gen) if epi == 1 else torch.full((1, N), float("nan"),
+                                                                                           device="cuda")
+        args = (out.data_ptr(), 0, N)
+    before = out.clone()
+    nat.set_qgemv_variant(variant)
+    try:
+        nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits, group,
+                     to_perm8(x).data_ptr(), 1, epi, *args)
+    finally:
+        nat.set_qgemv_variant(0)
+    tol = TOL_FP32 if (variant == 1 and bits != 4) else TOL_GEMV_Q4
+    if epi == 2:
+        got = from_perm8(out.float())
+        assert not got.isnan().any()
+        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
+    else:
+        got = out - before if epi == 1 else out
+        assert not got.isnan().any()
+        assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
 
 
 def test_qgemv_full_width_27b_shape(nat):
