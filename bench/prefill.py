@@ -135,6 +135,9 @@ def main() -> int:
                     help="prefill chunk tokens, or 'auto': the largest that the --budget-gib plan fits at the "
                          "largest prompt (what the engine picks on such a card)")
     ap.add_argument("--budget-gib", type=float, default=24.0, help="VRAM budget of the simulated card")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the first prompt with each op class left out (norms, conv, GDN, attention, "
+                         "MLP GEMMs, mixer GEMMs): the difference is that class's share")
     ap.add_argument("--overlap-probe", action="store_true",
                     help="also time the first prompt with the GEMM's dequant/GEMM overlap switched off")
     ap.add_argument("--chunks-probe", default="", help="also time the first prompt at these chunk sizes")
@@ -184,6 +187,15 @@ def main() -> int:
                                    vram_budget_bytes=budget)
     e = model.engine
     time_prefill(e, min(prompts[0], 2 * chunk), 0)  # warm
+    breakdown = None
+    if args.breakdown:
+        base = time_prefill(e, prompts[0], 1)
+        breakdown = {"prompt_tokens": prompts[0], "seconds": round(base, 3)}
+        for name, bit in (("rmsnorm", 1), ("conv", 2), ("gdn", 4), ("attention", 8), ("mlp_gemm", 16),
+                          ("mixer_gemm", 32)):
+            breakdown[name] = round(base - time_prefill(e, prompts[0], 1, bit), 3)
+        breakdown["rest"] = round(base - sum(v for k, v in breakdown.items() if k not in ("prompt_tokens", "seconds")), 3)
+        print("breakdown (s): " + json.dumps(breakdown), flush=True)
     overlap_probe = None
     if args.overlap_probe:
         from engine.native import load_native
@@ -209,7 +221,7 @@ def main() -> int:
                                                                  text=True).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "tensor_core_peak_tflops": round(peak, 1), "rows": [], "chunk_probe": probes,
-              "budget_gib": args.budget_gib, "chunk": chunk, "overlap_probe": overlap_probe,
+              "budget_gib": args.budget_gib, "chunk": chunk, "overlap_probe": overlap_probe, "breakdown": breakdown,
               "gemm_flops_per_token": flops_tok, "gemm_seconds_first_prompt": round(gemm_sec, 3),
               "method": ("whole prompt through NativeEngine.prefill, wall clock, random weights and tokens, int8 KV; "
                          "attention share and GEMM time from runs with those ops left out; llamacpp_tok_s is "
