@@ -123,9 +123,10 @@ def test_one_segment_in_mixed_formats_takes_its_majority():
     assert r.spec("attn_qkv") == r.tail_spec("attn_qkv")  # absent: the fallback, unsplit
 
 
-def test_split_recipe_uploads_each_segment_in_its_format(q4_27b_artifact):
+def test_split_recipe_uploads_each_segment_in_its_format(q4_27b_artifact, monkeypatch):
     """Loading a q4-27b artifact with its split recipe: k/v rows go up as 6-bit, b/a rows as 8-bit, at
-    their rows of the fused role, and the bytes uploaded are exactly the plan's weight bytes."""
+    their rows of the fused role, all as stored (no quantization at load), and the bytes uploaded are
+    exactly the plan's weight bytes."""
     from engine.native_backend import NativeModel, recipe_from_artifact
     from engine.plan import PlanRequest, make_plan
 
@@ -135,8 +136,11 @@ def test_split_recipe_uploads_each_segment_in_its_format(q4_27b_artifact):
     plan = make_plan(view.config, PlanRequest(max_context=256, recipe=recipe, vram_budget=1 << 40))
     t = view.config.text
     rec = Recorder()
+    calls = []
+    monkeypatch.setattr(native_backend, "_quantize", lambda w, b, g: calls.append((b, g)))
     NativeModel(view.config, rec, plan, max_context=256, kv_dtype="int8", lanes=1)._load_weights(
         view, recipe, lambda f, m: None)
+    assert calls == []
     K = t.hidden_size  # the input projections' width: 8-bit codes K bytes a row, others K/2 (+ high bits)
     bits = {(role, row): 8 if codes.shape[1] == K else 4 if high is None else 4 + 8 * high.shape[1] // K
             for role, layer, row, codes, high in rec.uploads if role in ("gdn_in", "attn_qkv")}
