@@ -598,8 +598,9 @@ __device__ inline uint32_t ld_stream_u16(const __half* p) {
   return h;
 }
 
-template <int BITS, int ROWS, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) qgemv_ring_kernel(GemvArgs a, int S) {
+// ROWS rows per warp, WARPS warps per block, MINB min resident blocks per SM (register cap); S stages.
+template <int BITS, int ROWS, int WARPS, int MINB>
+__global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a, int S) {
   using F = RingFmt<BITS>;
   constexpr int kStage = ring_stage_bytes<BITS, ROWS>();
   constexpr int kHighOff = ROWS * F::kPieces * 512;           // [ROWS][kPieces][32 lanes] x 16 B codes first
@@ -717,9 +718,9 @@ const SmemLimits& smem_limits() {
 // (consumer parts: 100 KB per SM, so about 48 KB per block); when x alone leaves no room for 2 stages
 // there (K = 17408 with 8 warps), the largest block that fits at all. Grid: one resident wave from the
 // occupancy calculator, as launch_sx. Returns false when not even 2 stages fit (caller falls back).
-template <int BITS, int ROWS, int WARPS>
+template <int BITS, int ROWS, int WARPS, int MINB>
 bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
-  auto kern = qgemv_ring_kernel<BITS, ROWS, WARPS>;
+  auto kern = qgemv_ring_kernel<BITS, ROWS, WARPS, MINB>;
   constexpr long long stage = (long long)ring_stage_bytes<BITS, ROWS>() * WARPS;  // one stage of every warp
   const long long xbytes = (long long)a.K * 2;
   const SmemLimits& L = smem_limits();
@@ -750,10 +751,11 @@ int g_variant = 0;  // T = 1: 0 = route by shape, 1..19 = force one variant (set
 template <int BITS>
 bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
   switch (v) {
-    case 16: return launch_ring<BITS, 2, 8>(a, st, 4, true);
-    case 17: return launch_ring<BITS, 2, 4>(a, st, 8, true);
-    case 18: return launch_ring<BITS, 4, 4>(a, st, 4, true);
-    default: return launch_ring<BITS, 2, 8>(a, st, 4, false);  // 19
+    // register caps (MINB) of <= 64 per thread: shared memory, not registers, limits the resident blocks
+    case 16: return launch_ring<BITS, 2, 8, 4>(a, st, 4, true);
+    case 17: return launch_ring<BITS, 2, 4, 8>(a, st, 8, true);
+    case 18: return launch_ring<BITS, 4, 4, 8>(a, st, 4, true);
+    default: return launch_ring<BITS, 2, 8, 5>(a, st, 3, true);  // 19
   }
 }
 constexpr int kRingDefault = 16;  // 5/6/8-bit T = 1 route
@@ -772,7 +774,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //   16 R2, S_MAX 4, 256 thr, balanced grid (3 KB of codes in flight per warp)
     //   17 R2, S_MAX 8, 128 thr, balanced (7 KB per warp, half the warps)
     //   18 R4, S_MAX 4, 128 thr, balanced (each x read feeds 4 rows: less shared-memory traffic)
-    //   19 16 with a plain one-wave grid (isolates the balanced grid)
+    //   19 R2, S_MAX 3, 256 thr, <= 48 regs: more resident warps (H200, 4-bit, K <= 6144: 5 blocks = 40 warps
+    //      per SM instead of 4 x 8 for 16), 2 KB of codes in flight per warp
     // A shape whose x leaves no room for 2 stages falls back to variant 1 (4-bit) / the generic path.
     if (v >= 16) {
       if (!launch_ring_variant<BITS>(a, st, v)) launch<BITS, 1, 2, false, false>(a, st);
