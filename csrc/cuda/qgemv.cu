@@ -6,11 +6,13 @@
 // loaded before any is used. x (fp16, perm8 order) is read through L1, where every warp of the SM
 // shares it. Launch variants for T = 1 (persistent grid, software pipelining) are listed below;
 // variants 6..15 (qgemv4_sx_kernel) stage x once per block in shared memory instead and stream the
-// weights past L1.
+// weights past L1; variants 16..19 (qgemv_ring_kernel, every width, the 5/6/8-bit T = 1 default) also
+// land the weights in a per-warp cp.async ring in shared memory instead of registers.
 //
 // 4-bit path: a 32-bit code word holds elements k..k+7; (w >> 4i) & 0x000F000F | 0x64006400 is the
 // half2 (1024 + c_i, 1024 + c_{i+4}), which pairs with the perm8 half2 (x_i, x_{i+4}). Sixteen
-// products are summed in fp16, then in fp32. 5/6/8-bit: codes are decoded to fp32 per element.
+// products are summed in fp16, then in fp32. 5/6/8-bit at T = 1 (ring kernel): the same with the high
+// bits ORed in (chunk_dot_fast); T > 1 and the generic T = 1 path decode them to fp32 per element.
 #include <algorithm>
 
 #include "common.cuh"
