@@ -63,21 +63,6 @@ def gemm_flops_per_token(cfg) -> int:
     return 2 * total
 
 
-def cfg_for_plan():
-    from engine.registry import config_27b
-    return config_27b(vision=False)
-
-
-def largest_chunk(cfg, context: int, budget: int) -> int:
-    """The largest prefill chunk (4096 .. 256) whose plan fits `budget` at `context` tokens, int8 KV."""
-    from engine.plan import PlanRequest, make_plan
-    for c in (4096, 2048, 1024, 512, 256):
-        if make_plan(cfg, PlanRequest(max_context=context, kv_dtype="int8", vram_budget=budget,
-                                      prefill_chunk=c)).fits:  # default margin, as random_27b with a budget
-            return c
-    raise SystemExit(f"no prefill chunk fits {budget} bytes at {context} tokens")
-
-
 def time_prefill(engine, n: int, seed: int, skip: int = 0) -> float:
     import torch
     g = torch.Generator().manual_seed(seed)
@@ -132,8 +117,8 @@ def main() -> int:
     ap.add_argument("--out", default="bench/results/prefill-h200.json")
     ap.add_argument("--prompts", default=",".join(str(p) for p in PROMPTS))
     ap.add_argument("--chunk", default="auto",
-                    help="prefill chunk tokens, or 'auto': the largest that the --budget-gib plan fits at the "
-                         "largest prompt (what the engine picks on such a card)")
+                    help="prefill chunk tokens, or 'auto': what the engine picks, the largest whose plan fits "
+                         "the --budget-gib budget at the largest prompt (engine.plan.fit_prefill_chunk)")
     ap.add_argument("--budget-gib", type=float, default=24.0, help="VRAM budget of the simulated card")
     ap.add_argument("--breakdown", action="store_true",
                     help="also time the first prompt with each op class left out (norms, conv, GDN, attention, "
@@ -158,13 +143,12 @@ def main() -> int:
         return 0
 
     import torch
-    from engine.native_backend import DEFAULT_PREFILL_CHUNK, NativeModel
+    from engine.native_backend import NativeModel
     from engine.registry import config_27b
 
     prompts = [int(p) for p in args.prompts.split(",") if p]
     budget = int(args.budget_gib * (1 << 30))
-    chunk = largest_chunk(cfg_for_plan(), max(prompts), budget) if args.chunk == "auto" else int(args.chunk)
-    print(f"prefill chunk {chunk} ({args.chunk}), budget {args.budget_gib} GiB", flush=True)
+    chunk = None if args.chunk == "auto" else int(args.chunk)  # None: the engine picks (fit_prefill_chunk)
     peak = matmul_peak_tflops()
     print(f"bf16 8192^3 matmul through torch: {peak:.0f} TFLOP/s", flush=True)
     cfg = config_27b(vision=False)
@@ -186,6 +170,8 @@ def main() -> int:
     model = NativeModel.random_27b(kv_dtype="int8", max_context=max(prompts), seed=1, prefill_chunk=chunk,
                                    vram_budget_bytes=budget)
     e = model.engine
+    chunk = e.prefill_chunk
+    print(f"prefill chunk {chunk} ({args.chunk}), budget {args.budget_gib} GiB", flush=True)
     time_prefill(e, min(prompts[0], 2 * chunk), 0)  # warm
     breakdown = None
     if args.breakdown:

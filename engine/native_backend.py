@@ -28,11 +28,13 @@ from typing import Callable, Iterable
 import numpy as np
 
 from engine.config import ModelConfig, TextConfig
-from engine.plan import DEFAULT_MARGIN, DEFAULT_RECIPE, SPLIT_ROLES, PlanRequest, Recipe, make_plan, model_dims
+from engine.plan import (DEFAULT_MARGIN, DEFAULT_RECIPE, PREFILL_CHUNK_CHOICES, SPLIT_ROLES, PlanRequest, Recipe,
+                         fit_prefill_chunk, make_plan, model_dims)
 
 ProgressFn = Callable[[float, str], None]
 STEP_TOKENS = 16  # tokens per engine step (the verify width)
-DEFAULT_PREFILL_CHUNK = 1024  # tokens per prefill chunk: large enough for GEMM efficiency, ~0.4 GB of workspace
+# Prefill chunk: None = the largest of plan.PREFILL_CHUNK_CHOICES that the budget fits (fit_prefill_chunk).
+DEFAULT_PREFILL_CHUNK = None
 
 
 class NativeBackendError(RuntimeError):
@@ -218,7 +220,7 @@ class NativeModel:
     @staticmethod
     def _make_engine(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_budget_bytes: int | None,
                      recipe: Recipe, lanes: int, step_tokens: int, margin: int,
-                     prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+                     prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK):
         from engine.native import load_native, native_status
         st = native_status()
         if not st.gpu_usable:
@@ -228,7 +230,10 @@ class NativeModel:
         budget = vram_budget_bytes if vram_budget_bytes else max(0, free - margin)
         req = PlanRequest(max_context=max_context, kv_dtype=kv_dtype, max_concurrency=lanes,
                           speculative_window=step_tokens - 1, vram_budget=budget, recipe=recipe,
-                          margin=margin if vram_budget_bytes else 0, prefill_chunk=prefill_chunk)
+                          margin=margin if vram_budget_bytes else 0,
+                          prefill_chunk=PREFILL_CHUNK_CHOICES[-1] if prefill_chunk is None else prefill_chunk)
+        if prefill_chunk is None:
+            req = fit_prefill_chunk(config, req)
         plan = make_plan(config, req)
         if not plan.fits:  # refuse before the engine touches the device
             raise native.BudgetError(plan.format_table())
@@ -243,7 +248,7 @@ class NativeModel:
     def from_checkpoint(cls, path_or_ckpt, *, kv_dtype: str = "int8", max_context: int = 32768,
                         vram_budget_bytes: int | None = None, recipe: Recipe | None = None, lanes: int = 1,
                         progress: ProgressFn | None = None, margin: int = DEFAULT_MARGIN,
-                        prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
+                        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
         from engine.loader import Checkpoint
         src = Checkpoint.open(path_or_ckpt) if not hasattr(path_or_ckpt, "text") else path_or_ckpt
         cfg: ModelConfig = src.config
@@ -263,7 +268,7 @@ class NativeModel:
     @classmethod
     def random_27b(cls, *, kv_dtype: str = "int8", max_context: int = 131072 + 512, recipe: Recipe = DEFAULT_RECIPE,
                    seed: int = 0, vram_budget_bytes: int | None = None,
-                   prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
+                   prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
         """Real 27B shapes, random weights generated on the GPU (benchmarks)."""
         from engine.registry import config_27b
         cfg = config_27b(vision=False)

@@ -301,6 +301,24 @@ def _summarise(cfg, req: PlanRequest) -> MemoryPlan:
     return MemoryPlan(req, allocs, out, total=end, arena_bytes=arena_end, budget=req.vram_budget)
 
 
+# Prefill chunks the engine may pick, largest first: 4096 runs the GEMMs at ~83 % of the H200's matmul
+# peak against ~75 % at 1024 (bench/NOTES.md, session 3 calls 1-2); each halving saves workspace.
+PREFILL_CHUNK_CHOICES = (4096, 2048, 1024, 512, 256)
+
+
+def fit_prefill_chunk(config: ModelConfig | TextConfig, req: "PlanRequest") -> "PlanRequest":
+    """The request with the largest prefill chunk of PREFILL_CHUNK_CHOICES whose plan fits the budget.
+
+    The budget is fixed at launch, so VRAM that nothing else is planned for goes to a larger prefill
+    workspace (faster prompts) rather than staying idle. When no choice fits, the smallest is kept and
+    the plan reports the deficit as usual."""
+    for chunk in PREFILL_CHUNK_CHOICES:
+        candidate = replace(req, prefill_chunk=chunk)
+        if _summarise(config, candidate).fits:  # (make_plan would also search the largest context)
+            return candidate
+    return replace(req, prefill_chunk=PREFILL_CHUNK_CHOICES[-1])
+
+
 def make_plan(cfg: ModelConfig | TextConfig, req: PlanRequest) -> MemoryPlan:
     """The plan for `req`; when it does not fit, also the largest context that would."""
     plan = _summarise(cfg, req)

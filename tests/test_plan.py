@@ -197,3 +197,23 @@ def test_only_gdn_in_and_attn_qkv_may_split():
         load_native().dry_run(model_dims(CFG), shape)
     with pytest.raises(ValueError, match="bits"):
         make_plan(CFG, PlanRequest(recipe=Recipe("b", uniform_recipe(4, 64).roles, {"gdn_in": (3, 64)})))
+
+
+def test_auto_prefill_chunk_is_the_largest_that_fits():
+    """fit_prefill_chunk: unused budget goes to the prefill workspace, never past the budget."""
+    from dataclasses import replace
+
+    from engine.plan import PREFILL_CHUNK_CHOICES, PlanRequest, fit_prefill_chunk, make_plan
+    from engine.registry import config_27b
+    cfg = config_27b(vision=True)
+    base = PlanRequest(max_context=262144, kv_dtype="int8", vision=True, vram_budget=24 * GiB)
+    got = fit_prefill_chunk(cfg, base)
+    assert make_plan(cfg, got).fits
+    larger = [c for c in PREFILL_CHUNK_CHOICES if c > got.prefill_chunk]
+    assert all(not make_plan(cfg, replace(base, prefill_chunk=c)).fits for c in larger)
+    assert got.prefill_chunk == 2048  # 4096 needs ~0.6 GiB more than 24 GiB leaves with vision at 262K
+    # text only at the same context: 4096 fits
+    assert fit_prefill_chunk(config_27b(vision=False), replace(base, vision=False)).prefill_chunk == 4096
+    # nothing fits: the smallest choice, and the plan reports the deficit
+    tiny = fit_prefill_chunk(cfg, replace(base, vram_budget=8 * GiB))
+    assert tiny.prefill_chunk == PREFILL_CHUNK_CHOICES[-1] and not make_plan(cfg, tiny).fits
