@@ -21,12 +21,13 @@ enum GemvEpilogue : int {
   GEMV_SWIGLU = 2,  // rows interleaved (gate_p, up_p): out_h[t, perm8(p)] = silu(gate) * up
 };
 
-// y = W x for T tokens. Numerics: 4-bit codes are combined with x in fp16 over 16 products, every
-// other sum is fp32. ldo: row stride of the output in elements.
+// y = W x for T tokens. Numerics: codes are combined with x in fp16 over 16 products (every width at
+// T = 1, 4-bit at T > 1), every other sum is fp32. ldo: row stride of the output in elements.
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream);
 
-// Which T = 1, 4-bit GEMV launch variant to use: 0 routes by shape (default), 1..15 force one (qgemv.cu).
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..19 force one (qgemv.cu;
+// 1..15 are 4-bit kernels, 16..19 the cp.async ring kernel for every width).
 void set_qgemv_variant(int v);
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
