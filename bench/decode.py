@@ -153,7 +153,7 @@ def main() -> int:
         e = model.engine
         # GEMV launch route for the step: by shape (0) or one variant everywhere, whichever step is fastest
         gt = {}
-        for v in (0, 1, 4, 6):
+        for v in (0, 1, 4, 6, 16, 17, 18, 19):
             nat.set_qgemv_variant(v)
             e.reset_graphs()
             gt[v] = statistics.median(e.time_steps(0, 0, args.steps) for _ in range(3))

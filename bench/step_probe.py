@@ -15,15 +15,23 @@ def main() -> None:
     ap.add_argument("--kv", default="int8")
     ap.add_argument("--depths", default="0")
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--gemv-variants", default="0", help="T = 1 GEMV variants to force, one run each (0 = route)")
     args = ap.parse_args()
     from engine.native_backend import NativeModel
     depths = [int(d) for d in args.depths.split(",")]
     for kv in args.kv.split(","):
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, vram_budget_bytes=24 << 30)
         e = model.engine
-        for d in depths:
-            ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-            print(f"step kv {kv} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+        from engine.native import load_native
+        nat = load_native()
+        for v in [int(x) for x in args.gemv_variants.split(",")]:
+            nat.set_qgemv_variant(v)
+            e.reset_graphs()  # the graph captured the previous launch configuration
+            for d in depths:
+                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
+                print(f"step kv {kv} gemv variant {v} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+        nat.set_qgemv_variant(0)
+        e.reset_graphs()
         del model, e
 
 
