@@ -760,17 +760,28 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
     default: return launch_ring<BITS, 2, 8, 5>(a, st, 3, true);  // 19
   }
 }
-constexpr int kRingDefault = 16;  // 5/6/8-bit T = 1 route
+// T = 1 route by width and shape, from bench/gemv_probe.py on the H200 (bench/NOTES.md, session 3 call 3;
+// us for gate_up 34816x5120 / down 5120x17408 / gdn_in 16480x5120 / gdn_out 5120x6144):
+//   4-bit: K > 8192 variant 4 (down 18.6), N >= 24576 variant 6 (gate_up 33.0), N >= 12288 variant 10
+//          (gdn_in 16.9 against 18.7 for 1), else 1 (gdn_out 8.9). The ring (16..19) lost everywhere (44-51 on
+//          gate_up): the 4-bit GEMV is bound by instruction issue, not by bytes in flight.
+//   5-bit: K > 8192 ring 19 (34.9 vs 41.1 generic), else ring 18 (52.7 / 28.5 / 12.7 vs 68.0 / 36.2 / 14.8).
+//   6-bit: K > 8192 ring 17 (38.4 vs 41.2), else ring 18 (53.9 / 30.0 / 13.1 vs 69.6 / 36.8 / 15.0).
+//   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
+template <int BITS>
+int t1_route(const GemvArgs& a) {
+  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 6 : a.N >= 12288 ? 10 : 1;
+  if (BITS == 5) return a.K > 8192 ? 19 : 18;
+  if (BITS == 6) return a.K > 8192 ? 17 : 18;
+  return 1;  // 8-bit: generic path
+}
 
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T > 1 and the generic T = 1 path of 5/6/8-bit decode per element (code_of), instantiated for T = 1 and
   // T <= 16 only (compile time).
   if (a.T <= 1) {
-    // 4-bit route (measured on H200, bench/NOTES.md session 2 call 2): the software pipeline pays for long
-    // rows (K = 17408: 18.2 vs 20.5 us); tall matrices (gate_up, lm_head) gain most from x staged in
-    // shared memory (gate_up 33.0 vs 39.8 us); plain U2 elsewhere. 5/6/8-bit: the ring kernel.
-    const int v = g_variant ? g_variant : (BITS != 4 ? kRingDefault : (a.K > 8192 ? 4 : (a.N >= 24576 ? 6 : 1)));
+    const int v = g_variant ? g_variant : t1_route<BITS>(a);
     // 16..19 (qgemv_ring_kernel, every width; persistent grid; cp.async ring of S stages per warp, S <= S_MAX
     // chosen at launch from the shared-memory budget; per-warp in-flight bytes (S - 1) x R x 512 B of codes):
     //   16 R2, S_MAX 4, 256 thr, balanced grid (3 KB of codes in flight per warp)
