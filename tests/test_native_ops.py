@@ -262,6 +262,28 @@ def test_conv_update_carries_state(nat):
         assert rel_err(state.T, hist) < TOL_FP32
 
 
+@pytest.mark.parametrize("Kc", [4, 2])
+def test_conv_prefill_path_equals_token_steps(nat, Kc):
+    """T > 16 takes the token-parallel kernel and a separate window update: its outputs and the window it
+    leaves must be bit-identical to feeding the same inputs in steps of at most 16 (the sequential
+    kernel), across a mix of long and short calls and a run boundary (T = 100 = 6 runs of 16 + 4)."""
+    C, ld = 1000, 1037
+    w = torch.randn(C, Kc, device="cuda")
+    s0 = torch.randn(C, Kc - 1, device="cuda")
+    xs = [torch.randn(T, ld, device="cuda") for T in (100, 17, 3, 4096)]
+    par_state, seq_state = s0.clone(), s0.clone()
+    for x in xs:
+        T = x.shape[0]
+        out_par = torch.full((T, C), float("nan"), device="cuda")
+        nat.op_conv(x.data_ptr(), ld, T, C, Kc, w.data_ptr(), par_state.data_ptr(), out_par.data_ptr())
+        out_seq = torch.full((T, C), float("nan"), device="cuda")
+        for t0 in range(0, T, 16):
+            n = min(16, T - t0)
+            nat.op_conv(x[t0:].data_ptr(), ld, n, C, Kc, w.data_ptr(), seq_state.data_ptr(), out_seq[t0:].data_ptr())
+        assert torch.equal(out_par, out_seq)
+        assert torch.equal(par_state, seq_state)
+
+
 
 @pytest.mark.parametrize("T", [1, 2, 4])
 def test_gdn_step(nat, T):

@@ -28,6 +28,44 @@ __global__ void conv_kernel(const float* x, int ldx, int T, int C, int Kc, const
   for (int j = 0; j < Kc - 1; ++j) state[(size_t)c * (Kc - 1) + j] = win[j];
 }
 
+// Prefill-sized T: the loop above runs T dependent iterations per channel on only C threads (48 layers x
+// 0.2 s per 8K-token prompt on the H200, bench/NOTES.md session 3 call 3). Here each thread takes one
+// channel and a run of kConvRun tokens: y_t = sum_j w_j in(t - (Kc - 1) + j), where in(s) = x[s] for
+// s >= 0 and the saved window state[Kc - 1 + s] for s < 0 (oldest first). Same products and order as
+// conv_kernel, so both give bit-identical outputs.
+constexpr int kConvSequentialMaxT = 16;
+constexpr int kConvRun = 16;
+
+__global__ void conv_parallel_kernel(const float* x, int ldx, int T, int C, int Kc, const float* w,
+                                     const float* state, float* out) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int t0 = blockIdx.y * kConvRun;
+  float wc[8], win[8];
+  for (int j = 0; j < Kc; ++j) wc[j] = w[(size_t)c * Kc + j];
+  for (int j = 0; j < Kc - 1; ++j) {  // inputs t0 - (Kc - 1) .. t0 - 1, oldest first
+    const int s = t0 - (Kc - 1) + j;
+    win[j] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)c * (Kc - 1) + (Kc - 1 + s)];
+  }
+  const int t1 = min(T, t0 + kConvRun);
+  for (int t = t0; t < t1; ++t) {
+    const float xin = x[(size_t)t * ldx + c];
+    float y = wc[Kc - 1] * xin;
+    for (int j = 0; j < Kc - 1; ++j) y = fmaf(wc[j], win[j], y);
+    for (int j = 0; j < Kc - 2; ++j) win[j] = win[j + 1];
+    if (Kc > 1) win[Kc - 2] = xin;
+    out[(size_t)t * C + c] = silu(y);
+  }
+}
+
+// The window after T > Kc - 1 tokens: the last Kc - 1 inputs, oldest first.
+__global__ void conv_state_kernel(const float* x, int ldx, int T, int C, int Kc, float* state) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= C * (Kc - 1)) return;
+  const int c = i / (Kc - 1), j = i - c * (Kc - 1);
+  state[i] = x[(size_t)(T - (Kc - 1) + j) * ldx + c];
+}
+
 constexpr int kDk = 128, kDv = 128;
 
 // Thread (j = tid / 4, part = tid % 4) owns state column j (one value dim), 32 of its 128 key rows:
@@ -133,8 +171,20 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
 void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, float* out,
                       cudaStream_t stream) {
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("conv_update_silu: kernel width must be 1..8");
-  conv_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(x, ldx, T, C, Kc, w, state, out);
+  if (T <= kConvSequentialMaxT) {
+    conv_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(x, ldx, T, C, Kc, w, state, out);
+    MR_CHECK_LAUNCH("conv_update_silu");
+    return;
+  }
+  // prefill: outputs in parallel over (channel, run of tokens), then the new window from the last inputs
+  // (T > 16 >= Kc - 1, so it never depends on the old state, which the first launch is still reading)
+  conv_parallel_kernel<<<dim3(ceil_div(C, 256), ceil_div(T, kConvRun)), 256, 0, stream>>>(x, ldx, T, C, Kc, w, state,
+                                                                                          out);
   MR_CHECK_LAUNCH("conv_update_silu");
+  if (Kc > 1) {
+    conv_state_kernel<<<ceil_div(C * (Kc - 1), 256), 256, 0, stream>>>(x, ldx, T, C, Kc, state);
+    MR_CHECK_LAUNCH("conv_update_silu: state");
+  }
 }
 
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
