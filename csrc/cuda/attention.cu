@@ -1,5 +1,5 @@
 // Gated full attention for decode/verify (T = 1..16 query tokens):
-//  attn_prep   : q/k zero-centred RMSNorm, partial interleaved mRoPE, KV append (bf16 or int8 g64).
+//  attn_prep   : q/k zero-centred RMSNorm, partial interleaved mRoPE, KV append (bf16, int8 or int4 g64).
 //  attn_split  : one block per (split, kv head, token); the block streams its chunk of the cache in
 //                tiles of 256 positions with an online softmax for the 6 (GQA) query heads of its
 //                kv head, so K and V are read once per token for all of them. Variants (set_attn_variant):
@@ -8,6 +8,9 @@
 //  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
 // The number of positions per split is derived on the device from kv_start + T, so one captured
 // graph serves every context length (blocks past the end exit at once).
+#include <stdexcept>
+#include <string>
+
 #include "attn_prep.cuh"
 #include "common.cuh"
 #include "ops.h"
@@ -51,62 +54,80 @@ __device__ inline int split_len(int L_all) {
 }
 
 // Raw cache bytes of 16 consecutive dims (scores) and 8 consecutive dims (values) of one row,
-// loaded first and converted later so that several rows' loads are in flight at once.
-template <bool INT8> struct Raw16 { uint4 a, b; };
-template <> struct Raw16<true> { uint4 a; __half s; };
-template <bool INT8> struct Raw8 { uint4 a; };
-template <> struct Raw8<true> { uint2 a; __half s; };
+// loaded first and converted later so that several rows' loads are in flight at once. KV: KvFormat.
+template <int KV> struct Raw16 { uint4 a, b; };
+template <> struct Raw16<kKvInt8> { uint4 a; __half s; };
+template <> struct Raw16<kKvInt4> { uint2 a; __half s; };
+template <int KV> struct Raw8 { uint4 a; };
+template <> struct Raw8<kKvInt8> { uint2 a; __half s; };
+template <> struct Raw8<kKvInt4> { uint32_t a; __half s; };
 
-template <bool INT8>
-__device__ inline void load16(const char* cache, const char* scales, size_t rowidx, int dim0, Raw16<INT8>& r) {
-  if constexpr (!INT8) {
-    const uint4* p = reinterpret_cast<const uint4*>(cache + (rowidx * kHd + dim0) * 2);
-    r.a = __ldg(p);
-    r.b = __ldg(p + 1);
+// bytes of a cache row (one kv head of one position) and the byte offset of dim `dim0` in it
+template <int KV> __host__ __device__ constexpr int row_bytes() { return KV == kKvBf16 ? 2 * kHd : KV == kKvInt8 ? kHd : kHd / 2; }
+template <int KV> __device__ inline size_t dim_byte(int dim0) { return KV == kKvBf16 ? 2 * dim0 : KV == kKvInt8 ? dim0 : dim0 / 2; }
+
+template <int KV>
+__device__ inline void load16(const char* cache, const char* scales, size_t rowidx, int dim0, Raw16<KV>& r) {
+  const char* p = cache + rowidx * row_bytes<KV>() + dim_byte<KV>(dim0);
+  if constexpr (KV == kKvBf16) {
+    r.a = __ldg(reinterpret_cast<const uint4*>(p));
+    r.b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
   } else {
-    r.a = __ldg(reinterpret_cast<const uint4*>(cache + rowidx * kHd + dim0));
+    if constexpr (KV == kKvInt8) r.a = __ldg(reinterpret_cast<const uint4*>(p));
+    else r.a = __ldg(reinterpret_cast<const uint2*>(p));
     r.s = reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64];
   }
 }
-template <bool INT8>
-__device__ inline void unpack16(const Raw16<INT8>& r, float (&v)[16]) {
-  if constexpr (!INT8) {
+template <int KV>
+__device__ inline void unpack16(const Raw16<KV>& r, float (&v)[16]) {
+  if constexpr (KV == kKvBf16) {
     const uint32_t w[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       v[2 * j] = __uint_as_float(w[j] << 16);
       v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
     }
-  } else {
+  } else if constexpr (KV == kKvInt8) {
     const float s = __half2float(r.s);
     const uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
 #pragma unroll
     for (int j = 0; j < 16; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
+  } else {  // nibble j of the little-endian words is dim j; code - 8 is the quantized value
+    const float s = __half2float(r.s);
+    const uint32_t w[2] = {r.a.x, r.a.y};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = float((int)((w[j >> 3] >> ((j & 7) * 4)) & 0xF) - 8) * s;
   }
 }
-template <bool INT8>
-__device__ inline void load8(const char* cache, const char* scales, size_t rowidx, int dim0, Raw8<INT8>& r) {
-  if constexpr (!INT8) {
-    r.a = __ldg(reinterpret_cast<const uint4*>(cache + (rowidx * kHd + dim0) * 2));
+template <int KV>
+__device__ inline void load8(const char* cache, const char* scales, size_t rowidx, int dim0, Raw8<KV>& r) {
+  const char* p = cache + rowidx * row_bytes<KV>() + dim_byte<KV>(dim0);
+  if constexpr (KV == kKvBf16) {
+    r.a = __ldg(reinterpret_cast<const uint4*>(p));
   } else {
-    r.a = __ldg(reinterpret_cast<const uint2*>(cache + rowidx * kHd + dim0));
+    if constexpr (KV == kKvInt8) r.a = __ldg(reinterpret_cast<const uint2*>(p));
+    else r.a = __ldg(reinterpret_cast<const uint32_t*>(p));
     r.s = reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64];
   }
 }
-template <bool INT8>
-__device__ inline void unpack8(const Raw8<INT8>& r, float (&v)[8]) {
-  if constexpr (!INT8) {
+template <int KV>
+__device__ inline void unpack8(const Raw8<KV>& r, float (&v)[8]) {
+  if constexpr (KV == kKvBf16) {
     const uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       v[2 * j] = __uint_as_float(w[j] << 16);
       v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
     }
-  } else {
+  } else if constexpr (KV == kKvInt8) {
     const float s = __half2float(r.s);
     const uint32_t w[2] = {r.a.x, r.a.y};
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
+  } else {
+    const float s = __half2float(r.s);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = float((int)((r.a >> (4 * j)) & 0xF) - 8) * s;
   }
 }
 
@@ -140,8 +161,11 @@ __device__ inline uint32_t i8x2_to_h2(uint32_t w, int sel, __half2 scale) {
 // MODE 2: scores on tensor cores: mma m16n8k16 with the 6 query heads as rows of A (fp16) and 8
 //         cache positions as columns of B (K converted to fp16). The dims of a k-step are permuted
 //         identically in A and B so each thread's B fragments come from one 16-byte load per 32 dims.
-template <bool INT8, int MODE>
+// KV: KvFormat. int4 runs MODE 0 and 1 only (the CUDA-core paths through load16/unpack16 above).
+template <int KV, int MODE>
 __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
+  static_assert(KV != kKvInt4 || MODE <= 1, "int4 KV: attention variants 0 and 1 only (and 4)");
+  constexpr bool INT8 = KV == kKvInt8;  // the MODE 2/3 paths: bf16 or int8
   constexpr bool QSMEM = MODE == 1;
   constexpr int KU = 4;  // positions per half-warp per score iteration (8 rows of K in flight per warp)
   constexpr int VU = 8;  // positions per warp per value iteration (8 rows of V in flight per warp)
@@ -263,16 +287,16 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
     } else
     // each block iteration covers 4 warps x 2 halves x KU positions; loop bounds are warp-uniform
     for (int base = warp * 2 * KU; base < n; base += 4 * 2 * KU) {
-      Raw16<INT8> r[KU];
+      Raw16<KV> r[KU];
 #pragma unroll
       for (int u = 0; u < KU; ++u) {
         const int pi = min(base + 2 * u + hw, n - 1);
-        load16<INT8>(a.k_cache, a.k_scales, (size_t)(tile0 + pi) * nkv + kvh, l16 * 16, r[u]);
+        load16<KV>(a.k_cache, a.k_scales, (size_t)(tile0 + pi) * nkv + kvh, l16 * 16, r[u]);
       }
 #pragma unroll
       for (int u = 0; u < KU; ++u) {
         float kv[16];
-        unpack16<INT8>(r[u], kv);
+        unpack16<KV>(r[u], kv);
         float sc[kGroup];
 #pragma unroll
         for (int g = 0; g < kGroup; ++g) {
@@ -374,17 +398,17 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
       for (int j = 0; j < 8; ++j) acc[g][j] *= al;
     }
     for (int base = warp * VU; base < n; base += 4 * VU) {
-      Raw8<INT8> r[VU];
+      Raw8<KV> r[VU];
 #pragma unroll
       for (int u = 0; u < VU; ++u) {
         const int pi = min(base + u, n - 1);
-        load8<INT8>(a.v_cache, a.v_scales, (size_t)(tile0 + pi) * nkv + kvh, lane * 8, r[u]);
+        load8<KV>(a.v_cache, a.v_scales, (size_t)(tile0 + pi) * nkv + kvh, lane * 8, r[u]);
       }
 #pragma unroll
       for (int u = 0; u < VU; ++u) {
         if (base + u >= n) break;
         float vv[8];
-        unpack8<INT8>(r[u], vv);
+        unpack8<KV>(r[u], vv);
 #pragma unroll
         for (int g = 0; g < kGroup; ++g) {
           const float pg = g < group ? ps[g][base + u] : 0.f;
@@ -476,20 +500,41 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 //     (row g = dim 16 t + 2 g, row g + 8 = dim 16 t + 2 g + 1), all inside group t / 4.
 // bf16 cache (bf16 mma, no conversion of the cache at all): q and P are split into bf16 hi + lo parts
 //  (two mma each) so that their rounding stays near fp32 (2^-17) instead of bf16's 2^-9.
-// Shared memory: rows of 256 B (int8) / 512 B (bf16), 16-byte chunks XOR-swizzled by (row & 7) so the
-// 8 rows of every ldmatrix matrix hit 8 distinct bank groups. int8 stage: K 4 KB | V 4 KB | K scales
-// 128 B | V scales 128 B; bf16 stage: K 8 KB | V 8 KB. Rows past the split's end are zero-filled by
-// cp.async (src-size 0) and their scores masked to -inf.
+// int4 cache (fp16 mma, the int8 scheme with nibbles). Codes become fp16 without shifts per nibble:
+//  (w & 0x000F000F) | 0x64006400 is the half2 (1024 + n0, 1024 + n4) of nibbles 0 and 4 of w, and
+//  (w & 0x00F000F0) | 0x64006400 is (1024 + 16 n1, 1024 + 16 n5): nibbles 1 and 5 at 16 times the step,
+//  still exact (fp16 spacing is 1 in [1024, 2048)). w >> 8 gives nibbles 2, 6 and 3, 7 the same way:
+//  one shift and four LOP3 per 8 codes. n = code + 8, so lo = 1032 + code and hi = 1152 + 16 code.
+//  K: ldmatrix of 8 rows x 16 bytes gives lane (g, c) bytes 4c..4c+3 of a 32-dim segment s of
+//     position g, i.e. dims 32 s + 8 c + {0..7}: two k-steps. k-step 2 s + h takes b0 = dims
+//     (+2h, +2h+4) (lo) and b1 = (+2h+1, +2h+5) (hi); the query fragments pair the same dims, with the
+//     hi ones pre-divided by 16 (exact in fp16 down to 2^-14), so every product is q_d (1032 + code_d)
+//     or (q_d / 16)(1152 + 16 code_d) = q_d code_d + 72 q_d, exact in fp32. The offsets are folded after
+//     the product as for int8: per group, corr = 1032 sum(lo fragments) + 1152 sum(hi fragments).
+//  V: ldmatrix.trans gives lane (g, c) the 16-bit element g of a segment (dims 32 s + 4 g + {0..3}) of
+//     positions 2c and 2c + 1: bits 0-15 one position, 16-31 the other, so the two LOP3 forms give
+//     A-fragment half2s (p0, p1) of dims 4g (lo) and 4g + 1 (hi) directly (w >> 8: 4g + 2, 4g + 3).
+//     m-tile 2 s + j: row g = dim 32 s + 4 g + 2 j (lo: (h - 1032) * scale), row g + 8 = the next dim
+//     (hi: (h - 1152) * scale = 16 code scale, i.e. 16 times the dequantized value exactly, fp16 scaling
+//     by a power of two); the rows g + 8 of the accumulator are divided by 16 when written.
+// Shared memory: rows of 128 B (int4) / 256 B (int8) / 512 B (bf16), 16-byte chunks XOR-swizzled by
+// (row & 7) so the 8 rows of every ldmatrix matrix hit 8 distinct bank groups. int8 stage: K 4 KB | V 4 KB
+// | K scales 128 B | V scales 128 B; int4 stage: K 2 KB | V 2 KB | the same scales; bf16 stage: K 8 KB |
+// V 8 KB. Rows past the split's end are zero-filled by cp.async (src-size 0) and their scores masked to
+// -inf.
 // ------------------------------------------------------------------------------------------------
 constexpr int kV4Chunk = 16;  // positions per chunk
-template <bool INT8> struct V4Cfg {
-  static constexpr int kWarps = INT8 ? 2 : 1;
-  static constexpr int kStages = 3;
-  static constexpr int kRowBytes = INT8 ? kHd : 2 * kHd;
+template <int KV> struct V4Cfg {
+  static constexpr bool Q = KV != kKvBf16;  // quantized cache: fp16 mma, group scales in each stage
+  static constexpr int kWarps = Q ? 2 : 1;
+  // int4 stages are half of int8's bytes: 5 of them keep about the bytes in flight per warp of int8's 3
+  // (4 x 4352 B vs 2 x 8448 B outstanding while one stage is consumed)
+  static constexpr int kStages = KV == kKvInt4 ? 5 : 3;
+  static constexpr int kRowBytes = row_bytes<KV>();
   static constexpr int kKVBytes = kV4Chunk * kRowBytes;                   // one of K / V per stage
-  static constexpr int kStageBytes = 2 * kKVBytes + (INT8 ? 2 * kV4Chunk * 8 : 0);
+  static constexpr int kStageBytes = 2 * kKVBytes + (Q ? 2 * kV4Chunk * 8 : 0);
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  static constexpr int kSmem = kWarps * kWarpBytes;  // int8 50688 B, bf16 49152 B
+  static constexpr int kSmem = kWarps * kWarpBytes;  // int8 50688 B, int4 43520 B, bf16 49152 B
   static_assert(kWarps == 1 || kWarpBytes >= 64 * 32 * 4, "merge buffer must fit in a warp's ring");
 };
 
@@ -551,18 +596,31 @@ __device__ inline uint32_t v4_deq(uint32_t h, uint32_t s) {
   v = __hmul2(v, *reinterpret_cast<const __half2*>(&s));
   return h2_bits(v);
 }
+// int4: the two LOP3 forms of the header (nibbles 0, 4 at 1024 + n; nibbles 1, 5 at 1024 + 16 n)
+__device__ inline uint32_t v4_nib_lo(uint32_t w) { return (w & 0x000F000Fu) | 0x64006400u; }
+__device__ inline uint32_t v4_nib_hi(uint32_t w) { return (w & 0x00F000F0u) | 0x64006400u; }
+// fp16 h2 (code0 * s0, code1 * s1) from lo nibbles (h = 1032 + code), and 16 times that from hi nibbles
+// (h = 1152 + 16 code): one subtraction (exact) and one rounding, as v4_deq
+__device__ inline uint32_t v4_deq4(uint32_t h, uint32_t s, uint32_t off) {
+  __half2 v = __hsub2(*reinterpret_cast<const __half2*>(&h), *reinterpret_cast<const __half2*>(&off));
+  v = __hmul2(v, *reinterpret_cast<const __half2*>(&s));
+  return h2_bits(v);
+}
+constexpr uint32_t kH2_1032 = 0x64086408u, kH2_1152 = 0x64806480u;  // half2 (1032, 1032), (1152, 1152)
 
 // Issue the cp.async copies of the chunk at positions [pos0, pos0 + 16) (rows >= p1 zero-filled).
-template <bool INT8>
+template <int KV>
 __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, int p1, int nkv, int kvh, int lane) {
-  using C = V4Cfg<INT8>;
-  if constexpr (INT8) {
+  using C = V4Cfg<KV>;
+  if constexpr (C::Q) {
+    constexpr int kSegs = C::kRowBytes / 16;  // 16-byte pieces per row: 16 (int8), 8 (int4)
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int e = lane + 32 * i, row = e >> 4, c = e & 15;
+    for (int i = 0; i < kV4Chunk * kSegs / 32; ++i) {
+      const unsigned e = lane + 32u * i;
+      const int row = e / kSegs, c = e % kSegs;
       const int p = pos0 + row;
       const bool ok = p < p1;
-      const size_t off = ((size_t)(ok ? p : pos0) * nkv + kvh) * kHd + c * 16;
+      const size_t off = ((size_t)(ok ? p : pos0) * nkv + kvh) * C::kRowBytes + c * 16;
       const uint32_t dst = st + row * C::kRowBytes + ((c ^ (row & 7)) << 4);
       v4_cp16(dst, a.k_cache + off, ok);
       v4_cp16(dst + C::kKVBytes, a.v_cache + off, ok);
@@ -584,9 +642,10 @@ __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, 
   }
 }
 
-template <bool INT8>
-__global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel(SplitArgs a) {
-  using C = V4Cfg<INT8>;
+template <int KV>
+__global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(SplitArgs a) {
+  using C = V4Cfg<KV>;
+  constexpr bool Q = C::Q, I4 = KV == kKvInt4;  // Q: int8 or int4
   constexpr int NW = C::kWarps, S = C::kStages;
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ __align__(16) unsigned char v4_smem[];
@@ -613,12 +672,23 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
 
   // query fragments (scaled by log2 e: the softmax runs in base 2), a1 = a3 = 0 (rows 8..15)
   const float* qrow = a.q + ((size_t)t * nh + kvh * group + (hv ? g8 : 0)) * kHd;
-  uint32_t qa[16][2];                      // int8: fp16; bf16: hi parts
-  __shared__ uint2 ql_sh[INT8 ? 1 : 16][32];  // bf16: lo parts (own lane only; keeps registers < 255)
-  float corr[4] = {0.f, 0.f, 0.f, 0.f};    // int8: 1152 * sum of the fp16 q of group g (row g8)
+  uint32_t qa[16][2];                      // int8 / int4: fp16; bf16: hi parts
+  __shared__ uint2 ql_sh[Q ? 1 : 16][32];  // bf16: lo parts (own lane only; keeps registers < 255)
+  float corr[4] = {0.f, 0.f, 0.f, 0.f};    // int8 / int4: the code offsets' share of group g (row g8)
 #pragma unroll
   for (int ks = 0; ks < 16; ++ks) {
-    if constexpr (INT8) {
+    if constexpr (I4) {
+      // k-step ks = 2 sg + h: a0 = dims (d, d + 4), a2 = (d + 1, d + 5) / 16 with d = 32 sg + 8 tig + 2 h
+      const int d = 32 * (ks >> 1) + 8 * tig + 2 * (ks & 1);
+      float2 x0 = *reinterpret_cast<const float2*>(qrow + d);
+      float2 x1 = *reinterpret_cast<const float2*>(qrow + d + 4);
+      if (!hv) x0 = x1 = make_float2(0.f, 0.f);
+      const __half2 lo = __floats2half2_rn(x0.x * kLog2e, x1.x * kLog2e);
+      const __half2 hi = __floats2half2_rn(x0.y * kLog2e * 0.0625f, x1.y * kLog2e * 0.0625f);
+      qa[ks][0] = h2_bits(lo);
+      qa[ks][1] = h2_bits(hi);
+      corr[ks >> 2] += 1032.f * (__low2float(lo) + __high2float(lo)) + 1152.f * (__low2float(hi) + __high2float(hi));
+    } else if constexpr (Q) {
       float4 x = *reinterpret_cast<const float4*>(qrow + 16 * ks + 4 * tig);
       if (!hv) x = make_float4(0.f, 0.f, 0.f, 0.f);
       const __half2 lo = __floats2half2_rn(x.x * kLog2e, x.y * kLog2e);
@@ -636,12 +706,12 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
       ql_sh[ks][lane] = lo;
     }
   }
-  if constexpr (INT8) {
+  if constexpr (Q) {
 #pragma unroll
     for (int g = 0; g < 4; ++g) {
       corr[g] += __shfl_xor_sync(0xffffffffu, corr[g], 1);
       corr[g] += __shfl_xor_sync(0xffffffffu, corr[g], 2);
-      corr[g] *= 1152.f;
+      if constexpr (!I4) corr[g] *= 1152.f;
     }
   }
 
@@ -658,7 +728,7 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
 #pragma unroll
   for (int j = 0; j < S - 1; ++j) {
     if (j < nmine)
-      v4_load_chunk<INT8>(ring + j * C::kStageBytes, a, p0 + (warp + j * NW) * kV4Chunk, p1, nkv, kvh, lane);
+      v4_load_chunk<KV>(ring + j * C::kStageBytes, a, p0 + (warp + j * NW) * kV4Chunk, p1, nkv, kvh, lane);
     v4_commit();
   }
   for (int j = 0; j < nmine; ++j) {
@@ -666,7 +736,7 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
     __syncwarp();
     if (j + S - 1 < nmine) {
       const int jn = j + S - 1;
-      v4_load_chunk<INT8>(ring + (jn % S) * C::kStageBytes, a, p0 + (warp + jn * NW) * kV4Chunk, p1, nkv, kvh, lane);
+      v4_load_chunk<KV>(ring + (jn % S) * C::kStageBytes, a, p0 + (warp + jn * NW) * kV4Chunk, p1, nkv, kvh, lane);
     }
     v4_commit();
     v4_wait<S - 1>();  // groups 0 .. j complete (this lane's copies)
@@ -674,14 +744,41 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
     const int pos0 = p0 + (warp + j * NW) * kV4Chunk;
     const int nvalid = p1 - pos0;  // >= 1
     const uint32_t sK = ring + (j % S) * C::kStageBytes, sV = sK + C::kKVBytes;
-    const unsigned char* sSc = ring_ptr + (j % S) * C::kStageBytes + 2 * C::kKVBytes;  // int8 scales
+    const unsigned char* sSc = ring_ptr + (j % S) * C::kStageBytes + 2 * C::kKVBytes;  // int8 / int4 scales
 
     // ---- scores: s[nt][c] = head g8, position 8 nt + 2 tig + c of the chunk (log2 units)
     float s[2][2];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int row = nt * 8 + (lane & 7);  // the K row this lane addresses for ldmatrix
-      if constexpr (INT8) {
+      if constexpr (I4) {
+        const uint2 ksc0 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig) * 8);
+        const uint2 ksc1 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig + 1) * 8);
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int gg = 0; gg < 2; ++gg) {  // groups 2 gg, 2 gg + 1: segments 4 gg .. 4 gg + 3
+          uint32_t r[4];
+          const int seg = 4 * gg + (lane >> 3);
+          v4_ldsm(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          float d[2][4] = {};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int sg = 4 * gg + i;
+            const uint32_t y = r[i] >> 8;
+            v4_mma<true>(d[i >> 1], qa[2 * sg][0], 0u, qa[2 * sg][1], 0u, v4_nib_lo(r[i]), v4_nib_hi(r[i]));
+            v4_mma<true>(d[i >> 1], qa[2 * sg + 1][0], 0u, qa[2 * sg + 1][1], 0u, v4_nib_lo(y), v4_nib_hi(y));
+          }
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int g = 2 * gg + h;
+            const uint32_t w0 = g < 2 ? ksc0.x : ksc0.y, w1 = g < 2 ? ksc1.x : ksc1.y;
+            s0 = fmaf(v4_half(w0, g & 1), d[h][0] - corr[g], s0);
+            s1 = fmaf(v4_half(w1, g & 1), d[h][1] - corr[g], s1);
+          }
+        }
+        s[nt][0] = s0;
+        s[nt][1] = s1;
+      } else if constexpr (Q) {
         const uint2 ksc0 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig) * 8);
         const uint2 ksc1 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig + 1) * 8);
         float s0 = 0.f, s1 = 0.f;
@@ -756,7 +853,7 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
     }
 
     // ---- values: acc[mt] += V^T (16 dims x 16 positions) P^T (16 positions x 8 heads)
-    if constexpr (INT8) {
+    if constexpr (Q) {
       const uint32_t b0 = h2_bits(__floats2half2_rn(p[0][0], p[0][1]));
       const uint32_t b1 = h2_bits(__floats2half2_rn(p[1][0], p[1][1]));
       // group scales of positions (2tig, 2tig+1) for rows k 2c.. (a0, a1) and (2tig+8, 2tig+9) for a2, a3
@@ -770,19 +867,38 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
       const uint32_t sB[4] = {__byte_perm(v2.x, v3.x, 0x5410), __byte_perm(v2.x, v3.x, 0x7632),
                               __byte_perm(v2.y, v3.y, 0x5410), __byte_perm(v2.y, v3.y, 0x7632)};
       const int row = lane & 15;  // matrices: (pos 0-7, seg 2u), (pos 8-15, seg 2u), (0-7, 2u+1), (8-15, 2u+1)
+      if constexpr (I4) {
 #pragma unroll
-      for (int u = 0; u < 8; ++u) {
-        uint32_t r[4];
-        const int seg = 2 * u + (lane >> 4);
-        v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+        for (int u = 0; u < 4; ++u) {
+          uint32_t r[4];
+          const int seg = 2 * u + (lane >> 4);
+          v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int mt = 2 * u + h, g = mt >> 2;
-          const uint32_t x = r[2 * h] ^ 0x80808080u, y = r[2 * h + 1] ^ 0x80808080u;
-          v4_mma<true>(acc[mt], v4_deq(__byte_perm(x, 0x64646464u, 0x4240), sA[g]),
-                       v4_deq(__byte_perm(x, 0x64646464u, 0x4341), sA[g]),
-                       v4_deq(__byte_perm(y, 0x64646464u, 0x4240), sB[g]),
-                       v4_deq(__byte_perm(y, 0x64646464u, 0x4341), sB[g]), b0, b1);
+          for (int h = 0; h < 2; ++h) {
+            const int sg = 2 * u + h, g = sg >> 1;  // segment: dims 32 sg .. +31, group sg / 2
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {  // m-tile 2 sg + jj: dims 32 sg + 4 g8 + 2 jj (row g8) and + 1 (row g8 + 8)
+              const uint32_t x = jj ? r[2 * h] >> 8 : r[2 * h], y = jj ? r[2 * h + 1] >> 8 : r[2 * h + 1];
+              v4_mma<true>(acc[2 * sg + jj], v4_deq4(v4_nib_lo(x), sA[g], kH2_1032), v4_deq4(v4_nib_hi(x), sA[g], kH2_1152),
+                           v4_deq4(v4_nib_lo(y), sB[g], kH2_1032), v4_deq4(v4_nib_hi(y), sB[g], kH2_1152), b0, b1);
+            }
+          }
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+          uint32_t r[4];
+          const int seg = 2 * u + (lane >> 4);
+          v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int mt = 2 * u + h, g = mt >> 2;
+            const uint32_t x = r[2 * h] ^ 0x80808080u, y = r[2 * h + 1] ^ 0x80808080u;
+            v4_mma<true>(acc[mt], v4_deq(__byte_perm(x, 0x64646464u, 0x4240), sA[g]),
+                         v4_deq(__byte_perm(x, 0x64646464u, 0x4341), sA[g]),
+                         v4_deq(__byte_perm(y, 0x64646464u, 0x4240), sB[g]),
+                         v4_deq(__byte_perm(y, 0x64646464u, 0x4341), sB[g]), b0, b1);
+          }
         }
       }
     } else {
@@ -858,25 +974,27 @@ __global__ void __launch_bounds__(32 * V4Cfg<INT8>::kWarps) attn_split_v4_kernel
   for (int mt = 0; mt < 16; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int dd = INT8 ? 16 * mt + 2 * g8 + r : 16 * mt + 8 * r + g8;
-      if (hA < group) out[hA * head_stride + dd] = acc[mt][2 * r];
-      if (hB < group) out[hB * head_stride + dd] = acc[mt][2 * r + 1];
+      // int4: rows g8 + 8 (r = 1) accumulated 16 times the values (hi nibbles); dividing by 16 is exact
+      const int dd = I4 ? 32 * (mt >> 1) + 4 * g8 + 2 * (mt & 1) + r : Q ? 16 * mt + 2 * g8 + r : 16 * mt + 8 * r + g8;
+      const float f = I4 && r ? 0.0625f : 1.f;
+      if (hA < group) out[hA * head_stride + dd] = acc[mt][2 * r] * f;
+      if (hB < group) out[hB * head_stride + dd] = acc[mt][2 * r + 1] * f;
     }
 }
 
-template <bool INT8>
+template <int KV>
 void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t stream) {
-  constexpr int smem = V4Cfg<INT8>::kSmem;
+  constexpr int smem = V4Cfg<KV>::kSmem;
   static unsigned long long configured = 0;  // one bit per device
   int dev = 0;
   MR_CHECK(cudaGetDevice(&dev), "attn_split");
   const unsigned long long bit = 1ull << (dev & 63);
   if (!(configured & bit)) {
-    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<INT8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "attn_split (shared memory opt-in)");
     configured |= bit;
   }
-  attn_split_v4_kernel<INT8><<<dim3(T, nkv, kMaxAttnSplits), 32 * V4Cfg<INT8>::kWarps, smem, stream>>>(a);
+  attn_split_v4_kernel<KV><<<dim3(T, nkv, kMaxAttnSplits), 32 * V4Cfg<KV>::kWarps, smem, stream>>>(a);
 }
 
 __global__ void __launch_bounds__(kHd) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
@@ -919,6 +1037,8 @@ void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float*
                const float* inv_freq, const int mrope_section[3], const StepInputs* in, float* q_out,
                char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream) {
   if (d.head_dim != kHd) throw std::invalid_argument("attn_prep: head_dim must be 256");
+  if (d.kv_fmt < kKvBf16 || d.kv_fmt > kKvInt4)
+    throw std::invalid_argument("attn_prep: kv format must be 0 (bf16), 1 (int8) or 2 (int4), got " + std::to_string(d.kv_fmt));
   PrepArgs p{qkv, ldp, d, q_norm, k_norm, inv_freq, {mrope_section[0], mrope_section[1], mrope_section[2]},
              in, q_out, k_cache, v_cache, k_scales, v_scales};
   attn_prep_kernel<<<dim3(T, d.n_heads + 2 * d.n_kv_heads), kHd, 0, stream>>>(p);
@@ -931,21 +1051,32 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
   if (d.head_dim != kHd) throw std::invalid_argument("attn_decode: head_dim must be 256");
   if (d.n_heads % d.n_kv_heads || d.n_heads / d.n_kv_heads > kGroup)
     throw std::invalid_argument("attn_decode: at most 6 query heads per kv head");
+  if (d.kv_fmt < kKvBf16 || d.kv_fmt > kKvInt4)
+    throw std::invalid_argument("attn_decode: kv format must be 0 (bf16), 1 (int8) or 2 (int4), got " + std::to_string(d.kv_fmt));
   SplitArgs a{q, d, in, k_cache, v_cache, k_scales, v_scales, partials};
   dim3 grid(kMaxAttnSplits, d.n_kv_heads, T);
-  if (g_attn_mode == 4) {
-    if (d.kv_int8) launch_attn_split_v4<true>(a, T, d.n_kv_heads, stream);
-    else launch_attn_split_v4<false>(a, T, d.n_kv_heads, stream);
-  } else if (d.kv_int8) {
-    if (g_attn_mode == 3) attn_split_kernel<true, 3><<<grid, 128, 0, stream>>>(a);
-    else if (g_attn_mode == 2) attn_split_kernel<true, 2><<<grid, 128, 0, stream>>>(a);
-    else if (g_attn_mode == 1) attn_split_kernel<true, 1><<<grid, 128, 0, stream>>>(a);
-    else attn_split_kernel<true, 0><<<grid, 128, 0, stream>>>(a);
+  const int m = g_attn_mode;
+  if (d.kv_fmt == kKvInt4) {
+    if (m == 4) launch_attn_split_v4<kKvInt4>(a, T, d.n_kv_heads, stream);
+    else if (m == 1) attn_split_kernel<kKvInt4, 1><<<grid, 128, 0, stream>>>(a);
+    else if (m == 0) attn_split_kernel<kKvInt4, 0><<<grid, 128, 0, stream>>>(a);
+    else
+      throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4; variant " +
+                                  std::to_string(m) + " (" + (m == 2 ? "scores on tensor cores" : "scores and values on tensor cores") +
+                                  ") is built for bf16 and int8 KV only");
+  } else if (m == 4) {
+    if (d.kv_fmt == kKvInt8) launch_attn_split_v4<kKvInt8>(a, T, d.n_kv_heads, stream);
+    else launch_attn_split_v4<kKvBf16>(a, T, d.n_kv_heads, stream);
+  } else if (d.kv_fmt == kKvInt8) {
+    if (m == 3) attn_split_kernel<kKvInt8, 3><<<grid, 128, 0, stream>>>(a);
+    else if (m == 2) attn_split_kernel<kKvInt8, 2><<<grid, 128, 0, stream>>>(a);
+    else if (m == 1) attn_split_kernel<kKvInt8, 1><<<grid, 128, 0, stream>>>(a);
+    else attn_split_kernel<kKvInt8, 0><<<grid, 128, 0, stream>>>(a);
   } else {
-    if (g_attn_mode == 3) attn_split_kernel<false, 3><<<grid, 128, 0, stream>>>(a);
-    else if (g_attn_mode == 2) attn_split_kernel<false, 2><<<grid, 128, 0, stream>>>(a);
-    else if (g_attn_mode == 1) attn_split_kernel<false, 1><<<grid, 128, 0, stream>>>(a);
-    else attn_split_kernel<false, 0><<<grid, 128, 0, stream>>>(a);
+    if (m == 3) attn_split_kernel<kKvBf16, 3><<<grid, 128, 0, stream>>>(a);
+    else if (m == 2) attn_split_kernel<kKvBf16, 2><<<grid, 128, 0, stream>>>(a);
+    else if (m == 1) attn_split_kernel<kKvBf16, 1><<<grid, 128, 0, stream>>>(a);
+    else attn_split_kernel<kKvBf16, 0><<<grid, 128, 0, stream>>>(a);
   }
   MR_CHECK_LAUNCH("attn_split");
   attn_combine_kernel<<<dim3(T, d.n_heads), kHd, 0, stream>>>(partials, d, in, gate, ld_gate, out_h);

@@ -3,7 +3,7 @@
 //  attn_prefill_prep : attn_prep for any T (positions from a device pos3 array, kv_start on the host).
 //                      K/V are appended to the cache with exactly attn_prep's arithmetic (same code), so
 //                      decode reads what prefill wrote. Queries are written as 16-bit values scaled by
-//                      1/sqrt(256): bf16 for a bf16 cache, fp16 for an int8 cache ([T, n_heads, 256]).
+//                      1/sqrt(256): bf16 for a bf16 cache, fp16 for an int8 or int4 cache ([T, n_heads, 256]).
 //  attn_prefill      : one block (4 warps) per (64-row query tile, kv head). Rows of the tile are
 //                      (token, head) pairs r = t * G + g of the G query heads sharing the kv head, so each
 //                      K/V tile in shared memory serves all of them. Warp w owns rows 16w .. 16w + 15;
@@ -75,10 +75,18 @@
 //                      kernel but the int8 raw round trip and three of four barriers per tile are gone.
 // Both keep the first kernel's numerics: same mma types, fp32 softmax, same dequantized values; results
 // differ from it only by the tile size (32 keys for small) moving the online-softmax rescale points.
+//
+// int4 cache (ops.h: two codes per byte, code + 8, even dim in the low nibble; the int8 scales): variants
+// 2 and 3 only (the first kernel refuses it). Exactly the int8 scheme with half the bytes per register:
+// a thread's 8 codes of a tile row are one 32-bit load; they become fp16 with the 0x6400 magic number
+// ((w >> 4j) & 0x000F000F | 0x64006400 is the half2 (1024 + n_j, 1024 + n_{j+4}), exact), minus 1032
+// (exact: the code), times the fp16 scale (the one rounding), then PRMT back into dim order for the
+// same 16-byte fp16 store. The tiles, the mma and everything after the store are the int8 path's.
 #include "attn_prefill.h"
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "attn_prep.cuh"
 #include "common.cuh"
@@ -118,7 +126,7 @@ __global__ void __launch_bounds__(kHd) attn_prefill_prep_kernel(PrepArgs p) {
   if (kind == 0) {  // block-uniform: the whole block is one query head
     const float qv = x * rsqrtf((float)kHd);
     const size_t qi = ((size_t)t * p.d.n_heads + head) * kHd + i;
-    if (p.d.kv_int8) reinterpret_cast<__half*>(p.q_out)[qi] = __float2half_rn(qv);
+    if (p.d.kv_fmt != kKvBf16) reinterpret_cast<__half*>(p.q_out)[qi] = __float2half_rn(qv);
     else reinterpret_cast<__nv_bfloat16*>(p.q_out)[qi] = __float2bfloat16(qv);
     return;
   }
@@ -507,24 +515,29 @@ __device__ inline void v2_load_kv_bf16(const FwdArgs& a, int kvh, int p0, int n_
 // int8 K and V tile held in registers between the global load and the dequantizing shared-memory store.
 // Chunk i of a thread: tile row i * NW + warp, codes lane * 8 .. lane * 8 + 7 (group lane / 8). Scales:
 // lane l holds the scale of row (l / 4) * NW + warp, group l % 4; chunk i takes it from lane 4 i + lane / 8.
-template <class C>
+// KV: kKvInt8 (8 codes = a uint2) or kKvInt4 (8 codes = a uint32).
+template <class C, int KV>
 struct RawKV {
-  uint2 k[C::kChunks], v[C::kChunks];
+  using Codes = typename std::conditional<KV == kKvInt4, uint32_t, uint2>::type;
+  static constexpr int kRow = KV == kKvInt4 ? kHd / 2 : kHd;  // bytes of a cache row
+  Codes k[C::kChunks], v[C::kChunks];
   uint32_t ks, vs;
 };
-template <class C>
-__device__ inline void v2_fetch_int8(RawKV<C>& r, const FwdArgs& a, int kvh, int p0, int n_keys, int warp,
+template <class C, int KV>
+__device__ inline void v2_fetch_int8(RawKV<C, KV>& r, const FwdArgs& a, int kvh, int p0, int n_keys, int warp,
                                      int lane) {
   constexpr int NW = C::kThreads / 32;
+  using R = RawKV<C, KV>;
+  using Codes = typename R::Codes;
 #pragma unroll
   for (int i = 0; i < C::kChunks; ++i) {
     const int p = p0 + i * NW + warp;
     const bool ok = p < n_keys;
-    const size_t off = ((size_t)(ok ? p : 0) * a.nkv + kvh) * kHd + lane * 8;
-    const uint2 k = __ldg(reinterpret_cast<const uint2*>(a.kc + off));
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(a.vc + off));
-    r.k[i] = ok ? k : make_uint2(0u, 0u);
-    r.v[i] = ok ? v : make_uint2(0u, 0u);
+    const size_t off = ((size_t)(ok ? p : 0) * a.nkv + kvh) * R::kRow + lane * sizeof(Codes);
+    const Codes k = __ldg(reinterpret_cast<const Codes*>(a.kc + off));
+    const Codes v = __ldg(reinterpret_cast<const Codes*>(a.vc + off));
+    r.k[i] = ok ? k : Codes{};
+    r.v[i] = ok ? v : Codes{};
   }
   const int p = p0 + (lane >> 2) * NW + warp;
   const bool ok = p < n_keys;
@@ -534,10 +547,24 @@ __device__ inline void v2_fetch_int8(RawKV<C>& r, const FwdArgs& a, int kvh, int
   r.ks = ok ? ks : 0u;
   r.vs = ok ? vs : 0u;
 }
+// 8 int4 codes (nibbles 0..7 of w = dims 0..7) -> 8 fp16 (code * scale, rounded once), in dim order
+__device__ inline uint4 i4x8_to_h8(uint32_t w, __half2 scale) {
+  const __half2 off = __floats2half2_rn(1032.f, 1032.f);  // 0x6400 | (code + 8) is 1032 + code
+  uint32_t q[4];  // q[j] = dims (j, j + 4)
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t h = ((w >> (4 * j)) & 0x000F000Fu) | 0x64006400u;
+    const __half2 v = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&h), off), scale);
+    q[j] = *reinterpret_cast<const uint32_t*>(&v);
+  }
+  return make_uint4(__byte_perm(q[0], q[1], 0x5410), __byte_perm(q[2], q[3], 0x5410), __byte_perm(q[0], q[1], 0x7632),
+                    __byte_perm(q[2], q[3], 0x7632));
+}
 // code * fp16 scale rounded to fp16 (i8x2_to_h2: the decode kernel's and the old dequant pass's values,
-// bit for bit) into the swizzled tile; a warp writes one 512-byte row per chunk, conflict-free
-template <class C>
-__device__ inline void v2_store_int8(const RawKV<C>& r, char* dst, int warp, int lane) {
+// bit for bit; int4: i4x8_to_h8) into the swizzled tile; a warp writes one 512-byte row per chunk,
+// conflict-free
+template <class C, int KV>
+__device__ inline void v2_store_int8(const RawKV<C, KV>& r, char* dst, int warp, int lane) {
   constexpr int NW = C::kThreads / 32;
 #pragma unroll
   for (int i = 0; i < C::kChunks; ++i) {
@@ -547,23 +574,29 @@ __device__ inline void v2_store_int8(const RawKV<C>& r, char* dst, int warp, int
     const uint32_t ks2 = ks | (ks << 16), vs2 = vs | (vs << 16);
     const __half2 sk = *reinterpret_cast<const __half2*>(&ks2), sv = *reinterpret_cast<const __half2*>(&vs2);
     uint4 hk, hv;
-    hk.x = i8x2_to_h2(r.k[i].x, 0, sk);
-    hk.y = i8x2_to_h2(r.k[i].x, 1, sk);
-    hk.z = i8x2_to_h2(r.k[i].y, 0, sk);
-    hk.w = i8x2_to_h2(r.k[i].y, 1, sk);
-    hv.x = i8x2_to_h2(r.v[i].x, 0, sv);
-    hv.y = i8x2_to_h2(r.v[i].x, 1, sv);
-    hv.z = i8x2_to_h2(r.v[i].y, 0, sv);
-    hv.w = i8x2_to_h2(r.v[i].y, 1, sv);
+    if constexpr (KV == kKvInt4) {
+      hk = i4x8_to_h8(r.k[i], sk);
+      hv = i4x8_to_h8(r.v[i], sv);
+    } else {
+      hk.x = i8x2_to_h2(r.k[i].x, 0, sk);
+      hk.y = i8x2_to_h2(r.k[i].x, 1, sk);
+      hk.z = i8x2_to_h2(r.k[i].y, 0, sk);
+      hk.w = i8x2_to_h2(r.k[i].y, 1, sk);
+      hv.x = i8x2_to_h2(r.v[i].x, 0, sv);
+      hv.y = i8x2_to_h2(r.v[i].x, 1, sv);
+      hv.z = i8x2_to_h2(r.v[i].y, 0, sv);
+      hv.w = i8x2_to_h2(r.v[i].y, 1, sv);
+    }
     *reinterpret_cast<uint4*>(dst + swz(row, lane)) = hk;
     *reinterpret_cast<uint4*>(dst + C::kTile + swz(row, lane)) = hv;
   }
 }
 
-template <bool INT8, int NW, int WPG, int BN>
+template <int KV, int NW, int WPG, int BN>
 __global__ void __launch_bounds__(NW * 32, 1) attn_prefill_v2_kernel(FwdArgs a) {
   using C = V2Cfg<NW, WPG, BN>;
-  constexpr bool F16 = INT8;  // int8 cache: fp16 mma; bf16 cache: bf16 mma
+  constexpr bool INT8 = KV != kKvBf16;  // a quantized cache (int8 or int4): the register -> fp16 store path
+  constexpr bool F16 = INT8;  // int8 / int4 cache: fp16 mma; bf16 cache: bf16 mma
   extern __shared__ __align__(128) char smem[];
   char* sQ = smem;
   char* sX = smem + C::kQBytes;  // two buffers of [K tile | V tile], 16-bit swizzled
@@ -591,11 +624,11 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_prefill_v2_kernel(FwdArgs a) 
 
   // prologue: Q (cp.async) and tile 0 into buffer 0 (bf16: cp.async; int8: registers -> dequant -> store)
   v2_load_q<C>(a, r0, kvh, smem_u32(sQ), tid);
-  [[maybe_unused]] RawKV<C> raw;
+  [[maybe_unused]] RawKV<C, KV == kKvInt4 ? kKvInt4 : kKvInt8> raw;
   if constexpr (INT8) {
     cp_commit();
-    v2_fetch_int8<C>(raw, a, kvh, 0, n_keys, warp, lane);
-    v2_store_int8<C>(raw, sX, warp, lane);
+    v2_fetch_int8(raw, a, kvh, 0, n_keys, warp, lane);
+    v2_store_int8(raw, sX, warp, lane);
   } else {
     v2_load_kv_bf16<C>(a, kvh, 0, n_keys, smem_u32(sX), tid);
     cp_commit();
@@ -635,7 +668,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_prefill_v2_kernel(FwdArgs a) 
     const uint32_t buf = (j & 1) ? C::kXBytes : 0u, nbuf = (j & 1) ? 0u : C::kXBytes;
     if (more) {
       if constexpr (INT8) {
-        v2_fetch_int8<C>(raw, a, kvh, (j + 1) * BN, n_keys, warp, lane);  // consumed after S below
+        v2_fetch_int8(raw, a, kvh, (j + 1) * BN, n_keys, warp, lane);  // consumed after S below
       } else {
         v2_load_kv_bf16<C>(a, kvh, (j + 1) * BN, n_keys, x0 + nbuf, tid);
         cp_commit();
@@ -659,7 +692,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_prefill_v2_kernel(FwdArgs a) 
     }
     // ---- int8: tile j + 1 (loaded into registers before S) dequantized into the free buffer
     if constexpr (INT8) {
-      if (more) v2_store_int8<C>(raw, sX + nbuf, warp, lane);
+      if (more) v2_store_int8(raw, sX + nbuf, warp, lane);
     }
     // ---- causal mask (diagonal tiles only; also covers keys past n_keys, which are zero-filled)
     if (j >= full_tiles) {
@@ -827,26 +860,27 @@ void launch_prefill(const FwdArgs& a, int blocks, cudaStream_t stream) {
   attn_prefill_kernel<INT8><<<blocks, kThreads, smem, stream>>>(a);
 }
 
-template <bool INT8, int NW, int WPG, int BN>
+template <int KV, int NW, int WPG, int BN>
 void launch_prefill_v2(const FwdArgs& a, cudaStream_t stream) {
   using C = V2Cfg<NW, WPG, BN>;
   static unsigned long long configured = 0;
-  opt_in_smem(attn_prefill_v2_kernel<INT8, NW, WPG, BN>, C::kSmem, configured);
+  opt_in_smem(attn_prefill_v2_kernel<KV, NW, WPG, BN>, C::kSmem, configured);
   const long long rows = (long long)a.T * a.G;
   const long long blocks = (rows + C::kRows - 1) / C::kRows * a.nkv;
   if (blocks > 0x7fffffffLL) throw std::invalid_argument("attn_prefill: too many query rows");
-  attn_prefill_v2_kernel<INT8, NW, WPG, BN><<<(int)blocks, C::kThreads, C::kSmem, stream>>>(a);
+  attn_prefill_v2_kernel<KV, NW, WPG, BN><<<(int)blocks, C::kThreads, C::kSmem, stream>>>(a);
 }
-template <bool INT8, class C>
+template <int KV, class C>
 struct V2Launch;
-template <bool INT8, int NW, int WPG, int BN>
-struct V2Launch<INT8, V2Cfg<NW, WPG, BN>> {
-  static void run(const FwdArgs& a, cudaStream_t s) { launch_prefill_v2<INT8, NW, WPG, BN>(a, s); }
+template <int KV, int NW, int WPG, int BN>
+struct V2Launch<KV, V2Cfg<NW, WPG, BN>> {
+  static void run(const FwdArgs& a, cudaStream_t s) { launch_prefill_v2<KV, NW, WPG, BN>(a, s); }
 };
 template <class C>
-void launch_v2(const FwdArgs& a, bool int8, cudaStream_t s) {
-  if (int8) V2Launch<true, C>::run(a, s);
-  else V2Launch<false, C>::run(a, s);
+void launch_v2(const FwdArgs& a, int kv_fmt, cudaStream_t s) {
+  if (kv_fmt == kKvInt8) V2Launch<kKvInt8, C>::run(a, s);
+  else if (kv_fmt == kKvInt4) V2Launch<kKvInt4, C>::run(a, s);
+  else V2Launch<kKvBf16, C>::run(a, s);
 }
 
 int g_variant = 0;  // set_attn_prefill_variant
@@ -855,6 +889,9 @@ void check_dims(const AttnDims& d, const char* op) {
   if (d.head_dim != kHd) throw std::invalid_argument(std::string(op) + ": head_dim must be 256");
   if (d.n_kv_heads <= 0 || d.n_heads % d.n_kv_heads)
     throw std::invalid_argument(std::string(op) + ": n_heads must be a multiple of n_kv_heads");
+  if (d.kv_fmt < kKvBf16 || d.kv_fmt > kKvInt4)
+    throw std::invalid_argument(std::string(op) + ": kv format must be 0 (bf16), 1 (int8) or 2 (int4), got " +
+                                std::to_string(d.kv_fmt));
 }
 
 }  // namespace
@@ -886,16 +923,19 @@ void attn_prefill(const float* q_buf, int T, int kv_start, const AttnDims& d, co
   if (v == 0) v = max_smem_optin() >= V2Large::kSmem ? 3 : 2;
   switch (v) {
     case 1:
-      if (d.kv_int8) launch_prefill<true>(a, (int)blocks, stream);
+      if (d.kv_fmt == kKvInt4)
+        throw std::invalid_argument("attn_prefill: variant 1 (the first kernel) is built for bf16 and int8 KV only; "
+                                    "int4 KV runs on variants 0, 2 and 3");
+      if (d.kv_fmt == kKvInt8) launch_prefill<true>(a, (int)blocks, stream);
       else launch_prefill<false>(a, (int)blocks, stream);
       break;
-    case 2: launch_v2<V2Small>(a, d.kv_int8, stream); break;
+    case 2: launch_v2<V2Small>(a, d.kv_fmt, stream); break;
     default:
       if (max_smem_optin() < V2Large::kSmem)
         throw std::invalid_argument("attn_prefill: variant 3 needs " + std::to_string(V2Large::kSmem) +
                                     " bytes of shared memory per block; this device allows " +
                                     std::to_string(max_smem_optin()));
-      launch_v2<V2Large>(a, d.kv_int8, stream);
+      launch_v2<V2Large>(a, d.kv_fmt, stream);
   }
   MR_CHECK_LAUNCH("attn_prefill");
 }

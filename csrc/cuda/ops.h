@@ -53,10 +53,17 @@ void gdn_step(const float* conv_out, const float* z, const float* b, const float
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
               __half* out_h, cudaStream_t stream);
 
+// KV cache formats of the attention ops (values fixed: the Python test bindings pass them as ints).
+//  kKvBf16: bf16 [slots, kv_heads, 256]
+//  kKvInt8: int8 codes [slots, kv_heads, 256] + fp16 scales [slots, kv_heads, 4] (group 64, absmax / 127)
+//  kKvInt4: 4-bit codes [slots, kv_heads, 128 bytes] + the same fp16 scales (group 64, absmax / 7); byte j
+//           of a row holds dim 2j (low nibble) and 2j + 1 (high nibble) as code + 8 (1..15), the nibble
+//           order of the 4-bit weight formats (qgemm.cu)
+enum KvFormat : int { kKvBf16 = 0, kKvInt8 = 1, kKvInt4 = 2 };
 struct AttnDims {
   int n_heads, n_kv_heads, head_dim, rotary_dim;
   float eps;
-  int kv_int8;  // 0: bf16 KV, 1: int8 group-64 with fp16 scales
+  int kv_fmt;  // KvFormat
 };
 // Per-step inputs that change every step (read on the device, so graph replays see new values).
 struct StepInputs {
