@@ -10,17 +10,20 @@ GIB = 1 << 30
 
 def _plan_section(art) -> list[str]:
     """The native memory plan on a 24 GiB card at 262,144 tokens, with the formats the native engine
-    would hold this artifact in (engine.native_backend.recipe_from_artifact)."""
+    holds this artifact in (engine.native_backend.recipe_from_artifact: every stored format is kept),
+    the most compact KV format the engine has, and the prefill chunk the engine would pick."""
     try:
         from engine.native_backend import recipe_from_artifact
-        from engine.plan import PlanRequest, make_plan
+        from engine.plan import KV_DTYPES, PlanRequest, fit_prefill_chunk, make_plan
 
-        req = PlanRequest(max_context=262144, kv_dtype="int8", vision=art.config.has_vision,
+        kv = "int4" if "int4" in KV_DTYPES else "int8"
+        req = PlanRequest(max_context=262144, kv_dtype=kv, vision=art.config.has_vision,
                           vram_budget=24 * GIB, recipe=recipe_from_artifact(art))
+        req = fit_prefill_chunk(art.config, req)
         plan = make_plan(art.config, req)
     except Exception as exc:  # the plan needs the native module's dry run
         return [f"plan: unavailable here ({type(exc).__name__}: {exc})"]
-    return ["native plan on a 24 GiB card at 262,144 tokens (int8 KV; fused roles take their majority format):",
+    return [f"native plan on a 24 GiB card at 262,144 tokens ({kv} KV; stored formats kept):",
             *("  " + ln for ln in plan.format_table().splitlines())]
 
 
