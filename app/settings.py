@@ -25,7 +25,7 @@ DEFAULT_SYSTEM_PROMPTS: dict[str, str] = {
     "Coding": "You are an expert programmer. Answer with working code and short explanations.",
 }
 
-KV_FORMATS = ("bf16", "int8")
+KV_FORMATS = ("bf16", "int8", "int4")
 THEMES = ("system", "light", "dark")
 LANGUAGES = ("en", "zh_CN")
 

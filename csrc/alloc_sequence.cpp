@@ -53,6 +53,16 @@ int64_t qmatrix_high_bytes(int64_t rows, int64_t cols, int bits) {
 }
 int64_t qmatrix_scale_bytes(int64_t rows, int64_t cols, int group) { return rows * (cols / group) * 2; }
 
+int64_t kv_code_bytes(KvDtype kv, int64_t elems) {
+  switch (kv) {
+    case KvDtype::BF16: return elems * 2;
+    case KvDtype::INT8G64: return elems;
+    case KvDtype::INT4G64: return elems / 2;  // two codes per byte
+  }
+  throw std::invalid_argument("unknown KV format");
+}
+int64_t kv_scale_bytes(KvDtype kv, int64_t elems) { return kv == KvDtype::BF16 ? 0 : elems / 64 * 2; }
+
 static void check_spec(const QuantSpec& q, int64_t cols, const char* role) {
   if (q.bits != 4 && q.bits != 5 && q.bits != 6 && q.bits != 8)
     throw std::invalid_argument(std::string("recipe: role ") + role + " has bits " + std::to_string(q.bits) +
@@ -244,14 +254,11 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
   for (auto& L : b.layers) {
     if (!L.full) continue;
     std::string p = "kv." + std::to_string(L.attn_index) + ".";
-    if (s.kv == KvDtype::BF16) {
-      L.k_cache = a.take(p + "k", "kv", s.kv_capacity * row * 2);
-      L.v_cache = a.take(p + "v", "kv", s.kv_capacity * row * 2);
-    } else {
-      L.k_cache = a.take(p + "k", "kv", s.kv_capacity * row);
-      L.v_cache = a.take(p + "v", "kv", s.kv_capacity * row);
-      L.k_scales = a.take(p + "k_scales", "kv", s.kv_capacity * row / 64 * 2);
-      L.v_scales = a.take(p + "v_scales", "kv", s.kv_capacity * row / 64 * 2);
+    L.k_cache = a.take(p + "k", "kv", kv_code_bytes(s.kv, s.kv_capacity * row));
+    L.v_cache = a.take(p + "v", "kv", kv_code_bytes(s.kv, s.kv_capacity * row));
+    if (s.kv != KvDtype::BF16) {
+      L.k_scales = a.take(p + "k_scales", "kv", kv_scale_bytes(s.kv, s.kv_capacity * row));
+      L.v_scales = a.take(p + "v_scales", "kv", kv_scale_bytes(s.kv, s.kv_capacity * row));
     }
   }
   // 3. per-lane recurrent state and sampling state.

@@ -55,7 +55,13 @@ int64_t role_tail_rows(const ModelDims& d, int role);
 const char* role_head_label(int role);
 const char* role_tail_label(int role);
 
-enum class KvDtype : int { BF16 = 0, INT8G64 = 1 };
+// KV cache formats; the values are the attention kernels' KvFormat (csrc/cuda/ops.h). Group 64 formats keep
+// one fp16 scale per 64 dims of a (position, kv head) row beside the codes.
+enum class KvDtype : int { BF16 = 0, INT8G64 = 1, INT4G64 = 2 };
+// Bytes of the codes of `elems` cached elements (bf16 2, int8 1, int4 1/2 per element) and of their fp16
+// group-64 scales (none for bf16). elems is a multiple of 64.
+int64_t kv_code_bytes(KvDtype kv, int64_t elems);
+int64_t kv_scale_bytes(KvDtype kv, int64_t elems);
 
 struct EngineShape {
   int64_t max_context = 4096;   // per sequence
@@ -139,9 +145,9 @@ struct LayerBuffers {
   float* q_norm = nullptr;  // [head_dim]
   float* k_norm = nullptr;  // [head_dim]
   int attn_index = -1;      // index among attention layers (KV pool slot)
-  char* k_cache = nullptr;  // [capacity, kv_heads, head_dim] bf16 or int8
+  char* k_cache = nullptr;  // [capacity, kv_heads, head_dim] bf16 or int8; int4: [capacity, kv_heads, head_dim / 2]
   char* v_cache = nullptr;
-  char* k_scales = nullptr;  // int8 only: [capacity, kv_heads, head_dim/64] fp16
+  char* k_scales = nullptr;  // int8 / int4 only: [capacity, kv_heads, head_dim/64] fp16
   char* v_scales = nullptr;
 };
 

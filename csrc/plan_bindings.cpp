@@ -54,7 +54,8 @@ EngineShape shape_from_dict(const py::dict& d) {
   std::string kv = get_or<std::string>(d, "kv_dtype", "int8");
   if (kv == "bf16") s.kv = KvDtype::BF16;
   else if (kv == "int8") s.kv = KvDtype::INT8G64;
-  else throw std::invalid_argument("kv_dtype '" + kv + "' is not built in the native engine (bf16, int8)");
+  else if (kv == "int4") s.kv = KvDtype::INT4G64;
+  else throw std::invalid_argument("kv_dtype '" + kv + "' is not built in the native engine (bf16, int8, int4)");
   s.max_lanes = get_or<int64_t>(d, "max_lanes", 1);
   s.max_step_tokens = get_or<int64_t>(d, "max_step_tokens", 1);
   s.prefill_chunk = get_or<int64_t>(d, "prefill_chunk", 0);

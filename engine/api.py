@@ -26,7 +26,7 @@ ProgressFn = Callable[[float, str], None]
 class EngineOptions:
     backend: str = "reference"        # "reference" or "native"
     max_context: int | None = None    # None: the model's limit
-    kv_dtype: str = "int8"            # native only: "bf16" | "int8"
+    kv_dtype: str = "int8"            # native only: "bf16" | "int8" | "int4" (engine.plan.KV_DTYPES)
     vram_budget_bytes: int | None = None
     device: str | None = None         # reference only: None picks cuda when available, else cpu
     prefill_chunk: int = 512

@@ -2,6 +2,7 @@
 
     model = NativeModel.from_checkpoint(path_or_ckpt, kv_dtype="int8", max_context=32768,
                                         vram_budget_bytes=24 << 30, recipe=DEFAULT_RECIPE)
+    # kv_dtype: "bf16", "int8" (group 64) or "int4" (group 64, two codes per byte): engine.plan.KV_DTYPES
     state = model.new_state(max_tokens)            # a lane of the engine
     out = model.forward(input_ids, state)          # out.logits: [T, V] fp32 (CPU)
     ids = model.sample(state, temperature=0.7, top_p=0.9, seed=1)
@@ -28,8 +29,8 @@ from typing import Callable, Iterable
 import numpy as np
 
 from engine.config import ModelConfig, TextConfig
-from engine.plan import (DEFAULT_MARGIN, DEFAULT_RECIPE, PREFILL_CHUNK_CHOICES, SPLIT_ROLES, PlanRequest, Recipe,
-                         fit_prefill_chunk, make_plan, model_dims)
+from engine.plan import (DEFAULT_MARGIN, DEFAULT_RECIPE, KV_DTYPES, PREFILL_CHUNK_CHOICES, SPLIT_ROLES, PlanRequest,
+                         Recipe, fit_prefill_chunk, make_plan, model_dims)
 
 ProgressFn = Callable[[float, str], None]
 STEP_TOKENS = 16  # tokens per engine step (the verify width)
@@ -222,6 +223,9 @@ class NativeModel:
                      recipe: Recipe, lanes: int, step_tokens: int, margin: int,
                      prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK):
         from engine.native import load_native, native_status
+        if kv_dtype not in KV_DTYPES:  # before the device check: a bad option is the caller's error on any machine
+            raise NativeBackendError(f"kv_dtype {kv_dtype!r} is not a KV format of the native engine "
+                                     f"({', '.join(KV_DTYPES)})")
         st = native_status()
         if not st.gpu_usable:
             raise NativeBackendError(f"the native backend needs a CUDA GPU: {st.reason}")

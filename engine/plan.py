@@ -23,7 +23,9 @@ ROLES = ("embed", "lm_head", "gdn_in", "gdn_out", "attn_qkv", "attn_o", "mlp_gat
 # Fused roles whose last rows (the tail) may keep a format of their own, as (head, tail) row names;
 # the same names label the plan lines of a split role (csrc/alloc_sequence.cpp, role_*_label).
 SPLIT_ROLES = {"gdn_in": ("qkv|z", "b|a"), "attn_qkv": ("q", "k|v")}
-KV_DTYPES = ("bf16", "int8")
+# KV cache formats of the native engine: bf16, int8 group 64 and int4 group 64 (one fp16 scale per 64 dims
+# of a (position, kv head) row; int4 packs two codes per byte): 2, 1 + 2/64 and 0.5 + 2/64 bytes per element.
+KV_DTYPES = ("bf16", "int8", "int4")
 
 # Held back beside the arena: instantiated decode graphs (a few hundred kernel nodes each).
 DEFAULT_GRAPH_ALLOWANCE = 64 * MiB
@@ -161,6 +163,8 @@ def kv_bytes_per_token(t: TextConfig, kv_dtype: str) -> int:
         return elems * 2
     if kv_dtype == "int8":
         return elems + elems // 64 * 2
+    if kv_dtype == "int4":
+        return elems // 2 + elems // 64 * 2
     raise ValueError(f"kv_dtype {kv_dtype!r} is not built in the native engine ({', '.join(KV_DTYPES)})")
 
 

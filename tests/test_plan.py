@@ -30,12 +30,64 @@ def test_weight_bytes_at_4_125_bits_is_13_2_gb():
     assert abs(params * 4.125 / 8 - 13.2e9) / 13.2e9 < 0.005
 
 
-@pytest.mark.parametrize("kv, per_token, total_gib", [("bf16", 65_536, 16.0), ("int8", 33_792, 8.25)])
+# MODEL.md's table: 16 layers x 2 (K, V) x 4 kv heads x 256 dims = 32,768 elements per token; int4 group 64
+# is 0.5 + 2/64 bytes per element (the table's int4/int4 row: 17,408 B, 4.25 GiB at 262,144 tokens).
+@pytest.mark.parametrize("kv, per_token, total_gib", [("bf16", 65_536, 16.0), ("int8", 33_792, 8.25),
+                                                       ("int4", 17_408, 4.25)])
 def test_kv_pool_bytes(kv, per_token, total_gib):
     assert kv_bytes_per_token(T, kv) == per_token
     plan = make_plan(CFG, PlanRequest(max_context=262_144, kv_dtype=kv, vram_budget=1 << 50))
     assert plan.line("KV pool").bytes == per_token * 262_144
     assert plan.line("KV pool").bytes / GiB == total_gib
+
+
+def test_int4_kv_lines_are_codes_and_scales():
+    """Per attention layer: K and V codes (capacity x 4 heads x 128 bytes) and their fp16 scales
+    (capacity x 4 heads x 4 groups x 2 bytes), the scales exactly int8's."""
+    cap = 4096
+    p4 = make_plan(CFG, PlanRequest(max_context=cap, kv_dtype="int4", vram_budget=1 << 50))
+    p8 = make_plan(CFG, PlanRequest(max_context=cap, kv_dtype="int8", vram_budget=1 << 50))
+    kv4 = {a.name: a.bytes for a in p4.allocations if a.category == "kv"}
+    kv8 = {a.name: a.bytes for a in p8.allocations if a.category == "kv"}
+    assert kv4.keys() == kv8.keys() and len(kv4) == 16 * 4
+    for name, nbytes in kv4.items():
+        if name.endswith("_scales"):
+            assert nbytes == kv8[name] == cap * 4 * 4 * 2
+        else:
+            assert nbytes == cap * 4 * 128 == kv8[name] // 2
+    assert p8.total - p4.total == 16 * 2 * cap * 4 * 128
+
+
+def test_unknown_kv_dtype_is_refused():
+    with pytest.raises(ValueError, match="int4"):
+        make_plan(CFG, PlanRequest(max_context=1024, kv_dtype="int2", vram_budget=1 << 50))
+
+
+def test_262k_q4_27b_vision_int4_fits_24_gib(capsys):
+    """The product promise, planned as `monorail plan --recipe q4-27b --vision --kv int4` plans it: the
+    default converter recipe, the vision tower and 262,144 tokens of int4 KV in 24 GiB. With int8 KV the
+    same plan does not fit (the recipe was sized for a 4-bit cache); int4 saves 16 x 2 x 262,144 x 4 x 128
+    bytes = 4.0 GiB of KV codes."""
+    from engine.cli import main
+    rc = main(["plan", "--recipe", "q4-27b", "--vision", "--kv", "int4", "--context", "262144",
+               "--vram-budget", "24GiB"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "DOES NOT FIT" not in out, out
+    rc = main(["plan", "--recipe", "q4-27b", "--vision", "--kv", "int8", "--context", "262144",
+               "--vram-budget", "24GiB"])
+    assert rc == 2 and "DOES NOT FIT" in capsys.readouterr().out
+
+    from engine.native_backend import recipe_for_converter_recipe
+    from engine.plan import fit_prefill_chunk
+    from engine.registry import config_27b
+    cfg = config_27b()
+    base = PlanRequest(max_context=262_144, kv_dtype="int4", vision=True, vram_budget=24 * GiB,
+                       recipe=recipe_for_converter_recipe("q4-27b", cfg))
+    plan = make_plan(cfg, fit_prefill_chunk(cfg, base))
+    assert plan.fits and plan.total <= 24 * GiB
+    assert plan.line("KV pool").bytes == 17_408 * 262_144
+    from dataclasses import replace
+    assert not make_plan(cfg, fit_prefill_chunk(cfg, replace(base, kv_dtype="int8"))).fits
 
 
 def test_gdn_state_is_144_mib_per_lane():

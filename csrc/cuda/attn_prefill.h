@@ -12,11 +12,11 @@
 namespace monorail {
 
 // attn_prep for T tokens: q/k zero-centred RMSNorm, partial interleaved mRoPE with positions pos3
-// (device int32 [T, 3]), K and V appended at cache slots kv_start + t (bf16 or int8 group 64, exactly
+// (device int32 [T, 3]), K and V appended at cache slots kv_start + t (bf16, int8 or int4 group 64, exactly
 // as attn_prep writes them), queries written to q_buf in the layout attn_prefill reads (q_buf holds
 // T * n_heads * head_dim floats of space).
 // Layout written (attn_prefill.cu): 16-bit [T, n_heads, 256] scaled by 1/sqrt(256), bf16 for a bf16 cache
-// and fp16 for an int8 cache (the mma input type of each path); half of q_buf's space is used.
+// and fp16 for an int8 or int4 cache (the mma input type of each path); half of q_buf's space is used.
 void attn_prefill_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
                        const float* inv_freq, const int mrope_section[3], const int32_t* pos3, int kv_start,
                        float* q_buf, char* k_cache, char* v_cache, char* k_scales, char* v_scales,
@@ -34,7 +34,8 @@ void attn_prefill(const float* q_buf, int T, int kv_start, const AttnDims& d, co
 
 // Kernel selection for attn_prefill (process-wide; for tests and timing):
 //   0 (default): variant 3 where cudaDevAttrMaxSharedMemoryPerBlockOptin allows its 212 KB, else variant 2
-//   1: the first kernel (64 rows x 4 warps, int8 dequantized by a shared-memory pass), kept for comparison
+//   1: the first kernel (64 rows x 4 warps, int8 dequantized by a shared-memory pass), kept for comparison;
+//      bf16 and int8 KV only (throws std::invalid_argument for int4)
 //   2: pair-split kernel, small configuration: 64 rows, 4 warps, 32-key tiles, 96 KB (consumer cards)
 //   3: pair-split kernel, large configuration: 128 rows, 8 warps in pairs, 64-key tiles, 212 KB
 // set_attn_prefill_variant throws std::invalid_argument outside 0..3; attn_prefill throws for variant 3 on

@@ -165,11 +165,12 @@ void register_cuda_bindings(py::module_& m) {
              ptr<float>(dt_bias), ptr<float>(norm_w), ptr<float>(state), ptr<__half>(out_h), 0);
     sync0("gdn_step");
   });
-  m.def("op_attention", [](uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps, int kv_int8,
+  // kv_fmt: KvFormat (ops.h): 0 bf16, 1 int8 group 64, 2 int4 group 64 (ks, vs: fp16 scales; unused for bf16)
+  m.def("op_attention", [](uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps, int kv_fmt,
                            uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq, std::vector<int> sec, uintptr_t inputs,
                            uintptr_t q_buf, uintptr_t kc, uintptr_t vc, uintptr_t ks, uintptr_t vs, uintptr_t partials,
                            uintptr_t out_h) {
-    AttnDims d{n_heads, n_kv, 256, rotary_dim, eps, kv_int8};
+    AttnDims d{n_heads, n_kv, 256, rotary_dim, eps, kv_fmt};
     int s3[3] = {sec.at(0), sec.at(1), sec.at(2)};
     const StepInputs* in = ptr<const StepInputs>(inputs);
     attn_prep(ptr<float>(qkv), ldp, T, d, ptr<float>(q_norm), ptr<float>(k_norm), ptr<float>(inv_freq), s3, in,

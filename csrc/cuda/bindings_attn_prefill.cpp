@@ -31,11 +31,11 @@ struct PrefillCall {
   }
 };
 
-PrefillCall make_call(uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps, int kv_int8,
+PrefillCall make_call(uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps, int kv_fmt,
                       uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq, const std::vector<int>& sec,
                       uintptr_t pos3, int kv_start, uintptr_t q_buf, uintptr_t kc, uintptr_t vc, uintptr_t ks,
                       uintptr_t vs, uintptr_t out_h) {
-  PrefillCall c{qkv, ldp, T, AttnDims{n_heads, n_kv, 256, rotary_dim, eps, kv_int8}, q_norm, k_norm, inv_freq,
+  PrefillCall c{qkv, ldp, T, AttnDims{n_heads, n_kv, 256, rotary_dim, eps, kv_fmt}, q_norm, k_norm, inv_freq,
                 {sec.at(0), sec.at(1), sec.at(2)}, pos3, kv_start, q_buf, kc, vc, ks, vs, out_h};
   return c;
 }
@@ -48,12 +48,12 @@ void register_attn_prefill_bindings(py::module_& m) {
   m.def("set_attn_prefill_variant", [](int v) { set_attn_prefill_variant(v); });
   m.def("attn_prefill_variant", [] { return attn_prefill_variant(); });
   m.def("attn_prefill_variant_supported", [](int v) { return attn_prefill_variant_supported(v); });
-  // attn_prefill_prep then attn_prefill on stream 0, synchronised.
+  // attn_prefill_prep then attn_prefill on stream 0, synchronised. kv_fmt: 0 bf16, 1 int8, 2 int4 (ops.h).
   m.def("op_attn_prefill", [](uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps,
-                              int kv_int8, uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq, std::vector<int> sec,
+                              int kv_fmt, uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq, std::vector<int> sec,
                               uintptr_t pos3, int kv_start, uintptr_t q_buf, uintptr_t kc, uintptr_t vc, uintptr_t ks,
                               uintptr_t vs, uintptr_t out_h) {
-    const PrefillCall c = make_call(qkv, ldp, T, n_heads, n_kv, rotary_dim, eps, kv_int8, q_norm, k_norm, inv_freq,
+    const PrefillCall c = make_call(qkv, ldp, T, n_heads, n_kv, rotary_dim, eps, kv_fmt, q_norm, k_norm, inv_freq,
                                     sec, pos3, kv_start, q_buf, kc, vc, ks, vs, out_h);
     c.prep(0);
     c.attend(0);
@@ -61,10 +61,10 @@ void register_attn_prefill_bindings(py::module_& m) {
   });
   // prep once, one untimed attn_prefill, then `reps` timed ones: milliseconds per attn_prefill call.
   m.def("op_attn_prefill_time", [](uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps,
-                                   int kv_int8, uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq,
+                                   int kv_fmt, uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq,
                                    std::vector<int> sec, uintptr_t pos3, int kv_start, uintptr_t q_buf, uintptr_t kc,
                                    uintptr_t vc, uintptr_t ks, uintptr_t vs, uintptr_t out_h, int reps) {
-    const PrefillCall c = make_call(qkv, ldp, T, n_heads, n_kv, rotary_dim, eps, kv_int8, q_norm, k_norm, inv_freq,
+    const PrefillCall c = make_call(qkv, ldp, T, n_heads, n_kv, rotary_dim, eps, kv_fmt, q_norm, k_norm, inv_freq,
                                     sec, pos3, kv_start, q_buf, kc, vc, ks, vs, out_h);
     c.prep(0);
     return (double)time_ms_per_call([&] { c.attend(0); }, reps, 1, "attn_prefill_time");

@@ -241,8 +241,10 @@ void NativeEngine::randomize(uint64_t seed) {
       fill_bf16_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__nv_bfloat16*>(L.k_cache), kv_elems, s++, -2.f, 2.f);
       fill_bf16_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__nv_bfloat16*>(L.v_cache), kv_elems, s++, -2.f, 2.f);
     } else {
-      fill_bytes_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<uint32_t*>(L.k_cache), kv_elems / 4, s++);
-      fill_bytes_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<uint32_t*>(L.v_cache), kv_elems / 4, s++);
+      // random codes (any byte is one valid int8 code or two valid int4 codes)
+      const int64_t words = kv_code_bytes(shape_.kv, kv_elems) / 4;
+      fill_bytes_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<uint32_t*>(L.k_cache), words, s++);
+      fill_bytes_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<uint32_t*>(L.v_cache), words, s++);
       fill_scales_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__half*>(L.k_scales), kv_elems / 64, s++, 0.02f);
       fill_scales_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__half*>(L.v_scales), kv_elems / 64, s++, 0.02f);
     }
@@ -296,8 +298,8 @@ GdnDims NativeEngine::gdn_dims() const {
 
 AttnDims NativeEngine::attn_dims() const {
   const ModelDims& d = dims_;
-  const bool int8 = shape_.kv == KvDtype::INT8G64;
-  return AttnDims{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, int8 ? 1 : 0};
+  const int fmt = shape_.kv == KvDtype::INT4G64 ? kKvInt4 : shape_.kv == KvDtype::INT8G64 ? kKvInt8 : kKvBf16;
+  return AttnDims{(int)d.n_heads, (int)d.n_kv_heads, (int)d.head_dim, (int)d.rotary_dim, eps_, fmt};
 }
 
 NativeEngine::LaneLayer NativeEngine::lane_layer(const LayerBuffers& L, int lane) const {
@@ -311,14 +313,13 @@ NativeEngine::LaneLayer NativeEngine::lane_layer(const LayerBuffers& L, int lane
     return S;
   }
   // each lane owns max_context consecutive cache slots
-  const bool int8 = shape_.kv == KvDtype::INT8G64;
   const int64_t row_elems = (int64_t)lane * shape_.max_context * d.n_kv_heads * d.head_dim;
-  const int64_t off = row_elems * (int8 ? 1 : 2);
+  const int64_t off = kv_code_bytes(shape_.kv, row_elems);
   S.k_cache = L.k_cache + off;
   S.v_cache = L.v_cache + off;
-  if (int8) {
-    S.k_scales = L.k_scales + row_elems / 64 * 2;
-    S.v_scales = L.v_scales + row_elems / 64 * 2;
+  if (shape_.kv != KvDtype::BF16) {
+    S.k_scales = L.k_scales + kv_scale_bytes(shape_.kv, row_elems);
+    S.v_scales = L.v_scales + kv_scale_bytes(shape_.kv, row_elems);
   }
   return S;
 }
@@ -638,7 +639,7 @@ int64_t NativeEngine::step_bytes(int64_t ctx) const {
   const int64_t nl = dims_.n_linear();
   bytes += 2 * nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim * 4;  // GDN state read + write
   const int64_t per_tok = dims_.n_full() * 2 * dims_.n_kv_heads * dims_.head_dim;
-  bytes += ctx * (shape_.kv == KvDtype::BF16 ? per_tok * 2 : per_tok + per_tok / 64 * 2);
+  bytes += ctx * (kv_code_bytes(shape_.kv, per_tok) + kv_scale_bytes(shape_.kv, per_tok));
   return bytes;
 }
 

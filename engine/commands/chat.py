@@ -103,7 +103,7 @@ def register(subparsers) -> None:
                                           "from standard input until EOF or /exit.")
     p.add_argument("--model", default="demo", help="'demo' (built-in, random weights), an HF folder or an artifact")
     p.add_argument("--backend", choices=["reference", "native"], default="reference")
-    p.add_argument("--kv", choices=["bf16", "int8"], default="int8", help="KV cache format (native backend)")
+    p.add_argument("--kv", choices=["bf16", "int8", "int4"], default="int8", help="KV cache format (native backend)")
     p.add_argument("--max-context", type=int, default=None)
     p.add_argument("--prompt", help="send one message, print the reply and exit")
     p.add_argument("--system", help="system prompt")

@@ -54,7 +54,7 @@ def register(subparsers) -> None:
     p.add_argument("model", nargs="?", default="27b",
                    help="checkpoint folder or config.json; '27b' (default) uses the built-in 27B shapes")
     p.add_argument("--context", type=int, default=262144, help="max context per sequence (tokens)")
-    p.add_argument("--kv", default="int8", help="KV cache format (bf16, int8)")
+    p.add_argument("--kv", default="int8", help="KV cache format (bf16, int8, int4)")
     p.add_argument("--concurrency", type=int, default=1, help="concurrent sequences (GDN state slots)")
     p.add_argument("--spec", type=int, default=0, help="speculative window (drafted tokens per step)")
     p.add_argument("--vision", action="store_true", help="plan for the vision tower")
