@@ -16,6 +16,20 @@ TOL_FP16_OUT = 2e-3      # results rounded to fp16 (rel. rounding 4.9e-4 per ele
 TOL_ATTN = 3e-3          # attention: exp/rsqrt intrinsics, fp16 output
 TOL_MODEL_BF16KV = 2e-2  # whole model vs fp32 reference on the same dequantized weights (fp16 GEMV inputs)
 TOL_MODEL_INT8KV = 5e-2  # same with int8 group-64 KV
+# int4 group-64 KV, the kernels against an oracle on the cache the kernel wrote (quantization excluded): the
+# int4 paths round exactly what the int8 paths round (q, P and the dequantized code * scale to fp16, fp16
+# output); the nibble conversion is exact, the hi nibbles' x16 / q/16 are powers of two (exact outside fp16
+# subnormals), and the folded 1032 / 1152 code offsets cancel in fp32 at ~1032/7 x 2^-24 relative per
+# group, <1e-5: so the int8 bound holds.
+TOL_ATTN_INT4 = TOL_ATTN
+# whole model with int4 KV vs the reference whose KV cache holds the same int4 round trip (int4_roundtrip):
+# what remains is the codes the two models round differently because their K/V inputs differ by the fp16
+# GEMV path (~1e-3 of an element, 2e-2 model-level as TOL_MODEL_BF16KV): a step is ~0.34 sigma of a 64-dim
+# Gaussian group (absmax ~2.4 sigma / 7), so ~0.3 % of the codes move by one step, ~0.02 sigma rms: about
+# 3-4x int8's whole quantization noise (step / sqrt(12) = 0.0055 sigma), hence twice TOL_MODEL_INT8KV.
+TOL_MODEL_INT4KV = 1e-1
+
+KV_FMT = {"bf16": 0, "int8": 1, "int4": 2}  # the attention ops' kv format argument (csrc/cuda/ops.h KvFormat)
 
 
 def perm8_index(k: int):
@@ -95,3 +109,52 @@ def gdn_oracle(conv_out, z, b, a, a_log, dt_bias, norm_w, S, kh, vh, eps):
         r = torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps)
         outs.append((o * r * norm_w * torch.nn.functional.silu(z[t].view(vh, dv))).reshape(-1))
     return torch.stack(outs), S
+
+
+# ---- int4 group-64 KV (ops.h kKvInt4): codes + 8 as nibbles, even dim low, one fp16 scale per 64 dims
+
+def random_int4_cache(cap, nkv, hd, gen):
+    """Random int4 cache rows on the device: codes -7..7 (nibbles 1..15, as attn_prep writes) packed two per
+    byte [cap, nkv, hd / 2] uint8, and fp16 scales [cap, nkv, hd / 64] in [0.02, 0.4] (values up to ~2.8,
+    the magnitude of the int8 tests' random caches)."""
+    import torch
+    lo = torch.randint(1, 16, (cap, nkv, hd // 2), device="cuda", generator=gen, dtype=torch.int32)
+    hi = torch.randint(1, 16, (cap, nkv, hd // 2), device="cuda", generator=gen, dtype=torch.int32)
+    scales = (torch.rand(cap, nkv, hd // 64, device="cuda", generator=gen) * 0.38 + 0.02).half()
+    return (lo | (hi << 4)).to(torch.uint8), scales
+
+
+def int4_unpack(codes):
+    """uint8 [..., n / 2] -> int32 quantized values [..., n] (nibble - 8; even dims from the low nibbles)."""
+    import torch
+    c = codes.to(torch.int32)
+    return torch.stack([c & 15, c >> 4], -1).flatten(-2) - 8
+
+
+def int4_dequant(codes, scales):
+    """fp64 values of an int4 cache: code * its group's fp16 scale."""
+    return int4_unpack(codes).double() * scales.double().repeat_interleave(64, -1)
+
+
+def int4_roundtrip(x):
+    """x [..., n] (n a multiple of 64) quantized as attn_prep does for an int4 cache, then dequantized: per 64
+    dims an fp16 scale fp16(absmax / 7) (fp32 division), codes round-half-even(x / scale) clamped to -7..7."""
+    import torch
+    xf = x.float()
+    g = xf.reshape(*xf.shape[:-1], -1, 64)
+    s = (g.abs().amax(-1, keepdim=True) / 7).half().float()
+    q = torch.where(s > 0, torch.round(g / s), torch.zeros_like(g)).clamp(-7, 7)
+    return (q * s).reshape(xf.shape).to(x.dtype)
+
+
+def reference_kv_int4(monkeypatch):
+    """Make every reference-model KV cache (engine.reference.state.KVCache) store the int4 round trip of what
+    it is given, i.e. what the native int4 cache holds: the model comparison then measures the engine, not
+    the quantization."""
+    from engine.reference.state import KVCache
+    orig = KVCache.append
+
+    def append(self, k_new, v_new):
+        return orig(self, int4_roundtrip(k_new), int4_roundtrip(v_new))
+
+    monkeypatch.setattr(KVCache, "append", append)

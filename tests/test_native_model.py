@@ -2,7 +2,7 @@
 
 - a tiny checkpoint written by transformers (27B head sizes, small widths): 64 teacher-forced decode
   steps, logits within tolerance at every step, greedy tokens equal wherever the reference's top-2
-  margin exceeds the tolerance;
+  margin exceeds the tolerance; int4 KV against a reference whose KV cache holds the same int4 round trip;
 - full-width layers (27B hidden/intermediate/head shapes, 3 GDN + 1 attention layer, small vocab);
 - the arena: device memory identical before and after many requests; an impossible budget fails
   before anything is allocated."""
@@ -13,7 +13,8 @@ import copy
 
 import pytest
 
-from native_helpers import TOL_MODEL_BF16KV, TOL_MODEL_INT8KV, rel_err, requires_gpu
+from native_helpers import (TOL_MODEL_BF16KV, TOL_MODEL_INT4KV, TOL_MODEL_INT8KV, reference_kv_int4, rel_err,
+                            requires_gpu)
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 torch = pytest.importorskip("torch")
@@ -111,7 +112,25 @@ def test_tiny_model_64_teacher_forced_steps(tiny_native_ckpt, kv, tol, attn_vari
         nat.set_attn_variant(default)
 
 
-def _tiny_model_case(tiny_native_ckpt, kv, tol, attn_variant):
+@pytest.mark.parametrize("attn_variant", [0, 4])
+def test_tiny_model_int4_kv_teacher_forced_steps(tiny_native_ckpt, attn_variant, monkeypatch):
+    """int4 KV (variants 0 and 4; 2 and 3 refuse it): the reference stores the int4 round trip of its K/V
+    (reference_kv_int4), so the logits are held to TOL_MODEL_INT4KV (native_helpers: the codes the two
+    models round differently), and greedy tokens must agree wherever the reference's top-2 margin is more
+    than 4 x TOL_MODEL_INT4KV x the logits' rms. At least 16 of the 64 steps must be that clear (int8's
+    bound is 32 at half the tolerance, i.e. half the margin)."""
+    from engine.native import load_native
+    reference_kv_int4(monkeypatch)
+    nat = load_native()
+    default = nat.get_attn_variant()
+    nat.set_attn_variant(attn_variant)
+    try:
+        _tiny_model_case(tiny_native_ckpt, "int4", TOL_MODEL_INT4KV, attn_variant, min_checked=16)
+    finally:
+        nat.set_attn_variant(default)
+
+
+def _tiny_model_case(tiny_native_ckpt, kv, tol, attn_variant, min_checked=32):
     from engine.native_backend import NativeModel
     from engine.plan import DEFAULT_RECIPE
     from engine.reference.model import ReferenceModel
@@ -123,7 +142,7 @@ def _tiny_model_case(tiny_native_ckpt, kv, tol, attn_variant):
     worst, checked, agree = teacher_forced(native, ref, tokens, tol)
     print(f"tiny {kv} attention variant {attn_variant}: worst logits rel err {worst:.2e}, greedy agree {agree}/{checked}")
     assert worst < tol
-    assert checked >= 32 and agree == checked
+    assert checked >= min_checked and agree == checked
 
 
 def test_multi_token_step_equals_single_steps(tiny_native_ckpt):

@@ -3,6 +3,7 @@ against its decode path and against the reference model on the same dequantized 
 
 - prefill with chunk boundaries at odd places leaves the same logits and the same state as feeding the
   prompt through the decode step (decode continues identically afterwards);
+- the same for int4 KV, against a reference whose KV cache holds the same int4 round trip;
 - greedy tokens after a multi-chunk prompt equal the reference's wherever its top-2 margin is clear;
 - full-width layers (27B shapes, 3 GDN + 1 attention) at T = 17, 1024 and 4096 against the reference;
 - prompts of many lengths leave device memory exactly as it was (no allocation per request)."""
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from native_helpers import TOL_MODEL_BF16KV, TOL_MODEL_INT8KV, rel_err, requires_gpu
+from native_helpers import (TOL_MODEL_BF16KV, TOL_MODEL_INT4KV, TOL_MODEL_INT8KV, reference_kv_int4, rel_err,
+                            requires_gpu)
 from test_native_model import dequantized_source, full_width_source, source_from_checkpoint
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -29,10 +31,16 @@ def _native(src, kv, chunk, max_context=512, budget=2 << 30):
                                        prefill_chunk=chunk)
 
 
-@pytest.mark.parametrize("kv, tol", [("bf16", TOL_PREFILL_VS_DECODE), ("int8", TOL_MODEL_INT8KV)])
-def test_prefill_at_odd_chunks_equals_decode_path_and_decode_continues(tiny_native_ckpt, kv, tol):
+@pytest.mark.parametrize("kv, tol", [("bf16", TOL_PREFILL_VS_DECODE), ("int8", TOL_MODEL_INT8KV),
+                                     ("int4", TOL_MODEL_INT4KV)])
+def test_prefill_at_odd_chunks_equals_decode_path_and_decode_continues(tiny_native_ckpt, kv, tol, monkeypatch):
+    """int4: the reference stores the int4 round trip of its K/V (reference_kv_int4); prefill and the decode
+    step compute K/V through different kernels, so their caches differ by the codes that round differently,
+    which is what TOL_MODEL_INT4KV bounds (native_helpers)."""
     from engine.plan import DEFAULT_RECIPE
     from engine.reference.model import ReferenceModel
+    if kv == "int4":
+        reference_kv_int4(monkeypatch)
     src = source_from_checkpoint(tiny_native_ckpt)
     pre = _native(src, kv, chunk=37)       # 100 tokens -> chunks of 37 + 37 + 26
     step = _native(src, kv, chunk=0)       # prompts through the decode step (16 at a time)
