@@ -41,8 +41,9 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(20))  # 0 = route by shape, 1..19 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(22))  # 0 = route by shape, 1..21 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
+QGEMV_TC_VARIANTS = [20, 21]  # tensor-core kernel, 4-bit (5/6/8-bit requests run the generic path)
 
 
 @pytest.mark.parametrize("variant", QGEMV_VARIANTS)
@@ -96,7 +97,8 @@ def _random_q4(N, K, gen):
                                        (2, 96, 512)])      # 16 chunks: half the lanes idle
 def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
     # every T = 1 variant with each epilogue on shapes that exercise partial row groups and persistent rounds;
-    # also bit-for-bit-close to variant 1 (same per-chunk arithmetic and order)
+    # also bit-for-bit-close to variant 1 (same per-chunk arithmetic and order), except the tensor-core
+    # variants (fp32 mma sums in another order: checked against fp64 only)
     gen = torch.Generator(device="cuda").manual_seed(variant * 13 + N + K)
     codes, scales, wd = _random_q4(N, K, gen)
     x = torch.randn(1, K, device="cuda", generator=gen).half()
@@ -128,6 +130,8 @@ def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
         assert rel_err(got, ref) < TOL_GEMV_Q4 + TOL_FP16_OUT
     else:
         assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
+    if variant in QGEMV_TC_VARIANTS:
+        return
     base = call(1)
     assert rel_err(got, base) < (TOL_FP16_OUT if epi == 2 else 1e-5)
 
@@ -169,8 +173,8 @@ def test_random_q_packing_matches_quant_module(nat):
             assert (high is None and want_high is None) or torch.equal(high.cpu(), want_high)
 
 
-@pytest.mark.parametrize("bits", [4, 5, 6, 8])
-@pytest.mark.parametrize("variant", [0, 1] + QGEMV_RING_VARIANTS)
+@pytest.mark.parametrize("bits, variant", [(b, v) for b in (4, 5, 6, 8) for v in [0, 1] + QGEMV_RING_VARIANTS]
+                         + [(4, v) for v in QGEMV_TC_VARIANTS])  # tensor-core variants: 4-bit only
 @pytest.mark.parametrize("epi, N, K, group", [
     (0, 253, 1120, 32),    # K = 32 * 35: last batch of 3 lanes; N odd: a last row group of 1 row (R2 and R4)
     (1, 250, 1152, 64),    # N = 4k + 2: the last R4 group is half empty
@@ -180,7 +184,8 @@ def test_random_q_packing_matches_quant_module(nat):
 ])
 def test_qgemv_widths_t1(nat, bits, variant, epi, N, K, group):
     # T = 1 of every width through the route (0), the generic path (1: for 5/6/8-bit the per-element fp32
-    # decode, kept for comparison) and the cp.async ring variants, with every epilogue, against fp64
+    # decode, kept for comparison) and the cp.async ring variants, with every epilogue, against fp64; 4-bit also
+    # through the tensor-core variants (odd N: a partial last m16 tile; K / group not a multiple of the warps)
     gen = torch.Generator(device="cuda").manual_seed(bits * 1000 + variant * 13 + N + K + group)
     codes, high, scales, wd = _random_q(N, K, bits, group, gen)
     x = torch.randn(1, K, device="cuda", generator=gen).half()
