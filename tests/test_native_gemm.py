@@ -152,7 +152,7 @@ def test_qgemm_overlapped_slices_match_oracle(nat, bits, epi):
 
 
 @pytest.mark.parametrize("bits", [4, 6])
-def test_qgemm_overlap_off_gives_the_same_product(nat, overlap_off, bits):
+def test_qgemm_without_overlap_matches_oracle(nat, overlap_off, bits):
     gen = torch.Generator().manual_seed(77 + bits)
     N, K, T = 700, 640, 33
     q, codes, high, scales, wd = quantized(N, K, bits, 64, gen)

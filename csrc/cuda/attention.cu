@@ -13,6 +13,7 @@
 
 #include "attn_prep.cuh"
 #include "common.cuh"
+#include "ptx.cuh"
 #include "ops.h"
 
 namespace monorail {
@@ -133,14 +134,6 @@ __device__ inline void unpack8(const Raw8<KV>& r, float (&v)[8]) {
 
 // QSMEM: the 6 query heads live in shared memory (read as float4) instead of 96 registers per lane,
 // trading shared-memory reads for occupancy (bench/decode.py times both).
-// m16n8k16 fp16 MMA, fp32 accumulate (sm_80+): D = A B + C for one 16x16 A and 16x8 B fragment.
-__device__ inline void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                 uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 __device__ inline uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
 // two bf16 (one 32-bit word) -> half2 (exact inside the fp16 range)
 __device__ inline uint32_t bf16x2_to_h2(uint32_t w) {
@@ -252,7 +245,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
             for (int j = 0; j < 16; ++j) {
               const uint4& r = raw[j >> 1];
               const uint32_t wlo = (j & 1) ? r.z : r.x, whi = (j & 1) ? r.w : r.y;
-              mma_16816(d[u], qa_lo[j], 0u, qa_hi[j], 0u, bf16x2_to_h2(wlo), bf16x2_to_h2(whi));
+              mma16816<true>(d[u], qa_lo[j], 0u, qa_hi[j], 0u, bf16x2_to_h2(wlo), bf16x2_to_h2(whi));
             }
           } else {
             uint2 raw[8];
@@ -269,7 +262,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
               const int p = j >> 1;
               const __half2 s2 = __half2half2(sh[p >> 1]);
               const uint32_t w = (j & 1) ? raw[p].y : raw[p].x;  // dims 32p + 8tig + 4h .. +3
-              mma_16816(d[u], qa_lo[j], 0u, qa_hi[j], 0u, i8x2_to_h2(w, 0, s2), i8x2_to_h2(w, 1, s2));
+              mma16816<true>(d[u], qa_lo[j], 0u, qa_hi[j], 0u, i8x2_to_h2(w, 0, s2), i8x2_to_h2(w, 1, s2));
             }
           }
         }
@@ -385,7 +378,7 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
             const uint32_t sa = (uint32_t)__cvta_generic_to_shared(addr);
             asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
                          : "=r"(b0), "=r"(b1) : "r"(sa));
-            mma_16816(od[nt], a0, 0u, a2, 0u, b0, b1);
+            mma16816<true>(od[nt], a0, 0u, a2, 0u, b0, b1);
           }
         }
         __syncthreads();
@@ -538,39 +531,7 @@ template <int KV> struct V4Cfg {
   static_assert(kWarps == 1 || kWarpBytes >= 64 * 32 * 4, "merge buffer must fit in a warp's ring");
 };
 
-__device__ inline uint32_t v4_smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ inline void v4_cp16(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ inline void v4_cp8(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0) : "memory");
-}
-__device__ inline void v4_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ inline void v4_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-__device__ inline void v4_ldsm(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ inline void v4_ldsm_t(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-template <bool F16>
-__device__ inline void v4_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                              uint32_t b1) {
-  if constexpr (F16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
+// cp.async, ldmatrix and the m16n8k16 mma: ptx.cuh
 __device__ inline float v4_ex2(float x) {  // 2^x; -inf -> +0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
@@ -622,13 +583,13 @@ __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, 
       const bool ok = p < p1;
       const size_t off = ((size_t)(ok ? p : pos0) * nkv + kvh) * C::kRowBytes + c * 16;
       const uint32_t dst = st + row * C::kRowBytes + ((c ^ (row & 7)) << 4);
-      v4_cp16(dst, a.k_cache + off, ok);
-      v4_cp16(dst + C::kKVBytes, a.v_cache + off, ok);
+      cp_async16(dst, a.k_cache + off, ok);
+      cp_async16(dst + C::kKVBytes, a.v_cache + off, ok);
     }
     const int row = lane & 15, p = pos0 + row;
     const bool ok = p < p1;
     const char* src = (lane < 16 ? a.k_scales : a.v_scales) + ((size_t)(ok ? p : pos0) * nkv + kvh) * (kHd / 64) * 2;
-    v4_cp8(st + 2 * C::kKVBytes + (lane >> 4) * (kV4Chunk * 8) + row * 8, src, ok);
+    cp_async8(st + 2 * C::kKVBytes + (lane >> 4) * (kV4Chunk * 8) + row * 8, src, ok);
   } else {
 #pragma unroll
     for (int row = 0; row < kV4Chunk; ++row) {
@@ -636,8 +597,8 @@ __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, 
       const bool ok = p < p1;
       const size_t off = (((size_t)(ok ? p : pos0) * nkv + kvh) * kHd + lane * 8) * 2;
       const uint32_t dst = st + row * C::kRowBytes + ((lane ^ (row & 7)) << 4);
-      v4_cp16(dst, a.k_cache + off, ok);
-      v4_cp16(dst + C::kKVBytes, a.v_cache + off, ok);
+      cp_async16(dst, a.k_cache + off, ok);
+      cp_async16(dst + C::kKVBytes, a.v_cache + off, ok);
     }
   }
 }
@@ -722,14 +683,14 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
 
   const int nchunks = (p1 - p0 + kV4Chunk - 1) / kV4Chunk;
   const int nmine = nchunks > warp ? (nchunks - warp + NW - 1) / NW : 0;
-  const uint32_t ring = v4_smem_u32(v4_smem) + warp * C::kWarpBytes;
+  const uint32_t ring = smem_u32(v4_smem) + warp * C::kWarpBytes;
   const unsigned char* ring_ptr = v4_smem + warp * C::kWarpBytes;
   // prologue: chunks 0 .. S-2 of this warp (one commit group per chunk, empty past the end)
 #pragma unroll
   for (int j = 0; j < S - 1; ++j) {
     if (j < nmine)
       v4_load_chunk<KV>(ring + j * C::kStageBytes, a, p0 + (warp + j * NW) * kV4Chunk, p1, nkv, kvh, lane);
-    v4_commit();
+    cp_commit();
   }
   for (int j = 0; j < nmine; ++j) {
     // the stage of chunk j + S - 1 last held chunk j - 1: every lane is done reading it
@@ -738,8 +699,8 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
       const int jn = j + S - 1;
       v4_load_chunk<KV>(ring + (jn % S) * C::kStageBytes, a, p0 + (warp + jn * NW) * kV4Chunk, p1, nkv, kvh, lane);
     }
-    v4_commit();
-    v4_wait<S - 1>();  // groups 0 .. j complete (this lane's copies)
+    cp_commit();
+    cp_wait<S - 1>();  // groups 0 .. j complete (this lane's copies)
     __syncwarp();      // ... and visible to the whole warp
     const int pos0 = p0 + (warp + j * NW) * kV4Chunk;
     const int nvalid = p1 - pos0;  // >= 1
@@ -759,14 +720,14 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
         for (int gg = 0; gg < 2; ++gg) {  // groups 2 gg, 2 gg + 1: segments 4 gg .. 4 gg + 3
           uint32_t r[4];
           const int seg = 4 * gg + (lane >> 3);
-          v4_ldsm(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
           float d[2][4] = {};
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const int sg = 4 * gg + i;
             const uint32_t y = r[i] >> 8;
-            v4_mma<true>(d[i >> 1], qa[2 * sg][0], 0u, qa[2 * sg][1], 0u, v4_nib_lo(r[i]), v4_nib_hi(r[i]));
-            v4_mma<true>(d[i >> 1], qa[2 * sg + 1][0], 0u, qa[2 * sg + 1][1], 0u, v4_nib_lo(y), v4_nib_hi(y));
+            mma16816<true>(d[i >> 1], qa[2 * sg][0], 0u, qa[2 * sg][1], 0u, v4_nib_lo(r[i]), v4_nib_hi(r[i]));
+            mma16816<true>(d[i >> 1], qa[2 * sg + 1][0], 0u, qa[2 * sg + 1][1], 0u, v4_nib_lo(y), v4_nib_hi(y));
           }
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -786,12 +747,12 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
         for (int g = 0; g < 4; ++g) {
           uint32_t r[4];
           const int seg = 4 * g + (lane >> 3);
-          v4_ldsm(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
           float d[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const uint32_t y = r[i] ^ 0x80808080u;
-            v4_mma<true>(d, qa[4 * g + i][0], 0u, qa[4 * g + i][1], 0u, __byte_perm(y, 0x64646464u, 0x4140),
+            mma16816<true>(d, qa[4 * g + i][0], 0u, qa[4 * g + i][1], 0u, __byte_perm(y, 0x64646464u, 0x4140),
                          __byte_perm(y, 0x64646464u, 0x4342));
           }
           const uint32_t w0 = g < 2 ? ksc0.x : ksc0.y, w1 = g < 2 ? ksc1.x : ksc1.y;
@@ -806,14 +767,14 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
         for (int kk = 0; kk < 8; ++kk) {
           uint32_t r[4];
           const int seg = 4 * kk + (lane >> 3);
-          v4_ldsm(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
           // r0, r1: b0, b1 of k-step 2 kk; r2, r3: of k-step 2 kk + 1
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int ks = 2 * kk + h;
             const uint2 lo = ql_sh[ks][lane];
-            v4_mma<false>(d[0], qa[ks][0], 0u, qa[ks][1], 0u, r[2 * h], r[2 * h + 1]);
-            v4_mma<false>(d[1], lo.x, 0u, lo.y, 0u, r[2 * h], r[2 * h + 1]);
+            mma16816<false>(d[0], qa[ks][0], 0u, qa[ks][1], 0u, r[2 * h], r[2 * h + 1]);
+            mma16816<false>(d[1], lo.x, 0u, lo.y, 0u, r[2 * h], r[2 * h + 1]);
           }
         }
         s[nt][0] = d[0][0] + d[1][0];
@@ -872,14 +833,14 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
         for (int u = 0; u < 4; ++u) {
           uint32_t r[4];
           const int seg = 2 * u + (lane >> 4);
-          v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int sg = 2 * u + h, g = sg >> 1;  // segment: dims 32 sg .. +31, group sg / 2
 #pragma unroll
             for (int jj = 0; jj < 2; ++jj) {  // m-tile 2 sg + jj: dims 32 sg + 4 g8 + 2 jj (row g8) and + 1 (row g8 + 8)
               const uint32_t x = jj ? r[2 * h] >> 8 : r[2 * h], y = jj ? r[2 * h + 1] >> 8 : r[2 * h + 1];
-              v4_mma<true>(acc[2 * sg + jj], v4_deq4(v4_nib_lo(x), sA[g], kH2_1032), v4_deq4(v4_nib_hi(x), sA[g], kH2_1152),
+              mma16816<true>(acc[2 * sg + jj], v4_deq4(v4_nib_lo(x), sA[g], kH2_1032), v4_deq4(v4_nib_hi(x), sA[g], kH2_1152),
                            v4_deq4(v4_nib_lo(y), sB[g], kH2_1032), v4_deq4(v4_nib_hi(y), sB[g], kH2_1152), b0, b1);
             }
           }
@@ -889,12 +850,12 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
         for (int u = 0; u < 8; ++u) {
           uint32_t r[4];
           const int seg = 2 * u + (lane >> 4);
-          v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int mt = 2 * u + h, g = mt >> 2;
             const uint32_t x = r[2 * h] ^ 0x80808080u, y = r[2 * h + 1] ^ 0x80808080u;
-            v4_mma<true>(acc[mt], v4_deq(__byte_perm(x, 0x64646464u, 0x4240), sA[g]),
+            mma16816<true>(acc[mt], v4_deq(__byte_perm(x, 0x64646464u, 0x4240), sA[g]),
                          v4_deq(__byte_perm(x, 0x64646464u, 0x4341), sA[g]),
                          v4_deq(__byte_perm(y, 0x64646464u, 0x4240), sB[g]),
                          v4_deq(__byte_perm(y, 0x64646464u, 0x4341), sB[g]), b0, b1);
@@ -911,13 +872,13 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
       for (int mt = 0; mt < 16; ++mt) {
         uint32_t r[4];
         const int seg = 2 * mt + ((lane >> 3) & 1);
-        v4_ldsm_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
-        v4_mma<false>(acc[mt], r[0], r[1], r[2], r[3], bh0, bh1);
-        v4_mma<false>(acc[mt], r[0], r[1], r[2], r[3], bl0, bl1);
+        ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+        mma16816<false>(acc[mt], r[0], r[1], r[2], r[3], bh0, bh1);
+        mma16816<false>(acc[mt], r[0], r[1], r[2], r[3], bl0, bl1);
       }
     }
   }
-  v4_wait<0>();  // only empty groups can be pending here; drain before the ring is reused
+  cp_wait<0>();  // only empty groups can be pending here; drain before the ring is reused
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 1);
   l_run += __shfl_xor_sync(0xffffffffu, l_run, 2);
 

@@ -90,6 +90,7 @@
 
 #include "attn_prep.cuh"
 #include "common.cuh"
+#include "ptx.cuh"
 
 namespace monorail {
 namespace {
@@ -136,48 +137,30 @@ __global__ void __launch_bounds__(kHd) attn_prefill_prep_kernel(PrepArgs p) {
 // ---------------------------------------------------------------------------------------------
 // device helpers
 
-__device__ inline uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 // byte offset of 16-byte chunk `chunk` (0..31) of row `row` in a swizzled [rows][256] 16-bit tile
 __device__ inline uint32_t swz(int row, int chunk) { return (uint32_t)(row * kRowBytes + ((chunk ^ (row & 7)) << 4)); }
 
-__device__ inline void cp_async16(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ inline void cp_async8(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0) : "memory");
-}
-__device__ inline void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ inline void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+// cp.async, ldmatrix and mma16816 (with its fragment layout): ptx.cuh
 
-__device__ inline void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-__device__ inline void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
-}
-
-// m16n8k16, fp32 accumulate. Fragments (PTX ISA, g = lane / 4, c = lane % 4):
-//   A 16x16 row: a0 (g, 2c..2c+1), a1 (g+8, 2c..), a2 (g, 2c+8..2c+9), a3 (g+8, 2c+8..)
-//   B 16x8 col : b0 (k 2c..2c+1, n g), b1 (k 2c+8..2c+9, n g)
-//   C 16x8     : c0, c1 (g, 2c..2c+1), c2, c3 (g+8, 2c..2c+1)
-// the lower-indexed element sits in the low 16 bits of each register.
-template <bool F16>
-__device__ inline void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (F16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// ldmatrix lane addressing of swizzled Q (A operand), K (B) and V (B^T) tiles whose first rows sit at the
+// shared addresses q0 (this warp's 16 rows), k0 and v0. Every tile row a lane addresses is = lrow (mod 8), so
+// chunk 2 kk + hi sits at physical chunk (2 kk + hi) ^ lrow = 8 (kk / 4) + ((2 (kk % 4) + hi) ^ lrow): four
+// per-lane offsets per operand plus an immediate of 128 B * (kk / 4).
+__device__ inline void ldsm_offsets(uint32_t q0, uint32_t k0, uint32_t v0, int lane, uint32_t (&q_off)[4],
+                                    uint32_t (&k_off)[4], uint32_t (&v_off)[4]) {
+  const int lrow = lane & 7;
+  const uint32_t q_row = q0 + (lrow + ((lane >> 3) & 1) * 8) * kRowBytes;  // A: a0..a3
+  const uint32_t k_row = k0 + (lrow + (lane >> 4) * 8) * kRowBytes;         // B: b0 b1 (n 0-7), (n 8-15)
+  const uint32_t v_row = v0 + (lrow + ((lane >> 3) & 1) * 8) * kRowBytes;  // B^T: (d 0-7), (d 8-15)
+  const int q_hi = lane >> 4, k_hi = (lane >> 3) & 1, v_hi = lane >> 4;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    q_off[i] = q_row + (((2 * i + q_hi) ^ lrow) << 4);
+    k_off[i] = k_row + (((2 * i + k_hi) ^ lrow) << 4);
+    v_off[i] = v_row + (((2 * i + v_hi) ^ lrow) << 4);
   }
 }
+
 template <bool F16>
 __device__ inline uint32_t pack2(float lo, float hi) {
   if constexpr (F16) {
@@ -313,23 +296,8 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_kernel(FwdArgs a) {
   for (int nt = 0; nt < 32; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  // ldmatrix lane addressing. Every tile row a lane addresses is = lrow (mod 8), so chunk 2 kk + hi sits at
-  // physical chunk (2 kk + hi) ^ lrow = 8 (kk / 4) + ((2 (kk % 4) + hi) ^ lrow): four per-lane offsets per
-  // operand plus an immediate of 128 B * (kk / 4).
-  const int lrow = lane & 7;
   uint32_t q_off[4], k_off[4], v_off[4];
-  {
-    const uint32_t q_row = smem_u32(sQ) + (warp * 16 + lrow + ((lane >> 3) & 1) * 8) * kRowBytes;  // A: a0..a3
-    const uint32_t k_row = smem_u32(sK) + (lrow + (lane >> 4) * 8) * kRowBytes;  // B: b0 b1 (n 0-7), (n 8-15)
-    const uint32_t v_row = smem_u32(sV) + (lrow + ((lane >> 3) & 1) * 8) * kRowBytes;  // B^T: (d 0-7), (d 8-15)
-    const int q_hi = lane >> 4, k_hi = (lane >> 3) & 1, v_hi = lane >> 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      q_off[i] = q_row + (((2 * i + q_hi) ^ lrow) << 4);
-      k_off[i] = k_row + (((2 * i + k_hi) ^ lrow) << 4);
-      v_off[i] = v_row + (((2 * i + v_hi) ^ lrow) << 4);
-    }
-  }
+  ldsm_offsets(smem_u32(sQ) + warp * 16 * kRowBytes, smem_u32(sK), smem_u32(sV), lane, q_off, k_off, v_off);
 
   for (int j = 0; j < n_tiles; ++j) {
     const bool more = j + 1 < n_tiles;
@@ -642,22 +610,11 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_prefill_v2_kernel(FwdArgs a) 
     for (int nt = 0; nt < C::kONT; ++nt) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-  // ldmatrix lane addressing as in the old kernel (offsets into buffer 0; buffer 1 adds kXBytes)
-  const int lrow = lane & 7;
+  // ldmatrix lane addressing (offsets into buffer 0; buffer 1 adds kXBytes); this warp's V columns start at
+  // part * kOD
   const uint32_t x0 = smem_u32(sX);
   uint32_t q_off[4], k_off[4], v_off[4];
-  {
-    const uint32_t q_row = smem_u32(sQ) + (warp * 16 + lrow + ((lane >> 3) & 1) * 8) * kRowBytes;
-    const uint32_t k_row = x0 + (lrow + (lane >> 4) * 8) * kRowBytes;
-    const uint32_t v_row = x0 + C::kTile + (lrow + ((lane >> 3) & 1) * 8) * kRowBytes + part * C::kOD * 2;
-    const int q_hi = lane >> 4, k_hi = (lane >> 3) & 1, v_hi = lane >> 4;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      q_off[i] = q_row + (((2 * i + q_hi) ^ lrow) << 4);
-      k_off[i] = k_row + (((2 * i + k_hi) ^ lrow) << 4);
-      v_off[i] = v_row + (((2 * i + v_hi) ^ lrow) << 4);
-    }
-  }
+  ldsm_offsets(smem_u32(sQ) + warp * 16 * kRowBytes, x0, x0 + C::kTile + part * C::kOD * 2, lane, q_off, k_off, v_off);
 
   for (int j = 0; j < n_tiles; ++j) {
     // The one block barrier of a tile: buffer j % 2 is complete (bf16: this thread's cp.async waited;

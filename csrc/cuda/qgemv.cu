@@ -17,6 +17,7 @@
 #include <algorithm>
 
 #include "common.cuh"
+#include "ptx.cuh"
 #include "ops.h"
 
 namespace monorail {
@@ -515,24 +516,45 @@ int wave_blocks(long long groups, int warps_per_block, int per_sm, bool balanced
   return (int)blocks;
 }
 
+struct SmemLimits {
+  int per_block = 48 * 1024;  // opt-in maximum of one block
+  int per_sm = 48 * 1024;
+  int reserved = 1024;        // the runtime's share of each resident block
+};
+const SmemLimits& smem_limits() {
+  static SmemLimits L;
+  static bool done = false;
+  if (!done) {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && v > 0) L.per_block = v;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && v > 0) L.per_sm = v;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess && v >= 0) L.reserved = v;
+    done = true;
+  }
+  return L;
+}
+
+// Lets `kern` take `smem` bytes of dynamic shared memory: false when one block cannot have that much on this
+// device (the caller falls back); past the 48 KB default the kernel's limit is raised when a larger size first
+// appears (`raised`: the limit already set for this kernel).
+template <typename Kern>
+bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) {
+  if (smem > (size_t)smem_limits().per_block) return false;
+  if (smem > raised) {
+    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), op);
+    raised = smem;
+  }
+  return true;
+}
+
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT>;
   const size_t smem = SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
-    static int max_optin = -1;
-    if (max_optin < 0) {
-      int dev = 0;
-      cudaGetDevice(&dev);
-      if (cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        max_optin = 48 * 1024;
-    }
-    if (smem > (size_t)max_optin) return false;  // x does not fit: the caller falls back
-    static size_t attr_set = 48 * 1024;
-    if (smem > attr_set) {  // K > 24576 only
-      MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "qgemv smem attr");
-      attr_set = smem;
-    }
+    static size_t raised = 48 * 1024;  // K > 24576 only needs more
+    if (!allow_dynamic_smem(kern, smem, raised, "qgemv smem attr")) return false;  // x does not fit
   }
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, WARPS * 32, smem);
@@ -568,7 +590,6 @@ template <int BITS, int ROWS>
 constexpr int ring_stage_bytes() { return ROWS * 32 * RingFmt<BITS>::kLaneBytes; }  // one warp's stage
 constexpr int kRingMaxStages = 8;  // cp_async_wait_pending handles up to 7 pending groups
 
-__device__ inline uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 __device__ inline void cp_async_cg16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
@@ -698,25 +719,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
   cp_async_wait<0>();  // only empty groups can be pending here; leave nothing in flight at exit anyway
 }
 
-struct SmemLimits {
-  int per_block = 48 * 1024;  // opt-in maximum of one block
-  int per_sm = 48 * 1024;
-  int reserved = 1024;        // the runtime's share of each resident block
-};
-const SmemLimits& smem_limits() {
-  static SmemLimits L;
-  static bool done = false;
-  if (!done) {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && v > 0) L.per_block = v;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && v > 0) L.per_sm = v;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrReservedSharedMemoryPerBlock, dev) == cudaSuccess && v >= 0) L.reserved = v;
-    done = true;
-  }
-  return L;
-}
-
 // Stage count: the deepest ring (<= s_max) with x + rings small enough for 2 resident blocks per SM
 // (consumer parts: 100 KB per SM, so about 48 KB per block); when x alone leaves no room for 2 stages
 // there (K = 17408 with 8 warps), the largest block that fits at all. Grid: one resident wave from the
@@ -803,13 +805,6 @@ struct TcLayout {
   static constexpr int kSteps = G / 16;      // mma steps per group
   static constexpr int kXPerGroup = G / 8;   // uint4 of x per group
 };
-
-__device__ inline void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                uint32_t b1, float c0, float c1, float c2, float c3) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
-}
 
 __device__ inline uint2 ld_na_u2(const uint8_t* p) {  // 8 bytes, L1::no_allocate (streamed once)
   uint2 v;
@@ -899,8 +894,8 @@ __global__ void __launch_bounds__(W * 32, MINB) qgemv4_tc_kernel(GemvArgs a) {
 #pragma unroll
       for (int s = 0; s < L::kSteps; ++s) {
         const uint2 b = x2[grp * (G / 4) + 4 * s + t];
-        if (s == 0) mma16816(d, kLo, kLo, kHi, kHi, b.x, b.y, 0.f, 0.f, 0.f, 0.f);
-        else mma16816(d, kLo, kLo, kHi, kHi, b.x, b.y, d[0], d[1], d[2], d[3]);
+        if (s == 0) mma16816_f16_c(d, kLo, kLo, kHi, kHi, b.x, b.y, 0.f, 0.f, 0.f, 0.f);
+        else mma16816_f16_c(d, kLo, kLo, kHi, kHi, b.x, b.y, d[0], d[1], d[2], d[3]);
       }
       if (g == 0) {  // row 0, columns 2t, 2t+1 -> groups m + 2t, m + 2t + 1
         if (m + 2 * t < ge) bias_s[m + 2 * t] = make_float4(d[0], d[0], d[0], d[0]);
@@ -943,9 +938,9 @@ __global__ void __launch_bounds__(W * 32, MINB) qgemv4_tc_kernel(GemvArgs a) {
           const uint32_t hi00 = (w0 & 0x00F000F0u) | 0x54005400u, hi01 = (w1 & 0x00F000F0u) | 0x54005400u;
           const uint32_t lo10 = (v0 & 0x000F000Fu) | 0x64006400u, lo11 = (v1 & 0x000F000Fu) | 0x64006400u;
           const uint32_t hi10 = (v0 & 0x00F000F0u) | 0x54005400u, hi11 = (v1 & 0x00F000F0u) | 0x54005400u;
-          if (i == 0) mma16816(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, nb.x, nb.y, nb.z, nb.w);
-          else mma16816(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, d[r][0], d[r][1], d[r][2], d[r][3]);
-          mma16816(d[r], lo10, lo11, hi10, hi11, xv.z, xv.w, d[r][0], d[r][1], d[r][2], d[r][3]);
+          if (i == 0) mma16816_f16_c(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, nb.x, nb.y, nb.z, nb.w);
+          else mma16816_f16_c(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, d[r][0], d[r][1], d[r][2], d[r][3]);
+          mma16816_f16_c(d[r], lo10, lo11, hi10, hi11, xv.z, xv.w, d[r][0], d[r][1], d[r][2], d[r][3]);
         }
       }
 #pragma unroll
@@ -991,19 +986,8 @@ bool launch_tc(const GemvArgs& a, cudaStream_t st) {
   const int G = 1 << a.gshift;
   const size_t smem = (size_t)a.K * 2 + (size_t)(a.K / G) * 16 + (size_t)W * 16 * RT * 4;
   auto go = [&](auto kern) {
-    static int max_optin = -1;
-    if (max_optin < 0) {
-      int dev = 0;
-      cudaGetDevice(&dev);
-      if (cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        max_optin = 48 * 1024;
-    }
-    if (smem > (size_t)max_optin) return false;  // x does not fit: the caller falls back
-    static size_t attr_set = 48 * 1024;
-    if (smem > attr_set) {
-      MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "qgemv tc smem attr");
-      attr_set = smem;
-    }
+    static size_t raised = 48 * 1024;  // one per kernel instantiation (generic lambda)
+    if (!allow_dynamic_smem(kern, smem, raised, "qgemv tc smem attr")) return false;  // x does not fit
     kern<<<ceil_div(a.N, 16 * RT), W * 32, smem, st>>>(a);
     return true;
   };
@@ -1024,7 +1008,7 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
     default: return launch_ring<BITS, 2, 8, 5>(a, st, 3, true);  // 19
   }
 }
-// T = 1 route by width and shape, from bench/gemv_probe.py on the H200 (bench/NOTES.md, session 3 call 3;
+// T = 1 route by width and shape, from bench/gemv_probe.py on the H200 (bench/results/gemv-probe-h200.txt;
 // us for gate_up 34816x5120 / down 5120x17408 / gdn_in 16480x5120 / gdn_out 5120x6144):
 //   4-bit: K > 8192 variant 4 (down 18.6), N >= 24576 variant 6 (gate_up 33.0), N >= 12288 variant 10
 //          (gdn_in 16.9 against 18.7 for 1), else 1 (gdn_out 8.9). The ring (16..19) lost everywhere (44-51 on
