@@ -1,0 +1,94 @@
+"""Where one decode step's time goes between kernels: a CUPTI trace (torch.profiler) of graph-replayed
+steps of the native engine on random 27B-shaped weights (24 GiB budget), reduced to kernel busy time,
+the idle gaps between consecutive kernels, and per-kernel sums.
+
+    python3 bench/step_timeline.py [--kv int8] [--depth 0] [--steps 4] [--json out.json]
+
+The step's wall time is the first kernel's start to the last kernel's end of one replay; "gap before X"
+is the idle time between the end of the previous kernel and the start of X. With one stream and no
+overlap, wall = busy + gaps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+from collections import defaultdict
+
+
+def short_name(name: str) -> str:
+    base = name.split("(")[0]
+    if "<" in base:
+        base = base.split("<")[0]
+    return base.replace("void ", "").replace("monorail::", "").replace("(anonymous namespace)::", "").strip()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kv", default="int8")
+    ap.add_argument("--depth", type=int, default=0)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine.native_backend import NativeModel
+    model = NativeModel.random_27b(kv_dtype=args.kv, max_context=args.depth + 64, seed=1,
+                                   vram_budget_bytes=24 << 30)
+    e = model.engine
+    graph_ms = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        e.time_steps(0, args.depth, args.steps)
+    torch.cuda.synchronize()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = sorted((ev for ev in events if ev.get("cat") == "kernel"), key=lambda ev: ev["ts"])
+    if not kernels:
+        raise SystemExit("no kernel events in the trace (CUPTI did not record graph kernels)")
+    # one step = the kernels from one embed gather to the next
+    starts = [i for i, ev in enumerate(kernels) if "embed" in ev["name"]]
+    if len(starts) < 2:
+        raise SystemExit(f"could not split the trace into steps ({len(starts)} embed kernels)")
+    steps = [kernels[a:b] for a, b in zip(starts, starts[1:])][-max(1, args.steps - 2):]
+    walls, busys, counts = [], [], []
+    dur_by = defaultdict(float)
+    gap_by = defaultdict(float)
+    n_by = defaultdict(int)
+    for st in steps:
+        walls.append(st[-1]["ts"] + st[-1]["dur"] - st[0]["ts"])
+        busys.append(sum(ev["dur"] for ev in st))
+        counts.append(len(st))
+        prev_end = None
+        for ev in st:
+            k = short_name(ev["name"])
+            dur_by[k] += ev["dur"] / len(steps)
+            n_by[k] += 1
+            if prev_end is not None:
+                gap_by[k] += max(0.0, ev["ts"] - prev_end) / len(steps)
+            prev_end = ev["ts"] + ev["dur"]
+    wall, busy = statistics.median(walls), statistics.median(busys)
+    res = {
+        "kv": args.kv, "depth": args.depth, "graph_step_ms": graph_ms,
+        "traced_step_us": wall, "kernel_busy_us": busy, "gap_us": wall - busy,
+        "kernels_per_step": statistics.median(counts),
+        "per_kernel": {k: {"count": n_by[k] // len(steps), "busy_us": round(dur_by[k], 1),
+                           "gap_before_us": round(gap_by[k], 1)}
+                       for k in sorted(dur_by, key=lambda k: -dur_by[k])},
+    }
+    print(f"graph step {graph_ms:.3f} ms; traced step {wall:.0f} us = busy {busy:.0f} + gaps {wall - busy:.0f} us "
+          f"over {res['kernels_per_step']} kernels")
+    for k, v in res["per_kernel"].items():
+        print(f"  {k:40s} n {v['count']:4d} busy {v['busy_us']:8.1f} us  gaps before {v['gap_before_us']:7.1f} us")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
