@@ -20,10 +20,8 @@ from collections import defaultdict
 
 
 def short_name(name: str) -> str:
-    base = name.split("(")[0]
-    if "<" in base:
-        base = base.split("<")[0]
-    return base.replace("void ", "").replace("monorail::", "").replace("(anonymous namespace)::", "").strip()
+    base = name.replace("(anonymous namespace)::", "").replace("void ", "").replace("monorail::", "")
+    return base.split("(")[0].split("<")[0].strip()
 
 
 def main() -> None:

@@ -41,9 +41,9 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(22))  # 0 = route by shape, 1..21 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(28))  # 0 = route by shape, 1..27 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
-QGEMV_TC_VARIANTS = [20, 21]  # tensor-core kernel, 4-bit (5/6/8-bit requests run the generic path)
+QGEMV_TC_VARIANTS = list(range(20, 28))  # tensor-core kernel, 4-bit (5/6/8-bit requests run the generic path)
 
 
 @pytest.mark.parametrize("variant", QGEMV_VARIANTS)

@@ -558,8 +558,8 @@ __device__ inline uint32_t v4_deq(uint32_t h, uint32_t s) {
   return h2_bits(v);
 }
 // int4: the two LOP3 forms of the header (nibbles 0, 4 at 1024 + n; nibbles 1, 5 at 1024 + 16 n)
-__device__ inline uint32_t v4_nib_lo(uint32_t w) { return (w & 0x000F000Fu) | 0x64006400u; }
-__device__ inline uint32_t v4_nib_hi(uint32_t w) { return (w & 0x00F000F0u) | 0x64006400u; }
+__device__ inline uint32_t v4_nib_lo(uint32_t w) { return and_or<0x000F000Fu, 0x64006400u>(w); }
+__device__ inline uint32_t v4_nib_hi(uint32_t w) { return and_or<0x00F000F0u, 0x64006400u>(w); }
 // fp16 h2 (code0 * s0, code1 * s1) from lo nibbles (h = 1032 + code), and 16 times that from hi nibbles
 // (h = 1152 + 16 code): one subtraction (exact) and one rounding, as v4_deq
 __device__ inline uint32_t v4_deq4(uint32_t h, uint32_t s, uint32_t off) {

@@ -521,7 +521,7 @@ __device__ inline uint4 i4x8_to_h8(uint32_t w, __half2 scale) {
   uint32_t q[4];  // q[j] = dims (j, j + 4)
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const uint32_t h = ((w >> (4 * j)) & 0x000F000Fu) | 0x64006400u;
+    const uint32_t h = and_or<0x000F000Fu, 0x64006400u>(w >> (4 * j));
     const __half2 v = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&h), off), scale);
     q[j] = *reinterpret_cast<const uint32_t*>(&v);
   }

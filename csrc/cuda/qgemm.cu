@@ -26,6 +26,7 @@
 #include <string>
 
 #include "common.cuh"
+#include "ptx.cuh"
 #include "ops.h"
 #include "qgemm.h"
 
@@ -104,7 +105,7 @@ __global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* __restrict_
       const __half2 bias = __float2half2_rn(1032.f);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        uint32_t b = ((w >> (4 * j)) & 0x000F000Fu) | 0x64006400u;
+        uint32_t b = and_or<0x000F000Fu, 0x64006400u>(w >> (4 * j));
         __half2 v = __hmul2(__hsub2(*reinterpret_cast<__half2*>(&b), bias), s2);
         o32[j] = *reinterpret_cast<uint32_t*>(&v);
       }

@@ -24,7 +24,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 21;  // T = 1 launch variants 1..21 (launch_bits; 16..19 for every width, 20..21 4-bit)
+constexpr int kNumVariants = 27;  // T = 1 launch variants 1..27 (launch_bits; 16..19 for every width, 20..27 4-bit)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -92,10 +92,10 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
       for (int j = jj; j < jj + 2; ++j) {
         const uint32_t w = (&ch.lo.x)[j];
         const uint32_t w8 = w >> 8;
-        uint32_t b0 = (w & 0x000F000Fu) | 0x64006400u;
-        uint32_t b1 = (w & 0x00F000F0u) | 0x64006400u;
-        uint32_t b2 = (w8 & 0x000F000Fu) | 0x64006400u;
-        uint32_t b3 = (w8 & 0x00F000F0u) | 0x64006400u;
+        uint32_t b0 = and_or<0x000F000Fu, 0x64006400u>(w);
+        uint32_t b1 = and_or<0x00F000F0u, 0x64006400u>(w);
+        uint32_t b2 = and_or<0x000F000Fu, 0x64006400u>(w8);
+        uint32_t b3 = and_or<0x00F000F0u, 0x64006400u>(w8);
         __half2 v0 = __hsub2(*reinterpret_cast<__half2*>(&b0), bias_lo);
         __half2 v1 = __hfma2(*reinterpret_cast<__half2*>(&b1), sixteenth, bias_hi);
         __half2 v2 = __hsub2(*reinterpret_cast<__half2*>(&b2), bias_lo);
@@ -164,24 +164,25 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
             // hb bit i = bit 4 of element 8j+i; hb * (2^a + 2^(a+12)) is two disjoint copies of hb, so the
             // mask picks element i at bit a+i and element i+4 at bit a+12+i+4 = a+i+16
             const uint32_t hb = __byte_perm(ch.high.x, 0, 0x4440 + j);
-            g[0] = (hb * 0x10010u) & 0x00100010u;  // a = 4: elements 0, 4 -> bits 4, 20
-            g[1] = (hb * 0x80080u) & 0x01000100u;  // a = 7: elements 1, 5 -> bits 8, 24
-            g[2] = (hb * 0x04004u) & 0x00100010u;  // a = 2: elements 2, 6 -> bits 4, 20
-            g[3] = (hb * 0x20020u) & 0x01000100u;  // a = 5: elements 3, 7 -> bits 8, 24
+            g[0] = and_or<0x00100010u, 0x64006400u>(hb * 0x10010u);  // a = 4: elements 0, 4 -> bits 4, 20
+            g[1] = and_or<0x01000100u, 0x64006400u>(hb * 0x80080u);  // a = 7: elements 1, 5 -> bits 8, 24
+            g[2] = and_or<0x00100010u, 0x64006400u>(hb * 0x04004u);  // a = 2: elements 2, 6 -> bits 4, 20
+            g[3] = and_or<0x01000100u, 0x64006400u>(hb * 0x20020u);  // a = 5: elements 3, 7 -> bits 8, 24
           } else {
             // 16 bits for elements 8j..8j+7, 2 per element: elements 0..3 -> byte 0, 4..7 -> byte 2 of z,
             // so element i sits at bits 2i and element i+4 at 16 + 2i: one shift places both
             const uint32_t src = j < 2 ? ch.high.x : ch.high.y;
             const uint32_t z = __byte_perm(src, 0, (j & 1) ? 0x4342 : 0x4140);
-            g[0] = (z << 4) & 0x00300030u;
-            g[1] = (z << 6) & 0x03000300u;
-            g[2] = z & 0x00300030u;
-            g[3] = (z << 2) & 0x03000300u;
+            g[0] = and_or<0x00300030u, 0x64006400u>(z << 4);
+            g[1] = and_or<0x03000300u, 0x64006400u>(z << 6);
+            g[2] = and_or<0x00300030u, 0x64006400u>(z);
+            g[3] = and_or<0x03000300u, 0x64006400u>(z << 2);
           }
-          b[0] = (w & 0x000F000Fu) | g[0] | 0x64006400u;
-          b[1] = (w & 0x00F000F0u) | g[1] | 0x64006400u;
-          b[2] = (w8 & 0x000F000Fu) | g[2] | 0x64006400u;
-          b[3] = (w8 & 0x00F000F0u) | g[3] | 0x64006400u;
+          // g[i] already carries the 0x6400 exponent bits: one LOP3 per pair
+          b[0] = and_or<0x000F000Fu>(w, g[0]);
+          b[1] = and_or<0x00F000F0u>(w, g[1]);
+          b[2] = and_or<0x000F000Fu>(w8, g[2]);
+          b[3] = and_or<0x00F000F0u>(w8, g[3]);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -750,7 +751,7 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
   return true;
 }
 
-// ---- T = 1, 4-bit: dot products on the tensor cores (variants 20, 21; never run on a GPU yet) ----
+// ---- T = 1, 4-bit: dot products on the tensor cores (variants 20..27) ----
 // Variants 1..19 spend ~13 instructions per 8 weights per lane (shift, 4 LOP3, 2 HSUB2 + 2 HFMA2 bias,
 // 4 HFMA2 products) and are bound by instruction issue. Here the products and sums go to
 // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80+), and the decode is just the magic OR:
@@ -784,9 +785,9 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
 //     loads allocate in L1, where the neighbouring group's load can hit; group 64 uses no_allocate).
 //     Scales (2 bytes, one 32-byte sector per 16 groups of a row) allocate in L1 for the same reason.
 //   * D groups of loads in flight per warp: group j + D is loaded right after group j's registers are taken
-//     and before its mmas. The first D groups are issued before x is staged.
-//   * x: plain fp16 copy (perm8 order) in shared memory; a B load (LDS.128) has 4 distinct addresses (one per
-//     t, 32 or 16 bytes apart: distinct banks), broadcast to the 8 lanes of each t.
+//     and before its mmas. The first D groups are issued before the bias is computed.
+//   * x: read through L1 (__ldg; the codes bypass L1, so x stays there for every block on the SM); a B load
+//     (LDG.128) has 4 distinct addresses (one per t, 32 or 16 bytes apart), broadcast to the 8 lanes of each t.
 //   * Row sums: lanes t == 0 hold rows g, g+8 (d[0], d[2]); they go to shared memory per warp, and after a
 //     barrier thread i sums row i (SwiGLU: pair i) over the warps in order 0..W-1 (deterministic), then
 //     applies the epilogue. Rows past N are clamped to N - 1 on read and skipped on store.
@@ -813,15 +814,21 @@ __device__ inline uint2 ld_na_u2(const uint8_t* p) {  // 8 bytes, L1::no_allocat
 }
 
 // RT m16 tiles per block, W warps (K split), G group size, D groups of loads in flight per warp, MINB blocks/SM.
+// Session 4 change (first GPU run: 46 us on gate_up against 33 for variant 6): each block staged all of x in
+// shared memory and computed every group's bias before its first mma, then used them for only 16 RT rows (40 KB
+// of codes on gate_up), so the prologue's latency dominated. Now x is read through L1 (__ldg: 10-34 KB, shared
+// by every block on the SM, while the streamed codes bypass L1), and a warp computes the bias of its own groups
+// only; a block still owns one tile, so a 1-warp block (W = 1) streams whole rows with no barrier but the
+// final one. W > 1 splits K for matrices with few rows (down, gdn_out: 320 tiles), reduced in shared memory.
 template <int RT, int W, int G, int D, int MINB>
 __global__ void __launch_bounds__(W * 32, MINB) qgemv4_tc_kernel(GemvArgs a) {
   using L = TcLayout<RT, G>;
-  extern __shared__ uint4 smem_tc[];  // x (K halves), bias quads (K / G float4), row partials (W x 16 RT floats)
+  extern __shared__ float4 smem_tc[];  // bias quads (K / G float4), row partials (W x 16 RT floats)
   const int K = a.K;
   const int ngroups = K / G;
-  uint4* xs = smem_tc;
-  float4* bias_s = reinterpret_cast<float4*>(smem_tc + (K >> 3));
+  float4* bias_s = smem_tc;
   float* red = reinterpret_cast<float*>(bias_s + ngroups);
+  const uint4* xg = reinterpret_cast<const uint4*>(a.x);
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -864,36 +871,19 @@ __global__ void __launch_bounds__(W * 32, MINB) qgemv4_tc_kernel(GemvArgs a) {
   for (int u = 0; u < D; ++u)
     if (gb + u < ge) load(u, gb + u);
 
-  // x -> shared memory (plain copy, 4 loads in flight per thread)
-  {
-    const uint4* xg = reinterpret_cast<const uint4*>(a.x);
-    const int n = K >> 3;
-    int q = threadIdx.x;
-    constexpr int NT = W * 32;
-    for (; q + 3 * NT < n; q += 4 * NT) {
-      uint4 v[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = __ldg(xg + q + i * NT);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xs[q + i * NT] = v[i];
-    }
-    for (; q < n; q += NT) xs[q] = __ldg(xg + q);
-  }
-  __syncthreads();
-
   // -bias of this warp's groups, 8 per mma chain: A = -1032 in the even-element slots (a[0], a[1]: b[0] =
   // (x0,x4) or (x2,x6)), -72 in the odd ones (a[2], a[3]); B column n = x of group gb + 8m + n, lane t taking
   // uint2 number 4s + t of the group at step s (G / 4 uint2 per group: every element once).
   {
     const uint32_t kLo = 0xE408E408u;  // half2(-1032, -1032)
     const uint32_t kHi = 0xD480D480u;  // half2(-72, -72)
-    const uint2* x2 = reinterpret_cast<const uint2*>(xs);
+    const uint2* x2 = reinterpret_cast<const uint2*>(a.x);
     for (int m = gb; m < ge; m += 8) {
       const int grp = min(m + g, ge - 1);
       float d[4];
 #pragma unroll
       for (int s = 0; s < L::kSteps; ++s) {
-        const uint2 b = x2[grp * (G / 4) + 4 * s + t];
+        const uint2 b = __ldg(x2 + grp * (G / 4) + 4 * s + t);
         if (s == 0) mma16816_f16_c(d, kLo, kLo, kHi, kHi, b.x, b.y, 0.f, 0.f, 0.f, 0.f);
         else mma16816_f16_c(d, kLo, kLo, kHi, kHi, b.x, b.y, d[0], d[1], d[2], d[3]);
       }
@@ -929,15 +919,15 @@ __global__ void __launch_bounds__(W * 32, MINB) qgemv4_tc_kernel(GemvArgs a) {
       float d[RT][4];
 #pragma unroll
       for (int i = 0; i < L::kWords; ++i) {
-        const uint4 xv = xs[j * L::kXPerGroup + (G == 64 ? 2 * t + i : t)];
+        const uint4 xv = __ldg(xg + j * L::kXPerGroup + (G == 64 ? 2 * t + i : t));
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
           const uint32_t w0 = w[r][0][i], w1 = w[r][1][i];
           const uint32_t v0 = w0 >> 8, v1 = w1 >> 8;
-          const uint32_t lo00 = (w0 & 0x000F000Fu) | 0x64006400u, lo01 = (w1 & 0x000F000Fu) | 0x64006400u;
-          const uint32_t hi00 = (w0 & 0x00F000F0u) | 0x54005400u, hi01 = (w1 & 0x00F000F0u) | 0x54005400u;
-          const uint32_t lo10 = (v0 & 0x000F000Fu) | 0x64006400u, lo11 = (v1 & 0x000F000Fu) | 0x64006400u;
-          const uint32_t hi10 = (v0 & 0x00F000F0u) | 0x54005400u, hi11 = (v1 & 0x00F000F0u) | 0x54005400u;
+          const uint32_t lo00 = and_or<0x000F000Fu, 0x64006400u>(w0), lo01 = and_or<0x000F000Fu, 0x64006400u>(w1);
+          const uint32_t hi00 = and_or<0x00F000F0u, 0x54005400u>(w0), hi01 = and_or<0x00F000F0u, 0x54005400u>(w1);
+          const uint32_t lo10 = and_or<0x000F000Fu, 0x64006400u>(v0), lo11 = and_or<0x000F000Fu, 0x64006400u>(v1);
+          const uint32_t hi10 = and_or<0x00F000F0u, 0x54005400u>(v0), hi11 = and_or<0x00F000F0u, 0x54005400u>(v1);
           if (i == 0) mma16816_f16_c(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, nb.x, nb.y, nb.z, nb.w);
           else mma16816_f16_c(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, d[r][0], d[r][1], d[r][2], d[r][3]);
           mma16816_f16_c(d[r], lo10, lo11, hi10, hi11, xv.z, xv.w, d[r][0], d[r][1], d[r][2], d[r][3]);
@@ -984,10 +974,10 @@ __global__ void __launch_bounds__(W * 32, MINB) qgemv4_tc_kernel(GemvArgs a) {
 template <int RT, int W, int D, int MINB>
 bool launch_tc(const GemvArgs& a, cudaStream_t st) {
   const int G = 1 << a.gshift;
-  const size_t smem = (size_t)a.K * 2 + (size_t)(a.K / G) * 16 + (size_t)W * 16 * RT * 4;
+  const size_t smem = (size_t)(a.K / G) * 16 + (size_t)W * 16 * RT * 4;
   auto go = [&](auto kern) {
     static size_t raised = 48 * 1024;  // one per kernel instantiation (generic lambda)
-    if (!allow_dynamic_smem(kern, smem, raised, "qgemv tc smem attr")) return false;  // x does not fit
+    if (!allow_dynamic_smem(kern, smem, raised, "qgemv tc smem attr")) return false;
     kern<<<ceil_div(a.N, 16 * RT), W * 32, smem, st>>>(a);
     return true;
   };
@@ -995,7 +985,7 @@ bool launch_tc(const GemvArgs& a, cudaStream_t st) {
   return go(qgemv4_tc_kernel<RT, W, 32, D, MINB>);
 }
 
-int g_variant = 0;  // T = 1: 0 = route by shape, 1..21 = force one variant (set_qgemv_variant)
+int g_variant = 0;  // T = 1: 0 = route by shape, 1..27 = force one variant (set_qgemv_variant)
 
 // Ring variants (qgemv_ring_kernel; every width): id -> rows per warp, most stages, warps per block, grid.
 template <int BITS>
@@ -1024,6 +1014,23 @@ int t1_route(const GemvArgs& a) {
   return 1;  // 8-bit: generic path
 }
 
+// Tensor-core variants: one m16 tile per block, K split over W warps, D groups of loads in flight per warp.
+// Register caps (MINB, at most 16: the sm_86 limit of resident blocks per SM): ptxas -v on sm_90 gives 95
+// registers (D = 4) and 124 (D = 8) uncapped; W = 8 is capped at 85 (3 blocks of 8 warps per SM). 17 resident
+// 1-warp blocks per SM hold all of gate_up's 2176 tiles in one wave (H200: 21 at 95 registers).
+bool launch_tc_variant(const GemvArgs& a, cudaStream_t st, int v) {
+  switch (v) {
+    case 20: return launch_tc<1, 1, 4, 16>(a, st);
+    case 21: return launch_tc<1, 2, 4, 10>(a, st);
+    case 22: return launch_tc<1, 4, 4, 5>(a, st);
+    case 23: return launch_tc<1, 8, 4, 3>(a, st);
+    case 24: return launch_tc<1, 1, 8, 16>(a, st);
+    case 25: return launch_tc<1, 2, 8, 8>(a, st);
+    case 26: return launch_tc<1, 4, 8, 4>(a, st);
+    default: return launch_tc<1, 8, 8, 2>(a, st);  // 27
+  }
+}
+
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T > 1 and the generic T = 1 path of 5/6/8-bit decode per element (code_of), instantiated for T = 1 and
@@ -1042,7 +1049,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       if (!launch_ring_variant<BITS>(a, st, v)) launch<BITS, 1, 2, false, false>(a, st);
       return;
     }
-    // 5/6/8-bit, 1..15 and 20..21: the generic per-element path (kept for comparison)
+    // 5/6/8-bit, 1..15 and 20..27: the generic per-element path (kept for comparison)
     if constexpr (BITS != 4) {
       launch<BITS, 1, 2, false, false>(a, st);
       return;
@@ -1058,15 +1065,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //   13 7 with an L2 evict-first policy on the weights (x and the next layer's data stay in L2)
     //   14 6 capped at 48 regs (5 blocks/SM, 40 warps)
     //   15 R2 U4 (4 KB in flight per warp), <= 80 regs
-    // 20..21 (qgemv4_tc_kernel, tensor-core mma.sync m16n8k16; one m16 tile of 16 RT rows per block, the K
-    // groups split over the block's W warps, D groups of loads in flight per warp; never run on a GPU yet):
-    //   20 RT 1, W 8 (256 thr), D 4
-    //   21 RT 2, W 4 (128 thr), D 3 (each x fragment feeds 2 tiles)
-    // A K whose x does not fit in shared memory falls back to variant 1.
+    // 20..27 (qgemv4_tc_kernel, tensor-core mma.sync m16n8k16; one m16 tile of 16 rows per block, the K groups
+    // split over the block's W warps, D groups of loads in flight per warp; launch_tc_variant):
+    //   20..23 D 4, W 1 / 2 / 4 / 8;  24..27 D 8, W 1 / 2 / 4 / 8
     if constexpr (BITS == 4) {
       bool done = true;
-      if (v == 20) done = launch_tc<1, 8, 4, 3>(a, st);
-      else if (v == 21) done = launch_tc<2, 4, 3, 5>(a, st);
+      if (v >= 20 && v <= 27) done = launch_tc_variant(a, st, v);
       else if (v == 6) done = launch_sx<2, 2, 8, 4, true, false, false>(a, st, false);
       else if (v == 7) done = launch_sx<2, 2, 8, 4, true, true, false>(a, st, false);
       else if (v == 8) done = launch_sx<4, 2, 8, 3, true, false, false>(a, st, false);
@@ -1100,7 +1104,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 }  // namespace
 
 void set_qgemv_variant(int v) {
-  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..21");
+  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..27");
   g_variant = v;
 }
 
