@@ -7,8 +7,10 @@
 // shares it. Launch variants for T = 1 (persistent grid, software pipelining) are listed below;
 // variants 6..15 (qgemv4_sx_kernel) stage x once per block in shared memory instead and stream the
 // weights past L1; variants 16..19 (qgemv_ring_kernel, every width, the 5/6/8-bit T = 1 default) also
-// land the weights in a per-warp cp.async ring in shared memory instead of registers; variants 20..21
-// (qgemv4_tc_kernel, 4-bit) do the dot products on the tensor cores (mma.sync m16n8k16, sm_80+).
+// land the weights in a per-warp cp.async ring in shared memory instead of registers.
+// A tensor-core T = 1 kernel (mma.sync m16n8k16 fed with the magic-number values, per-group bias in the C
+// operand) was built and measured in session 4 and removed: correct, but 45-140 us against 31 / 18 for the
+// routed kernels on gate_up / down (bench/NOTES.md, session 4 calls 1-2).
 //
 // 4-bit path: a 32-bit code word holds elements k..k+7; (w >> 4i) & 0x000F000F | 0x64006400 is the
 // half2 (1024 + c_i, 1024 + c_{i+4}), which pairs with the perm8 half2 (x_i, x_{i+4}). Sixteen
@@ -24,7 +26,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 27;  // T = 1 launch variants 1..27 (launch_bits; 16..19 for every width, 20..27 4-bit)
+constexpr int kNumVariants = 19;  // T = 1 launch variants 1..19 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -751,241 +753,7 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
   return true;
 }
 
-// ---- T = 1, 4-bit: dot products on the tensor cores (variants 20..27) ----
-// Variants 1..19 spend ~13 instructions per 8 weights per lane (shift, 4 LOP3, 2 HSUB2 + 2 HFMA2 bias,
-// 4 HFMA2 products) and are bound by instruction issue. Here the products and sums go to
-// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (sm_80+), and the decode is just the magic OR:
-//   * A (16 x 16, f16) = 16 weight rows of the warp's tile; B (16 x 8) = x in every column (column 0 is the
-//     one used; lanes of groupID g != 0 load the same x, so D is the same in every column); D f32.
-//     Fragments (PTX ISA, m16n8k16 f16; g = lane >> 2, t = lane & 3): a[0] (row g, k 2t..2t+1), a[1] (row
-//     g+8, k 2t..), a[2] (row g, k 2t+8..2t+9), a[3] (row g+8, k 2t+8..); b[0] (k 2t..2t+1, col g), b[1]
-//     (k 2t+8..2t+9, col g); d[0], d[1] (row g, cols 2t, 2t+1), d[2], d[3] (row g+8, cols 2t, 2t+1).
-//   * The order of k inside an mma is free, so each lane's k slots hold the physical elements it loaded:
-//     from a code word w (elements 8c..8c+7), (w & 0x000F000F) | 0x64006400 is the half2 (1024 + c0,
-//     1024 + c4) and (w & 0x00F000F0) | 0x54005400 is (64 + c1, 64 + c5) (exponent 2^6, mantissa 16 c / 1024:
-//     64 (1 + 16 c / 1024) = 64 + c, exact); the same from w >> 8 gives elements (2, 6) and (3, 7). These
-//     pair with the perm8 half2s of x: one uint4 of x = (x0,x4) (x1,x5) (x2,x6) (x3,x7) is B of two mma
-//     steps: step 0 a[0]/a[1] = (c0,c4) rows g/g+8 with b[0] = (x0,x4), a[2]/a[3] = (c1,c5) with b[1] =
-//     (x1,x5); step 1 the same for (c2,c6), (c3,c7) with (x2,x6), (x3,x7).
-//     Deviation from the brief (which fed 1024 + 16 c with B = x / 16): the 0x5400 magic gives 64 + c with
-//     B = x itself, at the same instruction count, so no x / 16 (inexact for |x| < 2^-10, where x / 16 is
-//     an fp16 subnormal) and one accumulator per group.
-//   * No per-element bias subtraction: the group's mma chain gives C = sum (c - 8) x + bias_g with bias_g =
-//     1032 sum_even x + 72 sum_odd x (even elements are the 1024 + c ones). bias_g depends on x only: each
-//     warp computes it for its own groups once per block with mma (A = the constants -1032 / -72 in the
-//     matching k slots, B column n = x of group 8m + n: 8 groups per chain), and keeps it in shared memory
-//     as a float4 {-bias_g x 4}, which is loaded (one LDS.128) straight into the C quad of the group's first
-//     mma. So D = sum (c - 8) x for the group, and the row sum gets scale[row][group] * D (one FFMA).
-//   * Work split: a block of W warps owns 16 * RT rows (RT m16 tiles; each B fragment feeds RT mmas) and
-//     cuts the groups 0..K/G-1 into W contiguous ranges (uneven when K/G is not a multiple of W), one per
-//     warp; every mma stays inside one scale group. Group 64: lane t owns the 16 elements [16t, 16t+16) of
-//     a group: one 8-byte load per row (rows g, g+8 of each tile), 4 mma steps (word 0: steps 0, 1; word 1:
-//     2, 3); a warp instruction reads 8 rows x 32 full bytes. Group 32: lane t owns [8t, 8t+8), one 4-byte
-//     word per row, 2 steps (a warp instruction reads 16 bytes of each of 8 rows: half sectors, so these
-//     loads allocate in L1, where the neighbouring group's load can hit; group 64 uses no_allocate).
-//     Scales (2 bytes, one 32-byte sector per 16 groups of a row) allocate in L1 for the same reason.
-//   * D groups of loads in flight per warp: group j + D is loaded right after group j's registers are taken
-//     and before its mmas. The first D groups are issued before the bias is computed.
-//   * x: read through L1 (__ldg; the codes bypass L1, so x stays there for every block on the SM); a B load
-//     (LDG.128) has 4 distinct addresses (one per t, 32 or 16 bytes apart), broadcast to the 8 lanes of each t.
-//   * Row sums: lanes t == 0 hold rows g, g+8 (d[0], d[2]); they go to shared memory per warp, and after a
-//     barrier thread i sums row i (SwiGLU: pair i) over the warps in order 0..W-1 (deterministic), then
-//     applies the epilogue. Rows past N are clamped to N - 1 on read and skipped on store.
-//   * Precision: the products are exact in fp32 (11 x 11 bits) and the tensor core sums them in fp32
-//     (truncating; assume <= 2 ulp per mma). The largest value a chain holds is ~|bias_g| ~ 1032 |sum_even x|
-//     (~1032 x 4 = 4e3 for 16 N(0,1) entries of one step, worst realistic ~1.6e4), i.e. an ulp of 2^-11..2^-9:
-//     error per group of 64 (4 mmas + the bias chain's 4) <~ 8 x 2 x 2^-10 ~ 1.6e-2 bound, ~2e-3 typical
-//     (independent signs), against a group dot of RMS sqrt(64) x 2.5 (RTN-like codes) x 1 = 20: 1e-4
-//     typical, 8e-4 bound, relative, which the sum over groups keeps (both grow as sqrt(#groups)); group 32
-//     halves both terms' group sizes (same ratio). TOL_GEMV_Q4 = 2e-3: margin ~2.5x at the bound, ~20x
-//     typical. Variant 1 (fp16 sums of 8 products, 2^-11 relative) is in the same range. bench/
-//     qgemv_tc_emulation.py (this data flow on the CPU, fp32 sums rounded or truncated): 4e-6 .. 3e-5.
-template <int RT, int G>
-struct TcLayout {
-  static constexpr int kWords = G / 32;      // 32-bit code words per lane per row per group
-  static constexpr int kSteps = G / 16;      // mma steps per group
-  static constexpr int kXPerGroup = G / 8;   // uint4 of x per group
-};
-
-__device__ inline uint2 ld_na_u2(const uint8_t* p) {  // 8 bytes, L1::no_allocate (streamed once)
-  uint2 v;
-  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-  return v;
-}
-
-// RT m16 tiles per block, W warps (K split), G group size, D groups of loads in flight per warp, MINB blocks/SM.
-// Session 4 change (first GPU run: 46 us on gate_up against 33 for variant 6): each block staged all of x in
-// shared memory and computed every group's bias before its first mma, then used them for only 16 RT rows (40 KB
-// of codes on gate_up), so the prologue's latency dominated. Now x is read through L1 (__ldg: 10-34 KB, shared
-// by every block on the SM, while the streamed codes bypass L1), and a warp computes the bias of its own groups
-// only; a block still owns one tile, so a 1-warp block (W = 1) streams whole rows with no barrier but the
-// final one. W > 1 splits K for matrices with few rows (down, gdn_out: 320 tiles), reduced in shared memory.
-template <int RT, int W, int G, int D, int MINB>
-__global__ void __launch_bounds__(W * 32, MINB) qgemv4_tc_kernel(GemvArgs a) {
-  using L = TcLayout<RT, G>;
-  extern __shared__ float4 smem_tc[];  // bias quads (K / G float4), row partials (W x 16 RT floats)
-  const int K = a.K;
-  const int ngroups = K / G;
-  float4* bias_s = smem_tc;
-  float* red = reinterpret_cast<float*>(bias_s + ngroups);
-  const uint4* xg = reinterpret_cast<const uint4*>(a.x);
-
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int gb = warp * ngroups / W, ge = (warp + 1) * ngroups / W;  // this warp's groups [gb, ge)
-  const int row0 = blockIdx.x * 16 * RT;
-
-  // lane's rows: tile r, half h -> row0 + 16 r + g + 8 h (clamped); code bytes of group j at + j * G / 2
-  const size_t rowb = (size_t)(K >> 1);
-  const uint8_t* cp[RT][2];
-  const __half* sp[RT][2];
-#pragma unroll
-  for (int r = 0; r < RT; ++r)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = min(row0 + 16 * r + g + 8 * h, a.N - 1);
-      cp[r][h] = a.codes + row * rowb + t * (G / 8);  // lane t: 4 G/32 bytes at (G/8) t within the group
-      sp[r][h] = a.scales + (size_t)row * ngroups;
-    }
-
-  uint32_t wbuf[D][RT][2][L::kWords];
-  __half sbuf[D][RT][2];
-  auto load = [&](int u, int j) {
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* p = cp[r][h] + (size_t)j * (G / 2);
-        if constexpr (G == 64) {
-          const uint2 v = ld_na_u2(p);
-          wbuf[u][r][h][0] = v.x;
-          wbuf[u][r][h][1] = v.y;
-        } else {
-          wbuf[u][r][h][0] = __ldg(reinterpret_cast<const uint32_t*>(p));
-        }
-        sbuf[u][r][h] = __ldg(sp[r][h] + j);
-      }
-  };
-#pragma unroll
-  for (int u = 0; u < D; ++u)
-    if (gb + u < ge) load(u, gb + u);
-
-  // -bias of this warp's groups, 8 per mma chain: A = -1032 in the even-element slots (a[0], a[1]: b[0] =
-  // (x0,x4) or (x2,x6)), -72 in the odd ones (a[2], a[3]); B column n = x of group gb + 8m + n, lane t taking
-  // uint2 number 4s + t of the group at step s (G / 4 uint2 per group: every element once).
-  {
-    const uint32_t kLo = 0xE408E408u;  // half2(-1032, -1032)
-    const uint32_t kHi = 0xD480D480u;  // half2(-72, -72)
-    const uint2* x2 = reinterpret_cast<const uint2*>(a.x);
-    for (int m = gb; m < ge; m += 8) {
-      const int grp = min(m + g, ge - 1);
-      float d[4];
-#pragma unroll
-      for (int s = 0; s < L::kSteps; ++s) {
-        const uint2 b = __ldg(x2 + grp * (G / 4) + 4 * s + t);
-        if (s == 0) mma16816_f16_c(d, kLo, kLo, kHi, kHi, b.x, b.y, 0.f, 0.f, 0.f, 0.f);
-        else mma16816_f16_c(d, kLo, kLo, kHi, kHi, b.x, b.y, d[0], d[1], d[2], d[3]);
-      }
-      if (g == 0) {  // row 0, columns 2t, 2t+1 -> groups m + 2t, m + 2t + 1
-        if (m + 2 * t < ge) bias_s[m + 2 * t] = make_float4(d[0], d[0], d[0], d[0]);
-        if (m + 2 * t + 1 < ge) bias_s[m + 2 * t + 1] = make_float4(d[1], d[1], d[1], d[1]);
-      }
-    }
-    __syncwarp();  // a warp reads only the bias quads it wrote
-  }
-
-  float acc[RT][2];
-#pragma unroll
-  for (int r = 0; r < RT; ++r) acc[r][0] = acc[r][1] = 0.f;
-
-  for (int j0 = gb; j0 < ge; j0 += D) {
-#pragma unroll
-    for (int u = 0; u < D; ++u) {
-      const int j = j0 + u;
-      if (j >= ge) break;
-      uint32_t w[RT][2][L::kWords];
-      float sc[RT][2];
-#pragma unroll
-      for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int i = 0; i < L::kWords; ++i) w[r][h][i] = wbuf[u][r][h][i];
-          sc[r][h] = __half2float(sbuf[u][r][h]);
-        }
-      if (j + D < ge) load(u, j + D);  // the slot just taken: D groups stay in flight during the mmas
-      const float4 nb = bias_s[j];
-      float d[RT][4];
-#pragma unroll
-      for (int i = 0; i < L::kWords; ++i) {
-        const uint4 xv = __ldg(xg + j * L::kXPerGroup + (G == 64 ? 2 * t + i : t));
-#pragma unroll
-        for (int r = 0; r < RT; ++r) {
-          const uint32_t w0 = w[r][0][i], w1 = w[r][1][i];
-          const uint32_t v0 = w0 >> 8, v1 = w1 >> 8;
-          const uint32_t lo00 = and_or<0x000F000Fu, 0x64006400u>(w0), lo01 = and_or<0x000F000Fu, 0x64006400u>(w1);
-          const uint32_t hi00 = and_or<0x00F000F0u, 0x54005400u>(w0), hi01 = and_or<0x00F000F0u, 0x54005400u>(w1);
-          const uint32_t lo10 = and_or<0x000F000Fu, 0x64006400u>(v0), lo11 = and_or<0x000F000Fu, 0x64006400u>(v1);
-          const uint32_t hi10 = and_or<0x00F000F0u, 0x54005400u>(v0), hi11 = and_or<0x00F000F0u, 0x54005400u>(v1);
-          if (i == 0) mma16816_f16_c(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, nb.x, nb.y, nb.z, nb.w);
-          else mma16816_f16_c(d[r], lo00, lo01, hi00, hi01, xv.x, xv.y, d[r][0], d[r][1], d[r][2], d[r][3]);
-          mma16816_f16_c(d[r], lo10, lo11, hi10, hi11, xv.z, xv.w, d[r][0], d[r][1], d[r][2], d[r][3]);
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < RT; ++r) {
-        acc[r][0] = fmaf(sc[r][0], d[r][0], acc[r][0]);
-        acc[r][1] = fmaf(sc[r][1], d[r][2], acc[r][1]);
-      }
-    }
-  }
-
-  // partial row sums of this warp -> shared memory; thread i reduces row (pair) i over the warps in order
-  if (t == 0) {
-#pragma unroll
-    for (int r = 0; r < RT; ++r) {
-      red[warp * 16 * RT + 16 * r + g] = acc[r][0];
-      red[warp * 16 * RT + 16 * r + g + 8] = acc[r][1];
-    }
-  }
-  __syncthreads();
-  const int i = threadIdx.x;
-  if (a.epi == GEMV_SWIGLU) {
-    if (i < 8 * RT) {
-      float gate = 0.f, up = 0.f;
-#pragma unroll
-      for (int v = 0; v < W; ++v) {
-        gate += red[v * 16 * RT + 2 * i];
-        up += red[v * 16 * RT + 2 * i + 1];
-      }
-      const int pair = (row0 >> 1) + i;
-      if (2 * pair + 1 < a.N) a.out_h[perm8(pair)] = __float2half(silu(gate) * up);
-    }
-  } else if (i < 16 * RT && row0 + i < a.N) {
-    float s = 0.f;
-#pragma unroll
-    for (int v = 0; v < W; ++v) s += red[v * 16 * RT + i];
-    if (a.epi == GEMV_STORE) a.out_f32[row0 + i] = s;
-    else a.out_f32[row0 + i] += s;
-  }
-}
-
-template <int RT, int W, int D, int MINB>
-bool launch_tc(const GemvArgs& a, cudaStream_t st) {
-  const int G = 1 << a.gshift;
-  const size_t smem = (size_t)(a.K / G) * 16 + (size_t)W * 16 * RT * 4;
-  auto go = [&](auto kern) {
-    static size_t raised = 48 * 1024;  // one per kernel instantiation (generic lambda)
-    if (!allow_dynamic_smem(kern, smem, raised, "qgemv tc smem attr")) return false;
-    kern<<<ceil_div(a.N, 16 * RT), W * 32, smem, st>>>(a);
-    return true;
-  };
-  if (G == 64) return go(qgemv4_tc_kernel<RT, W, 64, D, MINB>);
-  return go(qgemv4_tc_kernel<RT, W, 32, D, MINB>);
-}
-
-int g_variant = 0;  // T = 1: 0 = route by shape, 1..27 = force one variant (set_qgemv_variant)
+int g_variant = 0;  // T = 1: 0 = route by shape, 1..19 = force one variant (set_qgemv_variant)
 
 // Ring variants (qgemv_ring_kernel; every width): id -> rows per warp, most stages, warps per block, grid.
 template <int BITS>
@@ -1014,23 +782,6 @@ int t1_route(const GemvArgs& a) {
   return 1;  // 8-bit: generic path
 }
 
-// Tensor-core variants: one m16 tile per block, K split over W warps, D groups of loads in flight per warp.
-// Register caps (MINB, at most 16: the sm_86 limit of resident blocks per SM): ptxas -v on sm_90 gives 95
-// registers (D = 4) and 124 (D = 8) uncapped; W = 8 is capped at 85 (3 blocks of 8 warps per SM). 17 resident
-// 1-warp blocks per SM hold all of gate_up's 2176 tiles in one wave (H200: 21 at 95 registers).
-bool launch_tc_variant(const GemvArgs& a, cudaStream_t st, int v) {
-  switch (v) {
-    case 20: return launch_tc<1, 1, 4, 16>(a, st);
-    case 21: return launch_tc<1, 2, 4, 10>(a, st);
-    case 22: return launch_tc<1, 4, 4, 5>(a, st);
-    case 23: return launch_tc<1, 8, 4, 3>(a, st);
-    case 24: return launch_tc<1, 1, 8, 16>(a, st);
-    case 25: return launch_tc<1, 2, 8, 8>(a, st);
-    case 26: return launch_tc<1, 4, 8, 4>(a, st);
-    default: return launch_tc<1, 8, 8, 2>(a, st);  // 27
-  }
-}
-
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T > 1 and the generic T = 1 path of 5/6/8-bit decode per element (code_of), instantiated for T = 1 and
@@ -1049,7 +800,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       if (!launch_ring_variant<BITS>(a, st, v)) launch<BITS, 1, 2, false, false>(a, st);
       return;
     }
-    // 5/6/8-bit, 1..15 and 20..27: the generic per-element path (kept for comparison)
+    // 5/6/8-bit, 1..15: the generic per-element path (kept for comparison)
     if constexpr (BITS != 4) {
       launch<BITS, 1, 2, false, false>(a, st);
       return;
@@ -1065,13 +816,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //   13 7 with an L2 evict-first policy on the weights (x and the next layer's data stay in L2)
     //   14 6 capped at 48 regs (5 blocks/SM, 40 warps)
     //   15 R2 U4 (4 KB in flight per warp), <= 80 regs
-    // 20..27 (qgemv4_tc_kernel, tensor-core mma.sync m16n8k16; one m16 tile of 16 rows per block, the K groups
-    // split over the block's W warps, D groups of loads in flight per warp; launch_tc_variant):
-    //   20..23 D 4, W 1 / 2 / 4 / 8;  24..27 D 8, W 1 / 2 / 4 / 8
     if constexpr (BITS == 4) {
       bool done = true;
-      if (v >= 20 && v <= 27) done = launch_tc_variant(a, st, v);
-      else if (v == 6) done = launch_sx<2, 2, 8, 4, true, false, false>(a, st, false);
+      if (v == 6) done = launch_sx<2, 2, 8, 4, true, false, false>(a, st, false);
       else if (v == 7) done = launch_sx<2, 2, 8, 4, true, true, false>(a, st, false);
       else if (v == 8) done = launch_sx<4, 2, 8, 3, true, false, false>(a, st, false);
       else if (v == 9) done = launch_sx<4, 1, 8, 3, true, true, false>(a, st, false);
@@ -1104,7 +851,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 }  // namespace
 
 void set_qgemv_variant(int v) {
-  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..27");
+  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..19");
   g_variant = v;
 }
 
