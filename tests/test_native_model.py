@@ -224,3 +224,35 @@ def test_over_budget_launch_allocates_nothing(tiny_native_ckpt):
         NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="bf16", max_context=1 << 20,
                                     vram_budget_bytes=64 << 20)
     assert nat.device_memory()[0] == free_before
+
+
+def test_programmatic_dependent_launch_changes_no_bit():
+    """Inside a decode step each kernel may start during its predecessor's tail and prefetch weights or its
+    layer's state before griddepcontrol.wait (csrc/cuda/pdl.cuh). A kernel that read or wrote a predecessor's
+    data before its wait would race: the logits of PDL-launched steps must equal plain launches bit for bit."""
+    from engine.native import load_native
+    from engine.native_backend import NativeModel
+    nat = load_native()
+    if not nat.pdl_supported():
+        pytest.skip("programmatic dependent launch needs compute capability 9.0 or newer")
+    m = NativeModel.from_checkpoint(full_width_source(), kv_dtype="int8", max_context=64, vram_budget_bytes=8 << 30)
+    tokens = torch.randint(0, 2000, (24,), generator=torch.Generator().manual_seed(4))
+
+    def decode_all():
+        s = m.new_state(64)
+        out = torch.cat([m.forward(tokens[i:i + 1], s).logits for i in range(len(tokens))])
+        m.release(s)
+        return out
+
+    try:
+        nat.set_pdl(False)
+        m.engine.reset_graphs()
+        plain = decode_all()
+        nat.set_pdl(True)
+        m.engine.reset_graphs()
+        overlapped = decode_all()
+    finally:
+        nat.set_pdl(True)
+        m.engine.reset_graphs()
+    assert torch.isfinite(plain).all()
+    assert torch.equal(plain, overlapped)

@@ -13,6 +13,7 @@
 
 #include "attn_prep.cuh"
 #include "common.cuh"
+#include "pdl.cuh"
 #include "ptx.cuh"
 #include "ops.h"
 
@@ -31,6 +32,8 @@ struct PrepArgs {
 
 __global__ void __launch_bounds__(kHd) attn_prep_kernel(PrepArgs p) {
   __shared__ float xs[kHd], red[32], gmax[8];
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x, i = threadIdx.x;
   int kind, head;
   const float x = prep_norm_rope(p.qkv + (size_t)t * p.ldp, p.d, blockIdx.y, i, p.q_norm, p.k_norm, p.inv_freq, p.sec,
@@ -611,6 +614,8 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ __align__(16) unsigned char v4_smem[];
   __shared__ float m_sh[NW][8], l_sh[NW][8];
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const int T = a.in->T, nkv = a.d.n_kv_heads, nh = a.d.n_heads;
   if (t >= T) return;
@@ -955,11 +960,14 @@ void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t strea
              "attn_split (shared memory opt-in)");
     configured |= bit;
   }
-  attn_split_v4_kernel<KV><<<dim3(T, nkv, kMaxAttnSplits), 32 * V4Cfg<KV>::kWarps, smem, stream>>>(a);
+  launch_pdl("attn_split", attn_split_v4_kernel<KV>, dim3(T, nkv, kMaxAttnSplits), dim3(32 * V4Cfg<KV>::kWarps), smem,
+             stream, a);
 }
 
 __global__ void __launch_bounds__(kHd) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
                                                            const float* gate, int ld_gate, __half* out_h) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
   const float* base = part + ((size_t)t * d.n_heads + h) * kMaxAttnSplits * (kHd + 2);
   const int L_all = in->kv_start + in->T;
@@ -1002,8 +1010,7 @@ void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float*
     throw std::invalid_argument("attn_prep: kv format must be 0 (bf16), 1 (int8) or 2 (int4), got " + std::to_string(d.kv_fmt));
   PrepArgs p{qkv, ldp, d, q_norm, k_norm, inv_freq, {mrope_section[0], mrope_section[1], mrope_section[2]},
              in, q_out, k_cache, v_cache, k_scales, v_scales};
-  attn_prep_kernel<<<dim3(T, d.n_heads + 2 * d.n_kv_heads), kHd, 0, stream>>>(p);
-  MR_CHECK_LAUNCH("attn_prep");
+  launch_pdl("attn_prep", attn_prep_kernel, dim3(T, d.n_heads + 2 * d.n_kv_heads), dim3(kHd), 0, stream, p);
 }
 
 void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in, const char* k_cache,
@@ -1040,8 +1047,8 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     else attn_split_kernel<kKvBf16, 0><<<grid, 128, 0, stream>>>(a);
   }
   MR_CHECK_LAUNCH("attn_split");
-  attn_combine_kernel<<<dim3(T, d.n_heads), kHd, 0, stream>>>(partials, d, in, gate, ld_gate, out_h);
-  MR_CHECK_LAUNCH("attn_combine");
+  launch_pdl("attn_combine", attn_combine_kernel, dim3(T, d.n_heads), dim3(kHd), 0, stream, partials, d, in, gate, ld_gate,
+             out_h);
 }
 
 }  // namespace monorail

@@ -12,6 +12,7 @@
 #include "common.cuh"
 #include "engine.h"
 #include "ops.h"
+#include "pdl.cuh"
 
 namespace py = pybind11;
 using namespace monorail;
@@ -142,6 +143,9 @@ void register_cuda_bindings(py::module_& m) {
         "qgemv_time");
   });
   m.def("set_qgemv_variant", &set_qgemv_variant);
+  m.def("set_pdl", &set_pdl, "programmatic dependent launch inside decode steps (default on where supported); "
+        "graphs captured before keep their mode");
+  m.def("pdl_supported", &pdl_supported);
   m.def("set_attn_variant", &set_attn_variant);
   m.def("get_attn_variant", &get_attn_variant);
   m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {

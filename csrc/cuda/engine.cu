@@ -6,6 +6,7 @@
 #include "common.cuh"
 #include "engine.h"
 #include "gdn_chunk.h"
+#include "pdl.cuh"
 #include "qgemm.h"
 
 namespace monorail {
@@ -325,6 +326,7 @@ NativeEngine::LaneLayer NativeEngine::lane_layer(const LayerBuffers& L, int lane
 }
 
 void NativeEngine::enqueue_step(int lane, int T) {
+  const PdlScope pdl_scope;  // the step's kernels may overlap their predecessor's tail (pdl.cuh)
   const ModelDims& d = dims_;
   StepWorkspace& w = buf_.ws;
   cudaStream_t st = stream_;

@@ -6,17 +6,23 @@
 // in-thread FMAs plus two shuffles.
 #include "common.cuh"
 #include "ops.h"
+#include "pdl.cuh"
 
 namespace monorail {
 namespace {
 
 __global__ void conv_kernel(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, float* out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
   float win[8];  // Kc - 1 <= 7 previous inputs, oldest first
   float wc[8];
-  for (int j = 0; j < Kc - 1; ++j) win[j] = state[(size_t)c * (Kc - 1) + j];
-  for (int j = 0; j < Kc; ++j) wc[j] = w[(size_t)c * Kc + j];
+  // weights and the window (written by this layer one step earlier) before the wait (pdl.cuh)
+  if (c < C) {
+    for (int j = 0; j < Kc - 1; ++j) win[j] = state[(size_t)c * (Kc - 1) + j];
+    for (int j = 0; j < Kc; ++j) wc[j] = w[(size_t)c * Kc + j];
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (c >= C) return;
   for (int t = 0; t < T; ++t) {
     float xin = x[(size_t)t * ldx + c];
     float y = wc[Kc - 1] * xin;
@@ -95,6 +101,9 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
   const float q_scale = rsqrtf((float)kDk);
   const float neg_a = -expf(a_log[h]);
   const float nw = norm_w[j];
+  // the state (this layer's, written one step earlier) and the weights above are read before the wait
+  pdl_wait();
+  pdl_trigger();
   for (int t = 0; t < T; ++t) {
     const float* row = conv_out + (size_t)t * conv_dim;
     // every global read of this token is issued before the first barrier, so they share one round trip
@@ -172,8 +181,8 @@ void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float
                       cudaStream_t stream) {
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("conv_update_silu: kernel width must be 1..8");
   if (T <= kConvSequentialMaxT) {
-    conv_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(x, ldx, T, C, Kc, w, state, out);
-    MR_CHECK_LAUNCH("conv_update_silu");
+    launch_pdl("conv_update_silu", conv_kernel, dim3(ceil_div(C, 256)), dim3(256), 0, stream, x, ldx, T, C, Kc, w, state,
+               out);
     return;
   }
   // prefill: outputs in parallel over (channel, run of tokens), then the new window from the last inputs
@@ -192,8 +201,8 @@ void gdn_step(const float* conv_out, const float* z, const float* b, const float
               __half* out_h, cudaStream_t stream) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_step: v_heads must be a multiple of k_heads");
-  gdn_kernel<<<d.v_heads, 512, 0, stream>>>(conv_out, z, b, a, ldp, T, d, a_log, dt_bias, norm_w, state, out_h);
-  MR_CHECK_LAUNCH("gdn_step");
+  launch_pdl("gdn_step", gdn_kernel, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log, dt_bias,
+             norm_w, state, out_h);
 }
 
 }  // namespace monorail

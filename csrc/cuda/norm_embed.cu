@@ -2,6 +2,7 @@
 // writing the fp16 perm8 GEMV input. One block per token.
 #include "common.cuh"
 #include "ops.h"
+#include "pdl.cuh"
 
 namespace monorail {
 namespace {
@@ -15,12 +16,18 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, i
   __shared__ float red[32];
   const float* xr = x + (size_t)blockIdx.x * H;
   float v[kPer], wv[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {  // the norm weights before the wait (pdl.cuh: no kernel writes them)
+    const int k = threadIdx.x + i * kNormThreads;
+    wv[i] = k < H ? w[k] : 0.f;
+  }
+  pdl_wait();
+  pdl_trigger();
   float ss = 0.f;
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int k = threadIdx.x + i * kNormThreads;
     v[i] = k < H ? xr[k] : 0.f;
-    wv[i] = k < H ? w[k] : 0.f;
     ss += v[i] * v[i];
   }
   ss = block_sum(ss, red);
@@ -44,6 +51,8 @@ __device__ inline int qcode(const QMatrix& E, const uint8_t* codes, const uint8_
 }
 
 __global__ void embed_kernel(QMatrix E, const int32_t* tokens, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int t = blockIdx.x;
   const size_t row = (size_t)tokens[t];
   const int K = (int)E.cols;
@@ -62,13 +71,11 @@ __global__ void embed_kernel(QMatrix E, const int32_t* tokens, float* out) {
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,
                            cudaStream_t stream) {
   if (H > kNormThreads * kPer) throw std::invalid_argument("rmsnorm: hidden size above 8192 is not built");
-  rmsnorm_kernel<<<T, kNormThreads, 0, stream>>>(x, H, w, eps, add_one ? 1.f : 0.f, out);
-  MR_CHECK_LAUNCH("rmsnorm");
+  launch_pdl("rmsnorm", rmsnorm_kernel, dim3(T), dim3(kNormThreads), 0, stream, x, H, w, eps, add_one ? 1.f : 0.f, out);
 }
 
 void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cudaStream_t stream) {
-  embed_kernel<<<T, 512, 0, stream>>>(E, tokens, out);
-  MR_CHECK_LAUNCH("embed_gather");
+  launch_pdl("embed_gather", embed_kernel, dim3(T), dim3(512), 0, stream, E, tokens, out);
 }
 
 }  // namespace monorail

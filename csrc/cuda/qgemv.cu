@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "common.cuh"
+#include "pdl.cuh"
 #include "ptx.cuh"
 #include "ops.h"
 
@@ -212,6 +213,14 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   const int ngroups = a.K >> a.gshift;
   const int first = blockIdx.x * kWarps + (threadIdx.x >> 5);
   const int stride = PERSIST ? gridDim.x * kWarps : npairs;
+  bool waited = false;  // pdl.cuh: the first batch of weights is loaded before the wait, x only after it
+  auto wait_once = [&]() {
+    if (!waited) {
+      pdl_wait();
+      pdl_trigger();
+      waited = true;
+    }
+  };
   for (int pair = first; pair < npairs; pair += stride) {
     const int r0 = 2 * pair;
     const int r1 = min(r0 + 1, a.N - 1);
@@ -241,6 +250,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
       } else {
         load_batch(cb, w, s);
       }
+      wait_once();
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int c = cb + 32 * u;
@@ -265,6 +275,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
         }
       }
     }
+    wait_once();  // lanes that loaded no chunk (K < 32 T) still write outputs
 #pragma unroll
     for (int t = 0; t < TT; ++t) {
       acc[0][t] = warp_sum(acc[0][t]);
@@ -286,6 +297,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
       }
     }
   }
+  wait_once();  // a warp without work still waits (pdl.cuh: completion stays transitive)
 }
 
 int sm_count() {
@@ -309,7 +321,7 @@ void launch(const GemvArgs& a, cudaStream_t st) {
       per_sm = 4;
     blocks = std::min(blocks, sm_count() * per_sm);
   }
-  kern<<<blocks, kWarps * 32, 0, st>>>(a);
+  launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), 0, st, a);
 }
 
 // ---- T = 1, 4-bit: x staged in shared memory (variants 6..15) ----
@@ -431,6 +443,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
+  pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
+  pdl_trigger();
   if (SX) {
     stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
@@ -561,7 +575,8 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   }
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, WARPS * 32, smem);
-  kern<<<wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced), WARPS * 32, smem, st>>>(a);
+  launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced)), dim3(WARPS * 32), smem, st,
+             a);
   return true;
 }
 
@@ -681,6 +696,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
   };
 
   for (int i = 0; i < S - 1; ++i) issue();
+  pdl_wait();  // pdl.cuh: the first S - 1 batches of weights are in flight before the wait, x is read after it
+  pdl_trigger();
   stage_x<WARPS * 32>(xs, a.x, nch);
   __syncthreads();  // every thread reaches this (no early exit above)
 
@@ -749,7 +766,8 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
   }
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, WARPS * 32, smem);
-  kern<<<wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced), WARPS * 32, smem, st>>>(a, S);
+  launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced)), dim3(WARPS * 32), smem, st,
+             a, S);
   return true;
 }
 

@@ -1,0 +1,69 @@
+// Programmatic dependent launch (PDL; sm_90 and newer: H100/H200, RTX 50xx) for the decode step.
+//
+// A decode step is ~530 short kernels in one CUDA graph. Launched plainly, kernel N + 1 starts only after
+// kernel N has fully drained, so every boundary pays N's tail plus N + 1's launch and first DRAM round
+// trip. Launched with PDL, N + 1 may start as soon as every block of N has passed its pdl_trigger(), run a
+// prologue that touches nothing N writes (a GEMV's first batch of weights, a layer's recurrent state), and
+// then block in pdl_wait() until N has completed and its writes are visible.
+//
+// Rules every kernel launched through launch_pdl follows:
+//   * every thread calls pdl_wait() before it reads anything an earlier kernel of the step wrote or writes
+//     anything an earlier kernel reads, and before it exits (no early return ahead of it): a block's end
+//     then implies its predecessors' end, so completion stays transitive down the stream;
+//   * pdl_trigger() comes after pdl_wait(), so at most one kernel runs ahead of its predecessor.
+// The prologue may read only data no kernel of the step writes (weights) or data last written before the
+// predecessor started (a layer's state, written one step earlier). PDL is used only inside a decode step
+// (PdlScope, set by the engine around enqueue_step), where every predecessor is one of these kernels;
+// elsewhere (single-op calls, prefill) the same kernels launch plainly and pdl_wait() returns at once.
+// Below sm_90 the attribute is never set and both calls compile to nothing.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "common.cuh"
+
+namespace monorail {
+
+bool pdl_supported();   // compute capability >= 9 (queried once)
+bool pdl_active();      // supported, enabled (set_pdl) and inside a PdlScope
+void set_pdl(bool on);  // default on; captured graphs keep the mode they were captured with
+
+struct PdlScope {  // marks the launches of one decode step (not thread-safe: one engine thread)
+  PdlScope();
+  ~PdlScope();
+  PdlScope(const PdlScope&) = delete;
+  PdlScope& operator=(const PdlScope&) = delete;
+};
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kern<<<grid, block, smem, st>>>(args...), with the programmatic-serialization attribute when pdl_active().
+template <typename... KArgs, typename... Args>
+void launch_pdl(const char* op, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_active() ? 1 : 0;
+  MR_CHECK(cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...), op);
+}
+#endif  // __CUDACC__
+
+}  // namespace monorail
