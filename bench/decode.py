@@ -198,6 +198,19 @@ def main() -> int:
                    "llamacpp_tok_s": peers[kv].get(depth)}
             rows.append(row)
             print(json.dumps(row), flush=True)
+        # programmatic dependent launch (pdl.cuh; sm_90+, so not on RTX 30/40 cards): the same step without it
+        if nat.pdl_supported():
+            for depth in (0, max(depths)):
+                nat.set_pdl(False)
+                e.reset_graphs()
+                ms_plain = statistics.median(e.time_steps(0, depth, args.steps) for _ in range(5))
+                nat.set_pdl(True)
+                e.reset_graphs()
+                for row in rows:
+                    if row["kv"] == kv and row["depth"] == depth:
+                        row["ms_per_step_without_pdl"] = round(ms_plain, 3)
+                        row["tok_s_without_pdl"] = round(1e3 / ms_plain, 1)
+                print(f"without PDL ({kv}, depth {depth}): {ms_plain:.3f} ms = {1e3 / ms_plain:.1f} tok/s", flush=True)
         # in-graph cost of each op class: time the captured step with that class left out
         classes = {1: "rmsnorm", 2: "conv", 4: "gdn_step", 8: "attention", 16: "mlp gemv", 32: "mixer gemv"}
         for depth in ((0, max(depths)) if (kv == "int8" or not args.quick) else ()):
@@ -242,7 +255,10 @@ def main() -> int:
               "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],
               "gemv_route": {k: ("by shape" if v == 0 else VARIANTS[v]) for k, v in gemv_route.items()}, "profiles": profiles,
               "leave_one_out": leave_out, "attention_variant": attn_variant, "attention_variant_logit_rel_err": attn_check,
-              "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV"}
+              "pdl": bool(nat.pdl_supported()),
+              "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV; kernels "
+                        "launched with programmatic dependent launch where the GPU supports it (sm_90+), the rows' "
+                        "*_without_pdl fields time the same step launched plainly (what sm_86/89 cards run)"}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

@@ -27,7 +27,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 22;  // T = 1 launch variants 1..22 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 19;  // T = 1 launch variants 1..19 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -771,7 +771,7 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
   return true;
 }
 
-int g_variant = 0;  // T = 1: 0 = route by shape, 1..22 = force one variant (set_qgemv_variant)
+int g_variant = 0;  // T = 1: 0 = route by shape, 1..19 = force one variant (set_qgemv_variant)
 
 // Ring variants (qgemv_ring_kernel; every width): id -> rows per warp, most stages, warps per block, grid.
 template <int BITS>
@@ -834,10 +834,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //   13 7 with an L2 evict-first policy on the weights (x and the next layer's data stay in L2)
     //   14 6 capped at 48 regs (5 blocks/SM, 40 warps)
     //   15 R2 U4 (4 KB in flight per warp), <= 80 regs
-    //   20 R2 U5, <= 80 regs: a whole 5120-wide row pair per batch (5 KB in flight per warp)
-    //   21 R2 U3, <= 64 regs;  22 R1 U5, <= 64 regs (whole rows, x reads not shared between rows)
     // (bench/read_probe.py, session 4: the variant-6 pattern without arithmetic streams at 3.3 TB/s with U = 2
-    // and 3.8 with U = 4, against 4.1 for a flat stream: bytes in flight per warp bound it)
+    // and 3.8 with U = 4, against 4.1 for a flat stream; but variants with more bytes in flight per warp (R2 U3,
+    // R2 U5, R1 U5; measured in call 4 and removed) ran no faster than 6 with the arithmetic in: ~3.08 TB/s)
     if constexpr (BITS == 4) {
       bool done = true;
       if (v == 6) done = launch_sx<2, 2, 8, 4, true, false, false>(a, st, false);
@@ -850,9 +849,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 13) done = launch_sx<2, 2, 8, 4, true, true, true>(a, st, false);
       else if (v == 14) done = launch_sx<2, 2, 8, 5, true, false, false>(a, st, false);
       else if (v == 15) done = launch_sx<2, 4, 8, 3, true, false, false>(a, st, false);
-      else if (v == 20) done = launch_sx<2, 5, 8, 3, true, false, false>(a, st, false);
-      else if (v == 21) done = launch_sx<2, 3, 8, 4, true, false, false>(a, st, false);
-      else if (v == 22) done = launch_sx<1, 5, 8, 4, true, false, false>(a, st, false);
       else done = false;
       if (done) return;
       if (v >= 6) {
@@ -876,7 +872,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 }  // namespace
 
 void set_qgemv_variant(int v) {
-  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..22");
+  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..19");
   g_variant = v;
 }
 
