@@ -40,7 +40,14 @@ struct GemvArgs {
   float* out_f32;
   __half* out_h;
   int ldo;
+  int prefetch;  // T = 1 sx / qgemv kernels: also prefetch the next batch of codes into L2 (set_qgemv_prefetch)
 };
+
+// Brings the 128-byte line holding p into L2 without a register (sm_20+). The sx kernels keep one batch of
+// codes in registers per warp; bench/read_probe.py showed that pattern capped at 3.3 TB/s by the bytes it
+// keeps in flight (3.8 with twice as many). A prefetch of the next batch keeps more of them in flight at the
+// cost of one instruction per chunk, and the register loads that follow hit L2.
+__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 template <int BITS>
 struct Chunk {
@@ -243,12 +250,28 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
         }
       }
     };
+    // T = 1: the batch after the one being loaded into registers goes to L2 first (prefetch_l2)
+    // one prefetch instruction per batch, as in qgemv4_sx_kernel: lane l < 8 U (16 U for 8-bit) takes one 128-byte
+    // line of piece (l / LPP) % U of row r0 or r1 (LPP lines per 32-chunk piece: 4, or 8 for 8-bit)
+    auto prefetch_batch = [&](int cb2) {
+      constexpr int kChunkBytes = BITS == 8 ? 32 : 16;  // codes of one 32-element chunk (5/6-bit: the nibble plane)
+      constexpr int kLpp = kChunkBytes / 4;              // 128-byte lines per 32 chunks
+      constexpr int kChunksPerLine = 128 / kChunkBytes;
+      if (!a.prefetch || TT != 1 || lane >= 2 * U * kLpp) return;
+      const int c = cb2 - lane + 32 * ((lane / kLpp) % U) + kChunksPerLine * (lane % kLpp);
+      const size_t row_bytes = (size_t)nch * kChunkBytes;
+      if (c < nch) prefetch_l2(a.codes + (size_t)(lane < U * kLpp ? r0 : r1) * row_bytes + (size_t)c * kChunkBytes);
+    };
     if (PIPE) load_batch(lane, w, s);
     for (int cb = lane; cb < nch; cb += 32 * U) {
       if (PIPE) {
-        if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
+        if (cb + 32 * U < nch) {
+          load_batch(cb + 32 * U, wn, sn);
+          prefetch_batch(cb + 64 * U);
+        }
       } else {
         load_batch(cb, w, s);
+        prefetch_batch(cb + 32 * U);
       }
       wait_once();
 #pragma unroll
@@ -440,9 +463,31 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
     }
   };
 
+  // the batch after (g, cb) for this lane: the next U chunks of the row group, else the next row group's first
+  auto next_batch = [&](int& g2, int& cb2) {
+    cb2 += 32 * U;
+    if (cb2 >= nch) {
+      cb2 = lane;
+      g2 += stride;
+    }
+  };
+  // one prefetch instruction per batch: lane l < 4 U ROWS takes line l % 4 (128 B = 8 chunks) of piece (l / 4) % U
+  // (512 B: chunks base + 32 u ..) of row l / (4 U); base = cb2 - lane, the batch's first chunk
+  auto prefetch_batch = [&](int g2, int cb2) {
+    if (!a.prefetch || g2 >= nrg || lane >= 4 * U * ROWS) return;
+    const int c = cb2 - lane + 32 * ((lane >> 2) % U) + 8 * (lane & 3);
+    if (c < nch) prefetch_l2(a.codes + min(g2 * ROWS + lane / (4 * U), a.N - 1) * rowb + c * 16);
+  };
+
   int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
-  if (g < nrg && lane < nch) load_batch(g, lane, w, s);
+  if (g < nrg && lane < nch) {
+    load_batch(g, lane, w, s);
+    int pg = g, pcb = lane;
+    next_batch(pg, pcb);
+    if (PIPE) next_batch(pg, pcb);  // PIPE loads the next batch into registers itself: prefetch the one after
+    prefetch_batch(pg, pcb);
+  }
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
@@ -462,9 +507,18 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
           ncb = lane;
           ng = g + stride;
         }
-        if (ng < nrg) load_batch(ng, ncb, wn, sn);
+        if (ng < nrg) {
+          load_batch(ng, ncb, wn, sn);
+          next_batch(ng, ncb);
+          prefetch_batch(ng, ncb);
+        }
       } else {
-        if (!first) load_batch(g, cb, w, s);
+        if (!first) {
+          load_batch(g, cb, w, s);
+          int pg = g, pcb = cb;
+          next_batch(pg, pcb);
+          prefetch_batch(pg, pcb);
+        }
         first = false;
       }
 #pragma unroll
@@ -772,6 +826,7 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
 }
 
 int g_variant = 0;  // T = 1: 0 = route by shape, 1..19 = force one variant (set_qgemv_variant)
+bool g_prefetch = true;  // GemvArgs::prefetch (set_qgemv_prefetch)
 
 // Ring variants (qgemv_ring_kernel; every width): id -> rows per warp, most stages, warps per block, grid.
 template <int BITS>
@@ -871,6 +926,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 
 }  // namespace
 
+void set_qgemv_prefetch(bool on) { g_prefetch = on; }
+
 void set_qgemv_variant(int v) {
   if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..19");
   g_variant = v;
@@ -883,7 +940,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
   GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
              reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-             x, T, epilogue, out_f32, out_h, ldo};
+             x, T, epilogue, out_f32, out_h, ldo, g_prefetch ? 1 : 0};
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
