@@ -133,10 +133,11 @@ def main() -> int:
     from engine.registry import config_27b
 
     nat = load_native()
-    # MONORAIL_GEMV_PREFETCH=0: run with the GEMVs' L2 prefetch off (a device script sets it when the prefetch's
-    # own tests failed in the same call, so the figures come from a configuration that passed)
-    gemv_prefetch = os.environ.get("MONORAIL_GEMV_PREFETCH", "1") != "0"
-    nat.set_qgemv_prefetch(gemv_prefetch)
+    # MONORAIL_GEMV_PREFETCH=0: the GEMVs' L2 prefetch stays off (a device script sets it when the prefetch's own
+    # tests failed in the same call, so the figures come from a configuration that passed); otherwise each KV
+    # format's step at depth 0 is timed at prefetch distances 0 (off), 1 and 2 and the fastest is used
+    prefetch_choices = (0,) if os.environ.get("MONORAIL_GEMV_PREFETCH", "1") == "0" else (0, 1, 2)
+    prefetch_used = {}
     depths = [int(d) for d in args.depths.split(",")]
     bw = copy_bandwidth_gbs()
     print(f"copy bandwidth {bw:.0f} GB/s", flush=True)
@@ -168,6 +169,16 @@ def main() -> int:
         nat.set_qgemv_variant(gemv_route[kv])
         e.reset_graphs()
         print(f"GEMV route step times at depth 0 ({kv}): {gt} -> {gemv_route[kv]}", flush=True)
+        pt = {}
+        for pf in prefetch_choices:
+            nat.set_qgemv_prefetch(pf)
+            e.reset_graphs()
+            pt[pf] = statistics.median(e.time_steps(0, 0, args.steps) for _ in range(5))
+        prefetch_used[kv] = {"distance": min(pt, key=pt.get),
+                             "step_ms_by_distance": {k: round(v, 3) for k, v in pt.items()}}
+        nat.set_qgemv_prefetch(prefetch_used[kv]["distance"])
+        e.reset_graphs()
+        print(f"GEMV L2 prefetch step times at depth 0 ({kv}): {pt} -> {prefetch_used[kv]['distance']}", flush=True)
         # attention variant (0 CUDA cores, 1 q in shared memory, 2 scores on tensor cores, 3 scores and
         # values on tensor cores): the fastest at the deepest depth among those whose logits match variant 0
         vt = {}
@@ -215,17 +226,6 @@ def main() -> int:
                         row["ms_per_step_without_pdl"] = round(ms_plain, 3)
                         row["tok_s_without_pdl"] = round(1e3 / ms_plain, 1)
                 print(f"without PDL ({kv}, depth {depth}): {ms_plain:.3f} ms = {1e3 / ms_plain:.1f} tok/s", flush=True)
-        # the GEMVs' L2 prefetch of their next batch (qgemv.cu prefetch_l2): the same step with it toggled
-        nat.set_qgemv_prefetch(not gemv_prefetch)
-        e.reset_graphs()
-        ms_nopf = statistics.median(e.time_steps(0, 0, args.steps) for _ in range(5))
-        nat.set_qgemv_prefetch(gemv_prefetch)
-        e.reset_graphs()
-        toggled = "without" if gemv_prefetch else "with"
-        for row in rows:
-            if row["kv"] == kv and row["depth"] == 0:
-                row[f"ms_per_step_{toggled}_gemv_prefetch"] = round(ms_nopf, 3)
-        print(f"{toggled} GEMV prefetch ({kv}, depth 0): {ms_nopf:.3f} ms = {1e3 / ms_nopf:.1f} tok/s", flush=True)
         # in-graph cost of each op class: time the captured step with that class left out
         classes = {1: "rmsnorm", 2: "conv", 4: "gdn_step", 8: "attention", 16: "mlp gemv", 32: "mixer gemv"}
         for depth in ((0, max(depths)) if (kv == "int8" or not args.quick) else ()):
@@ -261,6 +261,7 @@ def main() -> int:
         t1.record()
         torch.cuda.synchronize()
         print(f"greedy sample + readback: {t0.elapsed_time(t1) / 20 * 1e3:.1f} us", flush=True)
+        nat.set_qgemv_prefetch(1)
         del model, e
         gc.collect()
     commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
@@ -270,7 +271,7 @@ def main() -> int:
               "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],
               "gemv_route": {k: ("by shape" if v == 0 else VARIANTS[v]) for k, v in gemv_route.items()}, "profiles": profiles,
               "leave_one_out": leave_out, "attention_variant": attn_variant, "attention_variant_logit_rel_err": attn_check,
-              "pdl": bool(nat.pdl_supported()), "gemv_l2_prefetch": gemv_prefetch,
+              "pdl": bool(nat.pdl_supported()), "gemv_l2_prefetch": prefetch_used,
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV; kernels "
                         "launched with programmatic dependent launch where the GPU supports it (sm_90+), the rows' "
                         "*_without_pdl fields time the same step launched plainly (what sm_86/89 cards run)"}

@@ -14,7 +14,7 @@ if [[ $pf_rc -ne 0 ]]; then export MONORAIL_GEMV_PREFETCH=0; echo "prefetch OFF 
 timeout 90 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_ops.py tests/test_native_model.py \
   -k "(qgemv and not prefetch) or full_width or programmatic or 64_teacher" > $out/tests.log 2>&1
 echo "qgemv + model tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -8
-timeout 30 python3 bench/gemv_probe.py --bits 4 --variants 0,1,4,6,10 --prefetch 1,0 --reps 30 2>&1 | tee $out/gemv-probe.txt | grep -v "^$" | tail -16
+timeout 45 python3 bench/gemv_probe.py --bits 4 --variants 0,4,6,10 --prefetch 1,2,0 --reps 30 2>&1 | tee $out/gemv-probe.txt | grep -v "^$" | tail -22
 timeout 100 python3 bench/decode.py --out $out/decode-h200.json --quick > $out/decode.log 2>&1
 echo "decode rc=$? ($(left) s left)"; grep -E "copy bandwidth|\"depth\"|PDL|prefetch|leave-one-out" $out/decode.log | head -16
 if [[ -d .peer && $(left) -gt 70 ]]; then

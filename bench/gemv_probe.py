@@ -53,18 +53,19 @@ def main() -> None:
     ap.add_argument("--bits", default="4", help="comma-separated widths out of 4,5,6,8")
     ap.add_argument("--variants", default="", help="comma-separated variant ids (default: every one that differs)")
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--prefetch", default="1", help="L2 prefetch of the next batch of codes: 1 (default), 0, or 1,0")
+    ap.add_argument("--prefetch", default="1",
+                    help="GEMV L2 prefetch distances in batches, one table each: 1 (default), or e.g. 1,2,0 (0 = off)")
     args = ap.parse_args()
     widths = [int(b) for b in args.bits.split(",") if b != ""]
     nat = load_native()
     try:
         for pf in [int(p) for p in args.prefetch.split(",")]:
-            nat.set_qgemv_prefetch(bool(pf))
-            print(f"\nL2 prefetch {'on' if pf else 'off'}")
+            nat.set_qgemv_prefetch(pf)
+            print(f"\nL2 prefetch distance {pf} batches" if pf else "\nL2 prefetch off")
             for bits in widths:
                 probe_width(nat, bits, args)
     finally:
-        nat.set_qgemv_prefetch(True)
+        nat.set_qgemv_prefetch(1)
     print("* fastest for the shape; sum us = one of each shape (a layer has gate_up + down, and gdn_in + gdn_out "
           "or the attention projections)")
 

@@ -17,7 +17,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--gemv-variants", default="0", help="T = 1 GEMV variants to force, one run each (0 = route)")
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
-    ap.add_argument("--prefetch", default="1", help="GEMV L2 prefetch of the next batch: 1 (default), 0, or 1,0")
+    ap.add_argument("--prefetch", default="1",
+                    help="GEMV L2 prefetch distances in batches (0 = off): 1 (default), or e.g. 1,2,0")
     args = ap.parse_args()
     from engine.native_backend import NativeModel
     depths = [int(d) for d in args.depths.split(",")]
@@ -27,7 +28,7 @@ def main() -> None:
         from engine.native import load_native
         nat = load_native()
         for pf in [int(x) for x in args.prefetch.split(",")]:
-            nat.set_qgemv_prefetch(bool(pf))
+            nat.set_qgemv_prefetch(pf)
             for pdl in [int(x) for x in args.pdl.split(",")]:
                 nat.set_pdl(bool(pdl))
                 for v in [int(x) for x in args.gemv_variants.split(",")]:
@@ -37,7 +38,7 @@ def main() -> None:
                         ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
                         print(f"step kv {kv} prefetch {pf} pdl {pdl} gemv variant {v} depth {d}: {ms:.3f} ms = "
                               f"{1000 / ms:.1f} tok/s", flush=True)
-        nat.set_qgemv_prefetch(True)
+        nat.set_qgemv_prefetch(1)
         nat.set_pdl(True)
         nat.set_qgemv_variant(0)
         e.reset_graphs()
