@@ -5,7 +5,7 @@
 #   MONORAIL_COMMIT=<sha> bash bench/device_s4_call6.sh
 set -uo pipefail
 start=$(date +%s)
-left() { echo $(( 400 - ($(date +%s) - start) )); }
+left() { echo $(( 285 - ($(date +%s) - start) )); }
 source bench/device_setup.sh
 timeout 40 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 30 tests/test_native_ops.py -k "prefetch" > $out/tests_pf.log 2>&1
 pf_rc=$?
