@@ -133,11 +133,6 @@ def main() -> int:
     from engine.registry import config_27b
 
     nat = load_native()
-    # MONORAIL_GEMV_PREFETCH=0: the GEMVs' L2 prefetch stays off (a device script sets it when the prefetch's own
-    # tests failed in the same call, so the figures come from a configuration that passed); otherwise each KV
-    # format's step at depth 0 is timed at prefetch distances 0 (off), 1 and 2 and the fastest is used
-    prefetch_choices = (0,) if os.environ.get("MONORAIL_GEMV_PREFETCH", "1") == "0" else (0, 1, 2)
-    prefetch_used = {}
     depths = [int(d) for d in args.depths.split(",")]
     bw = copy_bandwidth_gbs()
     print(f"copy bandwidth {bw:.0f} GB/s", flush=True)
@@ -169,16 +164,6 @@ def main() -> int:
         nat.set_qgemv_variant(gemv_route[kv])
         e.reset_graphs()
         print(f"GEMV route step times at depth 0 ({kv}): {gt} -> {gemv_route[kv]}", flush=True)
-        pt = {}
-        for pf in prefetch_choices:
-            nat.set_qgemv_prefetch(pf)
-            e.reset_graphs()
-            pt[pf] = statistics.median(e.time_steps(0, 0, args.steps) for _ in range(5))
-        prefetch_used[kv] = {"distance": min(pt, key=pt.get),
-                             "step_ms_by_distance": {k: round(v, 3) for k, v in pt.items()}}
-        nat.set_qgemv_prefetch(prefetch_used[kv]["distance"])
-        e.reset_graphs()
-        print(f"GEMV L2 prefetch step times at depth 0 ({kv}): {pt} -> {prefetch_used[kv]['distance']}", flush=True)
         # attention variant (0 CUDA cores, 1 q in shared memory, 2 scores on tensor cores, 3 scores and
         # values on tensor cores): the fastest at the deepest depth among those whose logits match variant 0
         vt = {}
@@ -261,7 +246,6 @@ def main() -> int:
         t1.record()
         torch.cuda.synchronize()
         print(f"greedy sample + readback: {t0.elapsed_time(t1) / 20 * 1e3:.1f} us", flush=True)
-        nat.set_qgemv_prefetch(1)
         del model, e
         gc.collect()
     commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
@@ -271,7 +255,7 @@ def main() -> int:
               "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],
               "gemv_route": {k: ("by shape" if v == 0 else VARIANTS[v]) for k, v in gemv_route.items()}, "profiles": profiles,
               "leave_one_out": leave_out, "attention_variant": attn_variant, "attention_variant_logit_rel_err": attn_check,
-              "pdl": bool(nat.pdl_supported()), "gemv_l2_prefetch": prefetch_used,
+              "pdl": bool(nat.pdl_supported()),
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV; kernels "
                         "launched with programmatic dependent launch where the GPU supports it (sm_90+), the rows' "
                         "*_without_pdl fields time the same step launched plainly (what sm_86/89 cards run)"}

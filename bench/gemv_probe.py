@@ -53,66 +53,53 @@ def main() -> None:
     ap.add_argument("--bits", default="4", help="comma-separated widths out of 4,5,6,8")
     ap.add_argument("--variants", default="", help="comma-separated variant ids (default: every one that differs)")
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--prefetch", default="1",
-                    help="GEMV L2 prefetch distances in batches, one table each: 1 (default), or e.g. 1,2,0 (0 = off)")
     args = ap.parse_args()
     widths = [int(b) for b in args.bits.split(",") if b != ""]
     nat = load_native()
-    try:
-        for pf in [int(p) for p in args.prefetch.split(",")]:
-            nat.set_qgemv_prefetch(pf)
-            print(f"\nL2 prefetch distance {pf} batches" if pf else "\nL2 prefetch off")
-            for bits in widths:
-                probe_width(nat, bits, args)
-    finally:
-        nat.set_qgemv_prefetch(1)
+    for bits in widths:
+        if bits not in (4, 5, 6, 8):
+            raise SystemExit(f"--bits: {bits} is not one of 4, 5, 6, 8")
+        if args.variants:
+            variants = [int(v) for v in args.variants.split(",") if v != ""]
+        else:
+            variants = VARIANTS_4BIT if bits == 4 else VARIANTS_WIDE
+        data = {}
+        for name, (n, k) in SHAPES.items():
+            codes, high, scales, nbytes = make_matrix(n, k, bits)
+            x = torch.randn(1, k, device="cuda").half()
+            out = torch.empty(1, n, device="cuda")
+            data[name] = (codes, high, scales, x, out, nbytes)
+
+        res = {}  # (variant, shape) -> (us, GB/s)
+        try:
+            for v in variants:
+                nat.set_qgemv_variant(v)
+                for name, (n, k) in SHAPES.items():
+                    codes, high, scales, x, out, nbytes = data[name]
+                    ms = nat.op_qgemv_time(codes.data_ptr(), 0 if high is None else high.data_ptr(),
+                                           scales.data_ptr(), n, k, bits, GROUP, x.data_ptr(), 1, out.data_ptr(),
+                                           args.reps)
+                    res[v, name] = (ms * 1000, nbytes / ms / 1e6)
+        finally:
+            nat.set_qgemv_variant(0)
+        del data
+        torch.cuda.empty_cache()
+
+        names = list(SHAPES)
+        print(f"\n{bits}-bit, group {GROUP}")
+        head = "variant " + "".join(f"{nm + f' {SHAPES[nm][0]}x{SHAPES[nm][1]}':>24s}" for nm in names)
+        print(head + f"{'sum us':>10s}")
+        print(" " * 8 + "".join(f"{'us':>12s}{'GB/s':>12s}" for _ in names))
+        best = {nm: min(variants, key=lambda v: res[v, nm][0]) for nm in names}
+        for v in variants:
+            row = f"{v:7d} "
+            for nm in names:
+                us, gbs = res[v, nm]
+                row += f"{us:11.1f}{'*' if best[nm] == v else ' '}{gbs:12.0f}"
+            row += f"{sum(res[v, nm][0] for nm in names):10.1f}"
+            print(row)
     print("* fastest for the shape; sum us = one of each shape (a layer has gate_up + down, and gdn_in + gdn_out "
           "or the attention projections)")
-
-
-def probe_width(nat, bits: int, args) -> None:
-    """One table: every variant of `bits`-bit weights on every shape."""
-    if bits not in (4, 5, 6, 8):
-        raise SystemExit(f"--bits: {bits} is not one of 4, 5, 6, 8")
-    if args.variants:
-        variants = [int(v) for v in args.variants.split(",") if v != ""]
-    else:
-        variants = VARIANTS_4BIT if bits == 4 else VARIANTS_WIDE
-    data = {}
-    for name, (n, k) in SHAPES.items():
-        codes, high, scales, nbytes = make_matrix(n, k, bits)
-        x = torch.randn(1, k, device="cuda").half()
-        out = torch.empty(1, n, device="cuda")
-        data[name] = (codes, high, scales, x, out, nbytes)
-
-    res = {}  # (variant, shape) -> (us, GB/s)
-    try:
-        for v in variants:
-            nat.set_qgemv_variant(v)
-            for name, (n, k) in SHAPES.items():
-                codes, high, scales, x, out, nbytes = data[name]
-                ms = nat.op_qgemv_time(codes.data_ptr(), 0 if high is None else high.data_ptr(),
-                                       scales.data_ptr(), n, k, bits, GROUP, x.data_ptr(), 1, out.data_ptr(),
-                                       args.reps)
-                res[v, name] = (ms * 1000, nbytes / ms / 1e6)
-    finally:
-        nat.set_qgemv_variant(0)
-    del data
-    torch.cuda.empty_cache()
-
-    names = list(SHAPES)
-    print(f"\n{bits}-bit, group {GROUP}")
-    head = "variant " + "".join(f"{nm + f' {SHAPES[nm][0]}x{SHAPES[nm][1]}':>24s}" for nm in names)
-    print(head + f"{'sum us':>10s}")
-    print(" " * 8 + "".join(f"{'us':>12s}{'GB/s':>12s}" for _ in names))
-    best = {nm: min(variants, key=lambda v: res[v, nm][0]) for nm in names}
-    for v in variants:
-        row = f"{v:7d} "
-        for nm in names:
-            us, gbs = res[v, nm]
-            row += f"{us:11.1f}{'*' if best[nm] == v else ' '}{gbs:12.0f}"
-        row += f"{sum(res[v, nm][0] for nm in names):10.1f}"
-        print(row)
 
 
 if __name__ == "__main__":

@@ -63,35 +63,6 @@ def test_qgemv_launch_variants(nat, variant, N, K):
     assert rel_err(out, (wd @ x.double().T).T) < TOL_GEMV_Q4
 
 
-@pytest.mark.parametrize("variant", [0, 1, 4, 6, 7, 10, 16])
-@pytest.mark.parametrize("bits, N, K", [(4, 34816, 5120), (4, 5120, 17408), (4, 253, 1120), (8, 5120, 6144)])
-def test_qgemv_l2_prefetch_changes_no_bit(nat, variant, bits, N, K):
-    """The T = 1 kernels prefetch a later batch of codes into L2 (set_qgemv_prefetch: distance in batches, 0 = off);
-    a prefetch moves no data into registers, so outputs are identical at every distance."""
-    gen = torch.Generator().manual_seed(variant + N + bits)
-    q, codes, high, scales, wd = quantized(N, K, bits, 64, gen)
-    xr = torch.randn(1, K, generator=gen).half().cuda()
-    x = to_perm8(xr)
-
-    def call(distance):
-        out = torch.full((1, N), float("nan"), device="cuda")
-        nat.set_qgemv_variant(variant)
-        nat.set_qgemv_prefetch(distance)
-        try:
-            nat.op_qgemv(codes.data_ptr(), high.data_ptr() if high is not None else 0, scales.data_ptr(), N, K, bits,
-                         64, x.data_ptr(), 1, 0, out.data_ptr(), 0, N)
-        finally:
-            nat.set_qgemv_variant(0)
-            nat.set_qgemv_prefetch(1)
-        return out
-
-    off = call(0)
-    assert not off.isnan().any()
-    assert rel_err(off, (wd @ xr.double().T).T) < TOL_GEMV_Q4
-    for distance in (1, 2, 4):
-        assert torch.equal(call(distance), off)
-
-
 @pytest.mark.parametrize("bits", [4, 6])
 @pytest.mark.parametrize("T", [1, 4, 9])
 def test_qgemv_swiglu(nat, bits, T):
@@ -125,7 +96,8 @@ def _random_q4(N, K, gen):
                                        (2, 96, 512)])      # 16 chunks: half the lanes idle
 def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
     # every T = 1 variant with each epilogue on shapes that exercise partial row groups and persistent rounds;
-    # also bit-for-bit-close to variant 1 (same per-chunk arithmetic and order)
+    # also bit-for-bit-close to variant 1 (same per-chunk arithmetic and order), except the tensor-core
+    # variants (fp32 mma sums in another order: checked against fp64 only)
     gen = torch.Generator(device="cuda").manual_seed(variant * 13 + N + K)
     codes, scales, wd = _random_q4(N, K, gen)
     x = torch.randn(1, K, device="cuda", generator=gen).half()

@@ -143,8 +143,6 @@ void register_cuda_bindings(py::module_& m) {
         "qgemv_time");
   });
   m.def("set_qgemv_variant", &set_qgemv_variant);
-  m.def("set_qgemv_prefetch", &set_qgemv_prefetch,
-        "T = 1 GEMVs: prefetch the batch of codes this many ahead into L2 (0 = off, default 1)");
   m.def("set_pdl", &set_pdl, "programmatic dependent launch inside decode steps (default on where supported); "
         "graphs captured before keep their mode");
   m.def("pdl_supported", &pdl_supported);

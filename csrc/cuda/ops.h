@@ -29,7 +29,6 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
 // Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..19 force one (qgemv.cu;
 // 1..15 are 4-bit kernels, 16..19 the cp.async ring kernel for every width).
 void set_qgemv_variant(int v);
-void set_qgemv_prefetch(int distance);  // T = 1 GEMVs: L2 prefetch this many batches ahead (0 off; default 1)
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,

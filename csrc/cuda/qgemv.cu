@@ -40,14 +40,7 @@ struct GemvArgs {
   float* out_f32;
   __half* out_h;
   int ldo;
-  int prefetch;  // T = 1 sx / qgemv kernels: prefetch the batch this many ahead into L2 (0: none; set_qgemv_prefetch)
 };
-
-// Brings the 128-byte line holding p into L2 without a register (sm_20+). The sx kernels keep one batch of
-// codes in registers per warp; bench/read_probe.py showed that pattern capped at 3.3 TB/s by the bytes it
-// keeps in flight (3.8 with twice as many). Prefetching a later batch keeps more of them in flight at the
-// cost of one instruction per batch, and the register loads that follow hit L2.
-__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 template <int BITS>
 struct Chunk {
@@ -250,28 +243,12 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
         }
       }
     };
-    // T = 1: the batch a.prefetch after the one being loaded into registers goes to L2 first (prefetch_l2)
-    // one prefetch instruction per batch, as in qgemv4_sx_kernel: lane l < 8 U (16 U for 8-bit) takes one 128-byte
-    // line of piece (l / LPP) % U of row r0 or r1 (LPP lines per 32-chunk piece: 4, or 8 for 8-bit)
-    auto prefetch_batch = [&](int cb2) {
-      constexpr int kChunkBytes = BITS == 8 ? 32 : 16;  // codes of one 32-element chunk (5/6-bit: the nibble plane)
-      constexpr int kLpp = kChunkBytes / 4;              // 128-byte lines per 32 chunks
-      constexpr int kChunksPerLine = 128 / kChunkBytes;
-      if (a.prefetch <= 0 || TT != 1 || lane >= 2 * U * kLpp) return;
-      const int c = cb2 - lane + 32 * ((lane / kLpp) % U) + kChunksPerLine * (lane % kLpp);
-      const size_t row_bytes = (size_t)nch * kChunkBytes;
-      if (c < nch) prefetch_l2(a.codes + (size_t)(lane < U * kLpp ? r0 : r1) * row_bytes + (size_t)c * kChunkBytes);
-    };
     if (PIPE) load_batch(lane, w, s);
     for (int cb = lane; cb < nch; cb += 32 * U) {
       if (PIPE) {
-        if (cb + 32 * U < nch) {
-          load_batch(cb + 32 * U, wn, sn);
-          prefetch_batch(cb + 32 * U * (1 + a.prefetch));
-        }
+        if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
       } else {
         load_batch(cb, w, s);
-        prefetch_batch(cb + 32 * U * a.prefetch);
       }
       wait_once();
 #pragma unroll
@@ -463,36 +440,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
     }
   };
 
-  // the batch after (g, cb) for this lane: the next U chunks of the row group, else the next row group's first
-  auto next_batch = [&](int& g2, int& cb2) {
-    cb2 += 32 * U;
-    if (cb2 >= nch) {
-      cb2 = lane;
-      g2 += stride;
-    }
-  };
-  // one prefetch instruction per batch: lane l < 4 U ROWS takes line l % 4 (128 B = 8 chunks) of piece (l / 4) % U
-  // (512 B: chunks base + 32 u ..) of row l / (4 U); base = cb2 - lane, the batch's first chunk
-  auto prefetch_batch = [&](int g2, int cb2) {
-    if (a.prefetch <= 0 || g2 >= nrg || lane >= 4 * U * ROWS) return;
-    const int c = cb2 - lane + 32 * ((lane >> 2) % U) + 8 * (lane & 3);
-    if (c < nch) prefetch_l2(a.codes + min(g2 * ROWS + lane / (4 * U), a.N - 1) * rowb + c * 16);
-  };
-
-  // the batch a.prefetch ahead of (g2, cb2), which the caller has just loaded into registers
-  auto prefetch_ahead = [&](int g2, int cb2) {
-    for (int k = 0; k < a.prefetch; ++k) next_batch(g2, cb2);
-    prefetch_batch(g2, cb2);
-  };
-
   int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
-  if (g < nrg && lane < nch) {
-    load_batch(g, lane, w, s);
-    int pg = g, pcb = lane;
-    if (PIPE) next_batch(pg, pcb);  // PIPE loads the next batch into registers itself: count from that one
-    prefetch_ahead(pg, pcb);
-  }
+  if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
@@ -512,15 +462,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
           ncb = lane;
           ng = g + stride;
         }
-        if (ng < nrg) {
-          load_batch(ng, ncb, wn, sn);
-          prefetch_ahead(ng, ncb);
-        }
+        if (ng < nrg) load_batch(ng, ncb, wn, sn);
       } else {
-        if (!first) {
-          load_batch(g, cb, w, s);
-          prefetch_ahead(g, cb);
-        }
+        if (!first) load_batch(g, cb, w, s);
         first = false;
       }
 #pragma unroll
@@ -828,7 +772,6 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
 }
 
 int g_variant = 0;  // T = 1: 0 = route by shape, 1..19 = force one variant (set_qgemv_variant)
-int g_prefetch = 1;  // GemvArgs::prefetch: distance in batches (set_qgemv_prefetch)
 
 // Ring variants (qgemv_ring_kernel; every width): id -> rows per warp, most stages, warps per block, grid.
 template <int BITS>
@@ -928,11 +871,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 
 }  // namespace
 
-void set_qgemv_prefetch(int distance) {
-  if (distance < 0 || distance > 4) throw std::invalid_argument("qgemv prefetch distance must be 0 (off) .. 4 batches");
-  g_prefetch = distance;
-}
-
 void set_qgemv_variant(int v) {
   if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..19");
   g_variant = v;
@@ -945,7 +883,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
   GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
              reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-             x, T, epilogue, out_f32, out_h, ldo, g_prefetch};
+             x, T, epilogue, out_f32, out_h, ldo};
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
