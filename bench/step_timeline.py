@@ -2,11 +2,13 @@
 steps of the native engine on random 27B-shaped weights (24 GiB budget), reduced to kernel busy time,
 the idle gaps between consecutive kernels, and per-kernel sums.
 
-    python3 bench/step_timeline.py [--kv int8] [--depth 0] [--steps 4] [--json out.json]
+    python3 bench/step_timeline.py [--kv int8] [--depth 0] [--steps 4] [--json out.json] [--pdl 0]
 
 The step's wall time is the first kernel's start to the last kernel's end of one replay; "gap before X"
 is the idle time between the end of the previous kernel and the start of X. With one stream and no
-overlap, wall = busy + gaps.
+overlap, wall = busy + gaps. The step is traced with programmatic dependent launch off by default (--pdl 0):
+with it on, kernels overlap their predecessors' tails and a kernel's traced time includes the time it spends
+blocked in griddepcontrol.wait, so busy time and gaps stop meaning anything (session 4, call 3).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=0)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--json", default="")
+    ap.add_argument("--pdl", type=int, default=0, help="programmatic dependent launch in the traced step (default off)")
     args = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -38,6 +41,9 @@ def main() -> None:
     model = NativeModel.random_27b(kv_dtype=args.kv, max_context=args.depth + 64, seed=1,
                                    vram_budget_bytes=24 << 30)
     e = model.engine
+    from engine.native import load_native
+    load_native().set_pdl(bool(args.pdl))
+    e.reset_graphs()
     graph_ms = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         e.time_steps(0, args.depth, args.steps)
@@ -72,7 +78,7 @@ def main() -> None:
             prev_end = ev["ts"] + ev["dur"]
     wall, busy = statistics.median(walls), statistics.median(busys)
     res = {
-        "kv": args.kv, "depth": args.depth, "graph_step_ms": graph_ms,
+        "kv": args.kv, "depth": args.depth, "pdl": bool(args.pdl), "graph_step_ms": graph_ms,
         "traced_step_us": wall, "kernel_busy_us": busy, "gap_us": wall - busy,
         "kernels_per_step": statistics.median(counts),
         "per_kernel": {k: {"count": n_by[k] // len(steps), "busy_us": round(dur_by[k], 1),
