@@ -3,6 +3,9 @@
 # timed beside the route; the attention prefill tests (ldsm_offsets refactor, first run); a CUPTI
 # timeline of one decode step (kernel busy time against the gaps between kernels).
 set -uo pipefail
+# Kept as the record of that call (bench/NOTES.md). What it exercised first was removed afterwards (the
+# tensor-core GEMV variants, or the GEMV L2 prefetch), so it no longer runs as written: it stops here.
+echo "$0: record of a session 4 call; its subject was removed since (bench/NOTES.md)"; exit 2
 source bench/device_setup.sh
 ids=$(python3 -m pytest --collect-only -q -p no:cacheprovider tests/test_native_ops.py 2>/dev/null | grep qgemv \
   | grep -E "(-20|-21)\]")

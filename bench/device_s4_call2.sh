@@ -3,6 +3,9 @@
 # tensor-core GEMV (x through L1, one tile per block, K split over W warps: variants 20..27): oracle tests,
 # GEMV table, decode step.
 set -uo pipefail
+# Kept as the record of that call (bench/NOTES.md). What it exercised first was removed afterwards (the
+# tensor-core GEMV variants, or the GEMV L2 prefetch), so it no longer runs as written: it stops here.
+echo "$0: record of a session 4 call; its subject was removed since (bench/NOTES.md)"; exit 2
 source bench/device_setup.sh
 timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_ops.py \
   tests/test_native_attn_decode.py tests/test_native_prefill.py -x > $out/tests.log 2>&1

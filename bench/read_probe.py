@@ -9,8 +9,7 @@ Kernels (CuPy RawKernel, compiled at run time; XOR of everything loaded, so noth
   rowpair   the GEMV's pattern: a warp owns 2 rows at a time, lane l loads 16 bytes at chunk l + 32 u of each
             (512 contiguous bytes per row per warp instruction), U = 2 chunks per row in flight, persistent
             grid, L1::no_allocate (variant 6 of csrc/cuda/qgemv.cu without the arithmetic)
-  rowpair4  the same with U = 4
-  rowblock  a warp owns 2 rows, and walks each row in 2 KB runs (4 consecutive 512-byte pieces per load batch)
+  rowpair4  the same with U = 4 (each row walked in 2 KB runs)
 """
 
 from __future__ import annotations
@@ -64,29 +63,6 @@ extern "C" __global__ void rowpair(const uint4* __restrict__ a, int N, int rowb1
 extern "C" __global__ void rowpair4(const uint4* __restrict__ a, int N, int rowb16, unsigned* out) {
   rowpair_t<4>(a, N, rowb16, out);
 }
-extern "C" __global__ void rowblock(const uint4* __restrict__ a, int N, int rowb16, unsigned* out) {
-  // lane l loads pieces l, l + 32, l + 64, l + 96 of a 2 KB run: 4 consecutive 512-byte pieces per row
-  const int lane = threadIdx.x & 31;
-  const int nwarps = gridDim.x * (blockDim.x >> 5);
-  unsigned x = 0;
-  for (int p = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); 2 * p < N; p += nwarps) {
-    const uint4* r0 = a + (size_t)(2 * p) * rowb16;
-    const uint4* r1 = r0 + rowb16;
-    for (int c = 0; c < rowb16; c += 128) {
-      uint4 v[2][4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int k = c + lane + 32 * u;
-        if (k < rowb16) { v[0][u] = ldna(r0 + k); v[1][u] = ldna(r1 + k); }
-        else { v[0][u] = make_uint4(0, 0, 0, 0); v[1][u] = v[0][u]; }
-      }
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        x ^= v[0][u].x ^ v[0][u].y ^ v[0][u].z ^ v[0][u].w ^ v[1][u].x ^ v[1][u].y ^ v[1][u].z ^ v[1][u].w;
-    }
-  }
-  if (x == 0x12345678u) out[0] = x;
-}
 """
 
 
@@ -109,7 +85,6 @@ def main() -> None:
         ("flat", sms * 8, 256, (buf, cp.int64(nbytes // 16), out)),
         ("rowpair", sms * 4, 256, (buf, cp.int32(N), cp.int32(rowb // 16), out)),
         ("rowpair4", sms * 4, 256, (buf, cp.int32(N), cp.int32(rowb // 16), out)),
-        ("rowblock", sms * 4, 256, (buf, cp.int32(N), cp.int32(rowb // 16), out)),
     ]:
         k = mod.get_function(name)
         for _ in range(3):

@@ -113,6 +113,22 @@ def gdn_oracle(conv_out, z, b, a, a_log, dt_bias, norm_w, S, kh, vh, eps):
 
 # ---- int4 group-64 KV (ops.h kKvInt4): codes + 8 as nibbles, even dim low, one fp16 scale per 64 dims
 
+def split_qkv_f64(qkv, nh, nkv, hd, q_norm, k_norm, eps):
+    """The attention projection rows [T, 2 nh hd + 2 nkv hd] (q and gate interleaved per head, then k, then v) as
+    fp64 (q [T, nh, hd] and k [T, nkv, hd] zero-centred-RMS-normed with (1 + w), before rope; gate; v)."""
+    import torch
+    T = qkv.shape[0]
+    x = qkv.double()
+    qh = x[:, :2 * nh * hd].view(T, nh, 2 * hd)
+    k = x[:, 2 * nh * hd:2 * nh * hd + nkv * hd].view(T, nkv, hd)
+    v = x[:, 2 * nh * hd + nkv * hd:].view(T, nkv, hd)
+
+    def norm(y, w):
+        return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps) * (1 + w.double())
+
+    return norm(qh[..., :hd], q_norm), qh[..., hd:], norm(k, k_norm), v
+
+
 def random_int4_cache(cap, nkv, hd, gen):
     """Random int4 cache rows on the device: codes -7..7 (nibbles 1..15, as attn_prep writes) packed two per
     byte [cap, nkv, hd / 2] uint8, and fp16 scales [cap, nkv, hd / 64] in [0.02, 0.4] (values up to ~2.8,

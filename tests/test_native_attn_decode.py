@@ -16,7 +16,7 @@ import math
 import pytest
 
 from native_helpers import (TOL_ATTN, TOL_ATTN_INT4, from_perm8, int4_dequant, random_int4_cache, rel_err,
-                            requires_gpu, step_inputs)
+                            requires_gpu, split_qkv_f64, step_inputs)
 from test_native_ops import _attention_case, rope_oracle
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -112,15 +112,9 @@ class Cache:
         [T, NH * HD], after checking that the appended rows are the new K/V within half a quantization step."""
         assert self.kv == 2
         T, kv_start = self.T, self.kv_start
-        x = self.qkv.double()
-        qh = x[:, :2 * NH * HD].view(T, NH, 2 * HD)
-        q, gate = qh[..., :HD], qh[..., HD:]
-        k_new = x[:, 2 * NH * HD:2 * NH * HD + NKV * HD].view(T, NKV, HD)
-        v_new = x[:, 2 * NH * HD + NKV * HD:].view(T, NKV, HD)
-        nrm = lambda y, w: y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + EPS) * (1 + w.double())  # noqa: E731
-        q = torch.stack([rope_oracle(nrm(q[t], self.q_norm), self.pos[t], self.inv_freq, SEC, ROT) for t in range(T)])
-        k_new = torch.stack([rope_oracle(nrm(k_new[t], self.k_norm), self.pos[t], self.inv_freq, SEC, ROT)
-                             for t in range(T)])
+        q, gate, k_new, v_new = split_qkv_f64(self.qkv, NH, NKV, HD, self.q_norm, self.k_norm, EPS)
+        q = torch.stack([rope_oracle(q[t], self.pos[t], self.inv_freq, SEC, ROT) for t in range(T)])
+        k_new = torch.stack([rope_oracle(k_new[t], self.pos[t], self.inv_freq, SEC, ROT) for t in range(T)])
         K, V = int4_dequant(self.kc, self.ks), int4_dequant(self.vc, self.vs)
         new = slice(kv_start, kv_start + T)
         # half a step (the scale is absmax / 7 rounded to fp16, codes clamped to 7: still within half a

@@ -14,7 +14,7 @@ import math
 import pytest
 
 from native_helpers import (TOL_ATTN, TOL_ATTN_INT4, from_perm8, int4_dequant, random_int4_cache, rel_err,
-                            requires_gpu, step_inputs)
+                            requires_gpu, split_qkv_f64, step_inputs)
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -117,15 +117,10 @@ def rope_f64(x, pos, inv_freq, sec, rot):
 def oracle(c: Case, tokens=None):
     """fp64 reference [len(tokens), nh * hd] over the cache as the kernel left it, plus the fp64 new K/V."""
     nh, nkv, T = c.nh, c.nkv, c.T
-    x = c.qkv.double()
-    qh = x[:, :2 * nh * HD].view(T, nh, 2 * HD)
-    q, gate = qh[..., :HD], qh[..., HD:]
-    k_new = x[:, 2 * nh * HD:2 * nh * HD + nkv * HD].view(T, nkv, HD)
-    v_new = x[:, 2 * nh * HD + nkv * HD:].view(T, nkv, HD)
-    nrm = lambda y, w: y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + EPS) * (1 + w.double())  # noqa: E731
-    k_new = rope_f64(nrm(k_new, c.k_norm), c.pos, c.inv_freq, SEC, ROT)
+    q, gate, k_new, v_new = split_qkv_f64(c.qkv, nh, nkv, HD, c.q_norm, c.k_norm, EPS)
+    k_new = rope_f64(k_new, c.pos, c.inv_freq, SEC, ROT)
     ts = torch.arange(T, device="cuda") if tokens is None else torch.tensor(tokens, device="cuda")
-    q = rope_f64(nrm(q[ts], c.q_norm), c.pos[ts], c.inv_freq, SEC, ROT)
+    q = rope_f64(q[ts], c.pos[ts], c.inv_freq, SEC, ROT)
     K, V = c.cache_f64()
     L = c.kv_start + T
     G = nh // nkv

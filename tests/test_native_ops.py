@@ -10,7 +10,7 @@ import math
 import pytest
 
 from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_Q4, from_perm8, gdn_oracle, quantized, rel_err,
-                            requires_gpu, step_inputs, to_perm8)
+                            requires_gpu, split_qkv_f64, step_inputs, to_perm8)
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -362,14 +362,9 @@ def _attention_case(nat, kv_int8, T, kv_start):
     nat.op_attention(qkv.data_ptr(), ldp, T, nh, nkv, rot, eps, kv_int8, q_norm.data_ptr(), k_norm.data_ptr(),
                      inv_freq.data_ptr(), sec, inp.data_ptr(), q_buf.data_ptr(), kc.data_ptr(), vc.data_ptr(),
                      ks.data_ptr(), vs.data_ptr(), parts.data_ptr(), out.data_ptr())
-    x = qkv.double()
-    qh = x[:, :2 * nh * hd].view(T, nh, 2 * hd)
-    q, gate = qh[..., :hd], qh[..., hd:]
-    k_new = x[:, 2 * nh * hd:2 * nh * hd + nkv * hd].view(T, nkv, hd)
-    v_new = x[:, 2 * nh * hd + nkv * hd:].view(T, nkv, hd)
-    nrm = lambda y, w: y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps) * (1 + w.double())  # noqa: E731
-    q = torch.stack([rope_oracle(nrm(q[t], q_norm), pos[t], inv_freq, sec, rot) for t in range(T)])
-    k_new = torch.stack([rope_oracle(nrm(k_new[t], k_norm), pos[t], inv_freq, sec, rot) for t in range(T)])
+    q, gate, k_new, v_new = split_qkv_f64(qkv, nh, nkv, hd, q_norm, k_norm, eps)
+    q = torch.stack([rope_oracle(q[t], pos[t], inv_freq, sec, rot) for t in range(T)])
+    k_new = torch.stack([rope_oracle(k_new[t], pos[t], inv_freq, sec, rot) for t in range(T)])
     # the appended entries: exact for bf16 rounding, within half a quantization step for int8
     if kv_int8:
         deq = lambda c, s: c.double() * s.double().repeat_interleave(64, -1)  # noqa: E731

@@ -176,6 +176,20 @@ __device__ inline float ex2(float x) {  // 2^x; -inf -> +0
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+// The online-softmax numerators of a tile: s <- 2^(s log2 e - mu) in place, each row's sum added to rs (row 0:
+// accumulators 0, 1 of every n-tile; row 1: 2, 3). mu is the row maximum already scaled by log2 e.
+template <int NT>
+__device__ inline void exp_tile_rows(float (&s)[NT][4], const float (&mu)[2], float (&rs)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float p = ex2(fmaf(s[nt][c], kLog2e, -mu[c >> 1]));
+      s[nt][c] = p;
+      rs[c >> 1] += p;
+    }
+}
 // two int8 (bytes 2*sel, 2*sel+1 of w) times a scale -> half2 (attention.cu's decode dequantization):
 // 0x64 | (c + 128) is 1024 + c + 128 in fp16, exact; then c * scale rounded once to fp16.
 __device__ inline uint32_t i8x2_to_h2(uint32_t w, int sel, __half2 scale) {
@@ -369,14 +383,7 @@ __global__ void __launch_bounds__(kThreads, 2) attn_prefill_kernel(FwdArgs a) {
       m[i] = mx;
     }
     float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float p = ex2(fmaf(s[nt][c], kLog2e, -mu[c >> 1]));
-        s[nt][c] = p;
-        rs[c >> 1] += p;
-      }
+    exp_tile_rows(s, mu, rs);
 #pragma unroll
     for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[i] + rs[i];  // per-thread partial sums (quad-reduced at the end)
 #pragma unroll
@@ -677,14 +684,7 @@ __global__ void __launch_bounds__(NW * 32, 1) attn_prefill_v2_kernel(FwdArgs a) 
       m[i] = mx;
     }
     float rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int nt = 0; nt < C::kSNT; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float p = ex2(fmaf(s[nt][c], kLog2e, -mu[c >> 1]));
-        s[nt][c] = p;
-        rs[c >> 1] += p;
-      }
+    exp_tile_rows(s, mu, rs);
 #pragma unroll
     for (int i = 0; i < 2; ++i) l[i] = l[i] * alpha[0][i] + rs[i];  // per-thread partial sums
     // P as A fragments: the S accumulators of n-tiles 2kk, 2kk+1 are the A fragment of key step kk
