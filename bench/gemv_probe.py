@@ -7,9 +7,10 @@ it a few times for `ncu` to profile.
     ncu --clock-control none -k regex:qgemv --launch-skip 3 --launch-count 4 --section ... \\
         python3 bench/gemv_probe.py --variants 16 --reps 5
 
-Variants (csrc/cuda/qgemv.cu launch_bits): 0 = route by shape (default), 1..15 forced 4-bit launch variants,
-16..19 the cp.async ring kernel (every width). For 5/6/8-bit, 1..15 all run the generic per-element path, so the
-default list there is 0 (route: the ring), 1 (generic, for comparison) and 16..19.
+Variants (csrc/cuda/qgemv.cu launch_bits): 0 = route by shape (default), 1..15 and 20..25 forced 4-bit launch
+variants (20..25: integer dot products on x staged as 16-bit integers), 16..19 the cp.async ring kernel (every
+width). For 5/6/8-bit, 1..15 and 20..25 all run the generic per-element path, so the default list there is 0
+(route: the ring), 1 (generic, for comparison) and 16..19.
 
 Bytes counted: codes + high-bit plane + scales (x and the output are < 0.1 % of them); all random, group 64.
 Each figure is the mean of `reps` back-to-back launches after 3 warm-up launches (op_qgemv_time): a matrix that
@@ -32,7 +33,7 @@ SHAPES = {  # name: (N, K), group 64
     "gdn_out": (5120, 6144),
 }
 GROUP = 64
-VARIANTS_4BIT = list(range(20))
+VARIANTS_4BIT = list(range(26))
 VARIANTS_WIDE = [0, 1, 16, 17, 18, 19]  # 5/6/8-bit: 1..15 are one and the same generic path
 
 

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_Q4, from_perm8, gdn_oracle, quantized, rel_err,
+from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_IDOT, TOL_GEMV_Q4, from_perm8, gdn_oracle, quantized, rel_err,
                             requires_gpu, split_qkv_f64, step_inputs, to_perm8)
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -41,8 +41,14 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(20))  # 0 = route by shape, 1..19 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(26))  # 0 = route by shape, 1..25 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
+QGEMV_IDOT_VARIANTS = [20, 21, 22, 23, 24, 25]  # 4-bit integer dot products on x staged as 16-bit integers
+
+
+def gemv_tol(variant: int) -> float:
+    """The 4-bit T = 1 tolerance of a forced variant: the integer-dot ones are held to their tighter bound."""
+    return TOL_GEMV_IDOT if variant in QGEMV_IDOT_VARIANTS else TOL_GEMV_Q4
 
 
 @pytest.mark.parametrize("variant", QGEMV_VARIANTS)
@@ -60,7 +66,7 @@ def test_qgemv_launch_variants(nat, variant, N, K):
     finally:
         nat.set_qgemv_variant(0)
     assert not out.isnan().any()
-    assert rel_err(out, (wd @ x.double().T).T) < TOL_GEMV_Q4
+    assert rel_err(out, (wd @ x.double().T).T) < gemv_tol(variant)
 
 
 @pytest.mark.parametrize("bits", [4, 6])
@@ -96,8 +102,8 @@ def _random_q4(N, K, gen):
                                        (2, 96, 512)])      # 16 chunks: half the lanes idle
 def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
     # every T = 1 variant with each epilogue on shapes that exercise partial row groups and persistent rounds;
-    # also bit-for-bit-close to variant 1 (same per-chunk arithmetic and order), except the tensor-core
-    # variants (fp32 mma sums in another order: checked against fp64 only)
+    # also bit-for-bit-close to variant 1 (same per-chunk arithmetic and order), except the integer-dot
+    # variants (other arithmetic: held to their own, tighter bound against fp64 only)
     gen = torch.Generator(device="cuda").manual_seed(variant * 13 + N + K)
     codes, scales, wd = _random_q4(N, K, gen)
     x = torch.randn(1, K, device="cuda", generator=gen).half()
@@ -124,11 +130,14 @@ def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
 
     got = call(variant)
     assert not got.isnan().any()
+    tol = gemv_tol(variant)
     if epi == 2:
         ref = torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]
-        assert rel_err(got, ref) < TOL_GEMV_Q4 + TOL_FP16_OUT
+        assert rel_err(got, ref) < tol + TOL_FP16_OUT
     else:
-        assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
+        assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
+    if variant in QGEMV_IDOT_VARIANTS:
+        return
     base = call(1)
     assert rel_err(got, base) < (TOL_FP16_OUT if epi == 2 else 1e-5)
 
@@ -170,7 +179,8 @@ def test_random_q_packing_matches_quant_module(nat):
             assert (high is None and want_high is None) or torch.equal(high.cpu(), want_high)
 
 
-@pytest.mark.parametrize("bits, variant", [(b, v) for b in (4, 5, 6, 8) for v in [0, 1] + QGEMV_RING_VARIANTS])
+@pytest.mark.parametrize("bits, variant", [(b, v) for b in (4, 5, 6, 8) for v in [0, 1] + QGEMV_RING_VARIANTS] +
+                         [(4, v) for v in QGEMV_IDOT_VARIANTS])
 @pytest.mark.parametrize("epi, N, K, group", [
     (0, 253, 1120, 32),    # K = 32 * 35: last batch of 3 lanes; N odd: a last row group of 1 row (R2 and R4)
     (1, 250, 1152, 64),    # N = 4k + 2: the last R4 group is half empty
@@ -202,7 +212,7 @@ def test_qgemv_widths_t1(nat, bits, variant, epi, N, K, group):
                      to_perm8(x).data_ptr(), 1, epi, *args)
     finally:
         nat.set_qgemv_variant(0)
-    tol = TOL_FP32 if (variant == 1 and bits != 4) else TOL_GEMV_Q4
+    tol = TOL_FP32 if (variant == 1 and bits != 4) else gemv_tol(variant)
     if epi == 2:
         got = from_perm8(out.float())[:, :pairs]
         assert not got.isnan().any()
@@ -222,6 +232,41 @@ def test_qgemv_full_width_27b_shape(nat):
     nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), 5120, 17408, 4, 64, to_perm8(x).data_ptr(), 1, 0,
                  out.data_ptr(), 0, 5120)
     assert rel_err(out, (wd @ x.double().T).T) < TOL_GEMV_Q4
+
+
+@pytest.mark.parametrize("variant", QGEMV_IDOT_VARIANTS)
+def test_qgemv_idot_x_range_and_poison(nat, variant):
+    # x that strains the per-chunk integer staging: in every 32-element chunk one outlier 1000x the rest (the
+    # others keep ~5 bits; the outliers dominate the product, so the bound still holds), an all-zero chunk
+    # (scale 0), the fp16 extremes +-65504; then one NaN, and one infinity, in x each turn every output to NaN
+    # (fmaxf alone would drop a NaN silently)
+    gen = torch.Generator(device="cuda").manual_seed(variant)
+    N, K = 250, 2048
+    codes, scales, wd = _random_q4(N, K, gen)
+    x = torch.randn(1, K, device="cuda", generator=gen)
+    x[0, ::32] *= 1000
+    x[0, 64:96] = 0
+    x[0, 96] = 65504.0
+    x[0, 128] = -65504.0
+    x = x.half()
+
+    def run(xin):
+        out = torch.full((1, N), float("nan"), device="cuda")
+        nat.set_qgemv_variant(variant)
+        try:
+            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, to_perm8(xin).data_ptr(), 1, 0,
+                         out.data_ptr(), 0, N)
+        finally:
+            nat.set_qgemv_variant(0)
+        return out
+
+    out = run(x)
+    assert not out.isnan().any()
+    assert rel_err(out, (wd @ x.double().T).T) < TOL_GEMV_IDOT
+    for bad in (float("nan"), float("inf")):
+        xb = x.clone()
+        xb[0, 200] = bad
+        assert run(xb).isnan().all()
 
 
 @pytest.mark.parametrize("T", [1, 3, 16])

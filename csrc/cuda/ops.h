@@ -26,8 +26,9 @@ enum GemvEpilogue : int {
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..19 force one (qgemv.cu;
-// 1..15 are 4-bit kernels, 16..19 the cp.async ring kernel for every width).
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..25 force one (qgemv.cu;
+// 1..15 and 20..25 are 4-bit kernels (20..25: integer dot products), 16..19 the cp.async ring kernel for
+// every width).
 void set_qgemv_variant(int v);
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].

@@ -82,4 +82,12 @@ __device__ __forceinline__ uint32_t and_or(uint32_t w, uint32_t c) {
   return r;
 }
 
+// Four-way byte dot product with accumulate: c + sum_i a.byte_i * b.byte_i, a's bytes unsigned (0..255), b's
+// signed (-128..127), in int32 (dp4a: sm_61 and later, every target of this project).
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 }  // namespace monorail

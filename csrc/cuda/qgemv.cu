@@ -27,7 +27,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 19;  // T = 1 launch variants 1..19 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 25;  // T = 1 launch variants 1..25 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -386,6 +386,93 @@ __device__ inline void load_x_chunk(const uint4* xs, int c, uint4 (&xv)[4]) {
   for (int p = 0; p < 4; ++p) xv[p] = xr[p ^ sw];
 }
 
+// ---- integer dot products (IDOT variants 20..25 of qgemv4_sx_kernel) ----
+// The half2 path spends 13 instructions per 8 weights (shift, 4 LOP3, 4 bias HFMA2, 4 HFMA2) and sums 8
+// products in fp16. Here the block stages x once as 16-bit integers per 32-element chunk (q = rint(x / s),
+// s = absmax / 32512, so |q| <= 32512), split into two signed byte planes q = 256 h + l (h = (q + 128) >> 8,
+// l in -128..127), and one code word (8 weights) costs 2 LOP3 + 4 dp4a, summed exactly in int32:
+//   lo = w & 0x0F0F0F0F holds c of elements 0, 2, 4, 6; hi = w & 0xF0F0F0F0 holds 16 c of elements 1, 3, 5, 7.
+//   16 sum (c - 8) q = 4096 H_even + 256 H_odd + 16 L_even + L_odd - 128 sum q    (H/L: dp4a sums over h/l)
+// |16 sum (c - 8) q| <= 16 * 32 * 8 * 32512 < 2^28 and every partial term < 2^27: no int32 overflow. The only
+// rounding is q's (half a step, 1 / 65024 of the chunk's absmax), far below fp16 x's own rounding, so these
+// variants are closer to the fp64 product than the half2 path (tests: TOL_GEMV_IDOT).
+// Shared layout: 4 swizzled 16-byte pieces per chunk (xs_slot, as the fp16 copy): piece 0 = h words of
+// elements 0..15 as (even, odd) byte pairs (even = elements 8j + 0/2/4/6, odd = 8j + 1/3/5/7, j = 0, 1),
+// piece 1 = h of elements 16..31, pieces 2, 3 = the l plane; then per chunk an int2 (s / 16 as float bits,
+// -128 sum q).
+constexpr int kXqBytesPerChunk = 64 + 8;
+
+__device__ inline uint32_t pack_bytes(int b0, int b1, int b2, int b3) {
+  return (uint32_t)(b0 & 255) | (uint32_t)(b1 & 255) << 8 | (uint32_t)(b2 & 255) << 16 | (uint32_t)(b3 & 255) << 24;
+}
+
+// x (fp16, perm8 order: storage slot s of an 8-element group holds element 0, 4, 1, 5, 2, 6, 3, 7) ->
+// the integer planes above. Four threads per chunk (thread j: elements 8j..8j+7, one 16-byte load), so the
+// staging holds 8 values per thread and no register array spills under the main loop's register cap; the
+// chunk's absmax and sum go round the quad by shuffles (NT is a multiple of 32: a quad is all in or all out).
+template <int NT>
+__device__ inline void stage_xq(uint4* xs, const __half* x, int nch) {
+  const uint4* xg = reinterpret_cast<const uint4*>(x);
+  int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
+  const unsigned quad = 0xFu << (threadIdx.x & 28);
+  for (int t = threadIdx.x; t < 4 * nch; t += NT) {
+    const int c = t >> 2, j = t & 3;
+    const uint4 v = __ldg(xg + t);
+    const __half2* h2 = reinterpret_cast<const __half2*>(&v);
+    float f[8];
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const float2 e = __half22float2(h2[p]);
+      f[2 * p] = e.x;
+      f[2 * p + 1] = e.y;
+    }
+    float amax = 0.f, poison = 0.f;  // poison: NaN when x holds a NaN or an infinity (fmaxf would drop a NaN)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      amax = fmaxf(amax, fabsf(f[i]));
+      poison = fmaf(f[i], 0.f, poison);
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 2));
+    const float inv = amax > 0.f ? 32512.f / amax : 0.f;
+    int hq[8], lq[8], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int q = __float2int_rn(f[i] * inv);
+      sum += q;
+      hq[i] = (q + 128) >> 8;
+      lq[i] = q - 256 * hq[i];
+    }
+    // storage slots of elements 0, 2, 4, 6 are 0, 4, 1, 5; of elements 1, 3, 5, 7 they are 2, 6, 3, 7
+    uint2* hp = reinterpret_cast<uint2*>(xs + xs_slot(c, j >> 1)) + (j & 1);
+    uint2* lp = reinterpret_cast<uint2*>(xs + xs_slot(c, 2 + (j >> 1))) + (j & 1);
+    *hp = make_uint2(pack_bytes(hq[0], hq[4], hq[1], hq[5]), pack_bytes(hq[2], hq[6], hq[3], hq[7]));
+    *lp = make_uint2(pack_bytes(lq[0], lq[4], lq[1], lq[5]), pack_bytes(lq[2], lq[6], lq[3], lq[7]));
+    sum += __shfl_xor_sync(quad, sum, 1);
+    sum += __shfl_xor_sync(quad, sum, 2);
+    poison += __shfl_xor_sync(quad, poison, 1);
+    poison += __shfl_xor_sync(quad, poison, 2);
+    if (j == 0) meta[c] = make_int2(__float_as_int(amax / (32512.f * 16.f) + poison), -128 * sum);
+  }
+}
+
+// 16 sum_k (c_k - 8) q_k of one chunk (32 codes in w, x pieces xv from load_x_chunk, bias = -128 sum q).
+__device__ inline int chunk_dot_idot(const uint4& w, const uint4 (&xv)[4], int bias) {
+  int he = 0, ho = 0, le = 0, lo = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t cw = (&w.x)[j];
+    const uint32_t even = cw & 0x0F0F0F0Fu, odd = cw & 0xF0F0F0F0u;
+    const uint32_t* h = &xv[j >> 1].x + 2 * (j & 1);
+    const uint32_t* l = &xv[2 + (j >> 1)].x + 2 * (j & 1);
+    he = dp4a_us(even, h[0], he);
+    ho = dp4a_us(odd, h[1], ho);
+    le = dp4a_us(even, l[0], le);
+    lo = dp4a_us(odd, l[1], lo);
+  }
+  return 4096 * he + 256 * ho + 16 * le + lo + bias;
+}
+
 // T = 1 epilogue of one warp's row group g (rows g*ROWS ..): warp-reduce the per-lane sums, then lane i
 // writes row i (SwiGLU: lane j writes pair j); compile-time indices only, so acc stays in registers.
 template <int ROWS>
@@ -410,10 +497,12 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 }
 
 // ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
-// SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first.
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT>
+// SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
+// IDOT integer dot products on x staged as 16-bit integers (needs SX).
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
-  extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only)
+  static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
+  extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2
   const int lane = threadIdx.x & 31;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
@@ -446,9 +535,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
-    stage_x<WARPS * 32>(xs, a.x, nch);
+    if (IDOT) stage_xq<WARPS * 32>(xs, a.x, nch);
+    else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
   }
+  const int2* xmeta = reinterpret_cast<const int2*>(xs + 4 * nch);  // IDOT only
 
   bool first = true;  // non-PIPE: the batch loaded before the staging is the first one used
   for (; g < nrg; g += stride) {
@@ -479,8 +570,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
 #pragma unroll
           for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
         }
+        if constexpr (IDOT) {
+          const int2 m = xmeta[c];
+          const float xscale = __int_as_float(m.x);
 #pragma unroll
-        for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(s[i][u], chunk_dot<4>(w[i][u], xv), acc[i]);
+          for (int i = 0; i < ROWS; ++i)
+            acc[i] = fmaf(__int2float_rn(chunk_dot_idot(w[i][u].lo, xv, m.y)), s[i][u] * xscale, acc[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(s[i][u], chunk_dot<4>(w[i][u], xv), acc[i]);
+        }
       }
       if (PIPE) {
 #pragma unroll
@@ -565,12 +664,12 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
   return true;
 }
 
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT>
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT>;
-  const size_t smem = SX ? (size_t)a.K * 2 : 0;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT>;
+  const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
-    static size_t raised = 48 * 1024;  // K > 24576 only needs more
+    static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
     if (!allow_dynamic_smem(kern, smem, raised, "qgemv smem attr")) return false;  // x does not fit
   }
   static OccupancyCache occ;
@@ -771,7 +870,7 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
   return true;
 }
 
-int g_variant = 0;  // T = 1: 0 = route by shape, 1..19 = force one variant (set_qgemv_variant)
+int g_variant = 0;  // T = 1: 0 = route by shape, 1..25 = force one variant (set_qgemv_variant)
 
 // Ring variants (qgemv_ring_kernel; every width): id -> rows per warp, most stages, warps per block, grid.
 template <int BITS>
@@ -834,6 +933,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //   13 7 with an L2 evict-first policy on the weights (x and the next layer's data stay in L2)
     //   14 6 capped at 48 regs (5 blocks/SM, 40 warps)
     //   15 R2 U4 (4 KB in flight per warp), <= 80 regs
+    //   20..25: IDOT (x as 16-bit integers in shared memory, dp4a; see stage_xq): 20 = 6, 21 = 7, 22 R2 U4
+    //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps)
     // (bench/read_probe.py, session 4: the variant-6 pattern without arithmetic streams at 3.3 TB/s with U = 2
     // and 3.8 with U = 4, against 4.1 for a flat stream; but variants with more bytes in flight per warp (R2 U3,
     // R2 U5, R1 U5; measured in call 4 and removed) ran no faster than 6 with the arithmetic in: ~3.08 TB/s)
@@ -849,6 +950,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 13) done = launch_sx<2, 2, 8, 4, true, true, true>(a, st, false);
       else if (v == 14) done = launch_sx<2, 2, 8, 5, true, false, false>(a, st, false);
       else if (v == 15) done = launch_sx<2, 4, 8, 3, true, false, false>(a, st, false);
+      else if (v == 20) done = launch_sx<2, 2, 8, 4, true, false, false, true>(a, st, false);
+      else if (v == 21) done = launch_sx<2, 2, 8, 4, true, true, false, true>(a, st, false);
+      else if (v == 22) done = launch_sx<2, 4, 8, 2, true, false, false, true>(a, st, false);
+      else if (v == 23) done = launch_sx<4, 2, 8, 3, true, false, false, true>(a, st, false);
+      else if (v == 24) done = launch_sx<2, 2, 16, 2, true, true, false, true>(a, st, false);
+      else if (v == 25) done = launch_sx<2, 2, 8, 5, true, false, false, true>(a, st, false);
       else done = false;
       if (done) return;
       if (v >= 6) {
@@ -872,7 +979,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 }  // namespace
 
 void set_qgemv_variant(int v) {
-  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..19");
+  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1..25");
   g_variant = v;
 }
 
