@@ -7,45 +7,53 @@ it a few times for `ncu` to profile.
     ncu --clock-control none -k regex:qgemv --launch-skip 3 --launch-count 4 --section ... \\
         python3 bench/gemv_probe.py --variants 16 --reps 5
 
-Variants (csrc/cuda/qgemv.cu launch_bits): 0 = route by shape (default), 1..15 and 20..25 forced 4-bit launch
-variants (20..25: integer dot products on x staged as 16-bit integers), 16..19 the cp.async ring kernel (every
-width). For 5/6/8-bit, 1..15 and 20..25 all run the generic per-element path, so the default list there is 0
-(route: the ring), 1 (generic, for comparison) and 16..19.
+Variants (csrc/cuda/qgemv.cu launch_bits): 0 = route by shape (default), 1..15 and 20..33 forced 4-bit launch
+variants (20..29, 31, 33: integer dot products on x staged as 16-bit integers; 29..33: x held in registers, K split
+over a block's warps), 16..19 the cp.async ring kernel (every width). For 5/6/8-bit, 1..15 and 20..33 all run the
+generic per-element path, so the default list there is 0 (route: the ring), 1 (generic, for comparison) and 16..19.
 
 Bytes counted: codes + high-bit plane + scales (x and the output are < 0.1 % of them); all random, group 64.
-Each figure is the mean of `reps` back-to-back launches after 3 warm-up launches (op_qgemv_time): a matrix that
-fits in L2 (gdn_out at 4-bit, 17 MB; H200 L2 50 MB) is partly served from L2 here, unlike in a decode step where
-other layers evict it.
+Each figure is the mean of `reps` back-to-back launches after 3 warm-up launches (op_qgemv_time). The launches
+cycle through enough copies of each matrix to stream at least 256 MB (H200 L2: 50 MB), so every matrix is read
+from DRAM as in a decode step, where the other layers evict it (before session 5 the table timed one copy: the
+matrices that fit in L2, gdn_in and gdn_out, were partly served from it).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 
 import torch
 
 from engine.native import load_native
 
-SHAPES = {  # name: (N, K), group 64
+SHAPES = {  # name: (N, K), group 64; gdn_out is also the attention output projection's shape
     "gate_up": (34816, 5120),
     "down": (5120, 17408),
     "gdn_in": (16480, 5120),
     "gdn_out": (5120, 6144),
+    "attn_qkv": (14336, 5120),
+    "lm_head": (248320, 5120),
 }
+STREAM_BYTES = 256 << 20  # each timing cycles through copies of a matrix adding up to at least this
+PER_STEP = {"gate_up": 64, "down": 64, "gdn_in": 48, "gdn_out": 64, "attn_qkv": 16, "lm_head": 1}  # launches per
+# decode step of the 27B (48 GDN + 16 attention layers; gdn_out's shape also serves the 16 attention outputs)
 GROUP = 64
-VARIANTS_4BIT = list(range(26))
+VARIANTS_4BIT = list(range(34))
 VARIANTS_WIDE = [0, 1, 16, 17, 18, 19]  # 5/6/8-bit: 1..15 are one and the same generic path
 
 
-def make_matrix(n: int, k: int, bits: int):
-    """Random codes, high plane (5/6-bit) and scales in the canonical layout; (codes, high, scales, bytes)."""
+def make_matrix(n: int, k: int, bits: int, copies: int = 1):
+    """`copies` random matrices in the canonical layout, each array's copies contiguous: (codes, high, scales,
+    bytes of one copy); codes[i], high[i], scales[i] are copy i."""
     code_cols = k if bits == 8 else k // 2
-    codes = torch.randint(0, 256, (n, code_cols), dtype=torch.uint8, device="cuda")
+    codes = torch.randint(0, 256, (copies, n, code_cols), dtype=torch.uint8, device="cuda")
     high = None
     if bits in (5, 6):
-        high = torch.randint(0, 256, (n, k // 8 if bits == 5 else k // 4), dtype=torch.uint8, device="cuda")
-    scales = (torch.rand(n, k // GROUP, device="cuda") * 1e-3).half()
-    nbytes = codes.numel() + (high.numel() if high is not None else 0) + scales.numel() * 2
+        high = torch.randint(0, 256, (copies, n, k // 8 if bits == 5 else k // 4), dtype=torch.uint8, device="cuda")
+    scales = (torch.rand(copies, n, k // GROUP, device="cuda") * 1e-3).half()
+    nbytes = (codes[0].numel() + (high[0].numel() if high is not None else 0) + scales[0].numel() * 2)
     return codes, high, scales, nbytes
 
 
@@ -54,7 +62,9 @@ def main() -> None:
     ap.add_argument("--bits", default="4", help="comma-separated widths out of 4,5,6,8")
     ap.add_argument("--variants", default="", help="comma-separated variant ids (default: every one that differs)")
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--json", default="", help="write {bits: {shape: {variant: us}}, 'best': ...} here")
     args = ap.parse_args()
+    report = {}
     widths = [int(b) for b in args.bits.split(",") if b != ""]
     nat = load_native()
     for bits in widths:
@@ -66,7 +76,8 @@ def main() -> None:
             variants = VARIANTS_4BIT if bits == 4 else VARIANTS_WIDE
         data = {}
         for name, (n, k) in SHAPES.items():
-            codes, high, scales, nbytes = make_matrix(n, k, bits)
+            one = n * k * bits // 8 + n * (k // GROUP) * 2
+            codes, high, scales, nbytes = make_matrix(n, k, bits, copies=max(1, -(-STREAM_BYTES // one)))
             x = torch.randn(1, k, device="cuda").half()
             out = torch.empty(1, n, device="cuda")
             data[name] = (codes, high, scales, x, out, nbytes)
@@ -79,7 +90,9 @@ def main() -> None:
                     codes, high, scales, x, out, nbytes = data[name]
                     ms = nat.op_qgemv_time(codes.data_ptr(), 0 if high is None else high.data_ptr(),
                                            scales.data_ptr(), n, k, bits, GROUP, x.data_ptr(), 1, out.data_ptr(),
-                                           args.reps)
+                                           args.reps, copies=codes.shape[0], codes_stride=codes[0].numel(),
+                                           high_stride=0 if high is None else high[0].numel(),
+                                           scales_stride=scales[0].numel() * 2)
                     res[v, name] = (ms * 1000, nbytes / ms / 1e6)
         finally:
             nat.set_qgemv_variant(0)
@@ -89,7 +102,7 @@ def main() -> None:
         names = list(SHAPES)
         print(f"\n{bits}-bit, group {GROUP}")
         head = "variant " + "".join(f"{nm + f' {SHAPES[nm][0]}x{SHAPES[nm][1]}':>24s}" for nm in names)
-        print(head + f"{'sum us':>10s}")
+        print(head + f"{'step ms':>10s}")
         print(" " * 8 + "".join(f"{'us':>12s}{'GB/s':>12s}" for _ in names))
         best = {nm: min(variants, key=lambda v: res[v, nm][0]) for nm in names}
         for v in variants:
@@ -97,10 +110,18 @@ def main() -> None:
             for nm in names:
                 us, gbs = res[v, nm]
                 row += f"{us:11.1f}{'*' if best[nm] == v else ' '}{gbs:12.0f}"
-            row += f"{sum(res[v, nm][0] for nm in names):10.1f}"
+            row += f"{sum(PER_STEP[nm] * res[v, nm][0] for nm in names) / 1000:10.3f}"
             print(row)
-    print("* fastest for the shape; sum us = one of each shape (a layer has gate_up + down, and gdn_in + gdn_out "
-          "or the attention projections)")
+        report[bits] = {"us": {nm: {v: round(res[v, nm][0], 2) for v in variants} for nm in names},
+                        "best": {f"{SHAPES[nm][0]}x{SHAPES[nm][1]}": best[nm] for nm in names}}
+        route = ", ".join(f"{nm} {best[nm]}" for nm in names)
+        print(f"per-shape best ({route}): step ms "
+              f"{sum(PER_STEP[nm] * res[best[nm], nm][0] for nm in names) / 1000:.3f}")
+    print("* fastest for the shape; step ms = the GEMVs of one decode step with this variant for every shape "
+          "(PER_STEP launches of each)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,10 @@
 benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
 
     python3 bench/step_probe.py [--kv int8] [--depths 0,131072] [--steps 50] [--pdl 1,0]
+    python3 bench/step_probe.py --routes "34816x5120=23;34816x5120=23,16480x5120=24"   # per-shape GEMV routes
+
+--routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
+(set_qgemv_shape_variant); the built-in route is always timed first.
 """
 
 from __future__ import annotations
@@ -17,7 +21,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--gemv-variants", default="0", help="T = 1 GEMV variants to force, one run each (0 = route)")
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
+    ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
+    ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
     args = ap.parse_args()
+    routes = [parse_route(r) for r in args.routes.split(";") if r.strip()]
+    if args.route_from:
+        import json
+        with open(args.route_from) as f:
+            best = json.load(f)["4"]["best"]
+        routes.append(parse_route(",".join(f"{shape}={v}" for shape, v in best.items())))
     from engine.native_backend import NativeModel
     depths = [int(d) for d in args.depths.split(",")]
     for kv in args.kv.split(","):
@@ -36,8 +48,27 @@ def main() -> None:
                           flush=True)
         nat.set_pdl(True)
         nat.set_qgemv_variant(0)
+        for route in routes:
+            for (n, k), v in route.items():
+                nat.set_qgemv_shape_variant(n, k, v)
+            e.reset_graphs()
+            label = ",".join(f"{n}x{k}={v}" for (n, k), v in route.items())
+            for d in depths:
+                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
+                print(f"step kv {kv} route {label} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+            nat.clear_qgemv_shape_variants()
         e.reset_graphs()
         del model, e
+
+
+def parse_route(text: str) -> dict[tuple[int, int], int]:
+    """'34816x5120=23,16480x5120=24' -> {(34816, 5120): 23, (16480, 5120): 24}"""
+    route = {}
+    for item in text.split(","):
+        shape, v = item.strip().split("=")
+        n, k = shape.split("x")
+        route[int(n), int(k)] = int(v)
+    return route
 
 
 if __name__ == "__main__":

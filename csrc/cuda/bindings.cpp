@@ -135,14 +135,29 @@ void register_cuda_bindings(py::module_& m) {
     sync0("qgemv");
   });
   m.def("op_qgemv_time", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
-                            int group, uintptr_t x, int T, uintptr_t out_f32, int reps) {
-    // back-to-back launches timed with events: the kernel's own time, launch gaps included
-    QMatrix W = qmat(codes, high, scales, N, K, bits, group);
+                            int group, uintptr_t x, int T, uintptr_t out_f32, int reps, int copies,
+                            int64_t codes_stride, int64_t high_stride, int64_t scales_stride) {
+    // back-to-back launches timed with events: the kernel's own time, launch gaps included. With copies > 1
+    // the launches cycle through that many copies of the matrix (byte strides between them), so a matrix that
+    // fits in L2 is read from DRAM as in a decode step, where the other layers evict it.
+    if (copies < 1) throw std::invalid_argument("op_qgemv_time: copies must be >= 1");
+    int next = 0;
     return time_ms_per_call(
-        [&] { qgemv(W, ptr<const __half>(x), T, GEMV_STORE, ptr<float>(out_f32), nullptr, (int)N, 0); }, reps, 3,
-        "qgemv_time");
-  });
+        [&] {
+          const int i = next;
+          next = next + 1 == copies ? 0 : next + 1;
+          QMatrix W = qmat(codes + i * codes_stride, high ? high + i * high_stride : 0, scales + i * scales_stride,
+                           N, K, bits, group);
+          qgemv(W, ptr<const __half>(x), T, GEMV_STORE, ptr<float>(out_f32), nullptr, (int)N, 0);
+        },
+        reps, 3, "qgemv_time");
+  }, py::arg("codes"), py::arg("high"), py::arg("scales"), py::arg("N"), py::arg("K"), py::arg("bits"),
+     py::arg("group"), py::arg("x"), py::arg("T"), py::arg("out_f32"), py::arg("reps"), py::arg("copies") = 1,
+     py::arg("codes_stride") = 0, py::arg("high_stride") = 0, py::arg("scales_stride") = 0);
   m.def("set_qgemv_variant", &set_qgemv_variant);
+  m.def("set_qgemv_shape_variant", &set_qgemv_shape_variant,
+        "T = 1 GEMV variant for one shape (N, K), over the route (0 removes the override); for measurements");
+  m.def("clear_qgemv_shape_variants", &clear_qgemv_shape_variants);
   m.def("set_pdl", &set_pdl, "programmatic dependent launch inside decode steps (default on where supported); "
         "graphs captured before keep their mode");
   m.def("pdl_supported", &pdl_supported);
