@@ -26,9 +26,9 @@ enum GemvEpilogue : int {
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..33 force one (qgemv.cu;
-// 1..15 and 20..33 are 4-bit kernels (20..29, 31, 33: integer dot products; 29..33: x held in registers),
-// 16..19 the cp.async ring kernel for every width).
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..28 force one (qgemv.cu;
+// 1..15 and 20..28 are 4-bit kernels (20..28: integer dot products), 16..19 the cp.async ring kernel for every
+// width).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.

@@ -8,8 +8,7 @@
 // variants 6..15 (qgemv4_sx_kernel) stage x once per block in shared memory instead and stream the
 // weights past L1; variants 16..19 (qgemv_ring_kernel, every width, the 5/6/8-bit T = 1 default) also
 // land the weights in a per-warp cp.async ring in shared memory instead of registers; variants 20..28 run the sx
-// kernel on integer dot products (x staged as 16-bit integers, dp4a), 29..33 hold x in registers and split K
-// over a block's warps (qgemv4_xreg_kernel).
+// kernel on integer dot products (x staged as 16-bit integers, dp4a).
 // A tensor-core T = 1 kernel (mma.sync m16n8k16 fed with the magic-number values, per-group bias in the C
 // operand) was built and measured in session 4 and removed: correct, but 45-140 us against 31 / 18 for the
 // routed kernels on gate_up / down (bench/NOTES.md, session 4 calls 1-2).
@@ -30,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 33;  // T = 1 launch variants 1..33 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 28;  // T = 1 launch variants 1..28 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -389,7 +388,7 @@ __device__ inline void load_x_chunk(const uint4* xs, int c, uint4 (&xv)[4]) {
   for (int p = 0; p < 4; ++p) xv[p] = xr[p ^ sw];
 }
 
-// ---- integer dot products (IDOT: variants 20..28 of qgemv4_sx_kernel, 29, 31 and 33 of qgemv4_xreg_kernel) ----
+// ---- integer dot products (IDOT: variants 20..28 of qgemv4_sx_kernel) ----
 // The half2 path spends 13 instructions per 8 weights (shift, 4 LOP3, 4 bias HFMA2, 4 HFMA2) and sums 8
 // products in fp16. Here the block stages x once as 16-bit integers per 32-element chunk (q = rint(x / s),
 // s = absmax / 32512, so |q| <= 32512), split into two signed byte planes q = 256 h + l (h = (q + 128) >> 8,
@@ -685,191 +684,6 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   return true;
 }
 
-// ---- T = 1, 4-bit: x held in registers, K split over the warps of a block (variants 29..33) ----
-// The kernels above give a warp whole rows and stream x past the weights for every row group (from shared
-// memory or L1): 64 bytes of x read per 16 bytes of weights per 2-4 rows, and each warp's loads hop between
-// the rows of its group. Here x stays put. Lane l of warp w owns chunks (j KS + w) 32 + l (j < CPL) of every
-// row, KS = ceil(K / (1024 CPL)) warps cover K, and x's chunks sit in that lane's registers for the whole
-// kernel (IDOT: the block stages the integer planes once, as the sx kernel, and each lane copies its own;
-// else the fp16 chunk straight from global). A block owns rows_per_block consecutive rows and walks them R at
-// a time: every warp loads its 512-byte slice of each of the R rows (so the block reads R whole rows, a
-// contiguous run), the next R rows in flight while the current are summed (software pipeline).
-//   * Row sums: each lane holds R partials (one chunk each). A reduce-scatter over the warp (exchange half the
-//     rows with lane ^ 16, then a quarter with lane ^ 8, ...: R - 1 shuffles) leaves lane l with the warp's
-//     sum of row rho(l); the first lane of each group writes it to shared memory, [warp][row].
-//   * After the last batch one barrier, then thread i sums row i over the KS warps in warp order and applies
-//     the epilogue: a fixed order, so the result is deterministic.
-//   * Lanes past the last chunk (K not a multiple of 1024 CPL) load nothing and add zeros.
-template <int R>
-__device__ inline float warp_reduce_scatter(float (&p)[R], int lane) {
-  static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R: a power of two up to 32");
-#pragma unroll
-  for (int k = 0; (R >> k) > 1; ++k) {  // rows [0, n) -> the half selected by lane bit (16 >> k)
-    const int n = R >> k, m = 16 >> k;
-    const bool upper = lane & m;
-#pragma unroll
-    for (int i = 0; i < n / 2; ++i) {
-      const float keep = upper ? p[i + n / 2] : p[i];
-      const float give = upper ? p[i] : p[i + n / 2];
-      p[i] = keep + __shfl_xor_sync(0xffffffffu, give, m);
-    }
-  }
-#pragma unroll
-  for (int m = 16 / R; m > 0; m >>= 1) p[0] += __shfl_xor_sync(0xffffffffu, p[0], m);  // the rest: a butterfly
-  return p[0];
-}
-// The row whose sum lane `lane` holds after warp_reduce_scatter<R>; lanes (lane & (32 / R - 1)) == 0 write it.
-template <int R>
-__device__ inline int scattered_row(int lane) {
-  int r = 0;
-#pragma unroll
-  for (int k = 0; (R >> k) > 1; ++k)
-    if (lane & (16 >> k)) r += R >> (k + 1);
-  return r;
-}
-
-template <int CPL, int R, bool IDOT, bool PIPE, int MAXT, int MINB>
-__global__ void __launch_bounds__(MAXT, MINB) qgemv4_xreg_kernel(GemvArgs a, int rows_per_block) {
-  extern __shared__ uint4 xs[];  // IDOT: x's integer planes (stage_xq layout); then float part[KS][rows_per_block]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, ks = blockDim.x >> 5;
-  const int nch = a.K >> 5;
-  const size_t rowb = (size_t)(a.K >> 1);
-  const int row0 = blockIdx.x * rows_per_block;
-  const int nrows = min(rows_per_block, a.N - row0);  // >= 1: the grid has no empty block
-  const int nbatch = (nrows + R - 1) / R;
-  int ch[CPL];
-#pragma unroll
-  for (int j = 0; j < CPL; ++j) ch[j] = (j * ks + warp) * 32 + lane;
-
-  uint4 w[R][CPL], wn[R][CPL];
-  float s[R][CPL], sn[R][CPL];
-  auto load_batch = [&](int b, uint4 (&ww)[R][CPL], float (&ss)[R][CPL]) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int row = row0 + min(b * R + r, nrows - 1);  // a partial last batch re-reads the block's last row
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (ch[j] < nch) {
-          ww[r][j] = ld_stream16<false>(a.codes + row * rowb + ch[j] * 16, 0);
-          ss[r][j] = ld_stream_half(a.scales + (size_t)row * (a.K >> a.gshift) + ((ch[j] * 32) >> a.gshift));
-        }
-    }
-  };
-  load_batch(0, w, s);
-  pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
-  pdl_trigger();
-
-  uint4 xv[CPL][4];
-  int2 xm[CPL];
-  if constexpr (IDOT) {
-    stage_xq(xs, a.x, nch, blockDim.x);
-    __syncthreads();
-    const int2* meta = reinterpret_cast<const int2*>(xs + 4 * nch);
-#pragma unroll
-    for (int j = 0; j < CPL; ++j)
-      if (ch[j] < nch) {
-        load_x_chunk(xs, ch[j], xv[j]);
-        xm[j] = meta[ch[j]];
-      }
-  } else {
-#pragma unroll
-    for (int j = 0; j < CPL; ++j)
-      if (ch[j] < nch) {
-        const uint4* xp = reinterpret_cast<const uint4*>(a.x + ch[j] * 32);
-#pragma unroll
-        for (int p = 0; p < 4; ++p) xv[j][p] = __ldg(xp + p);
-      }
-  }
-  float* part = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(xs) + (IDOT ? (size_t)nch * kXqBytesPerChunk : 0));
-
-  for (int b = 0; b < nbatch; ++b) {
-    if (PIPE) {
-      if (b + 1 < nbatch) load_batch(b + 1, wn, sn);
-    } else if (b > 0) {
-      load_batch(b, w, s);
-    }
-    float p[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      p[r] = 0.f;
-#pragma unroll
-      for (int j = 0; j < CPL; ++j)
-        if (ch[j] < nch) {
-          if constexpr (IDOT) {
-            p[r] = fmaf(__int2float_rn(chunk_dot_idot(w[r][j], xv[j], xm[j].y)), s[r][j] * __int_as_float(xm[j].x), p[r]);
-          } else {
-            Chunk<4> c;
-            c.lo = w[r][j];
-            p[r] = fmaf(s[r][j], chunk_dot<4>(c, xv[j]), p[r]);
-          }
-        }
-    }
-    const float sum = warp_reduce_scatter<R>(p, lane);
-    const int rr = b * R + scattered_row<R>(lane);
-    if ((lane & (32 / R - 1)) == 0 && rr < nrows) part[warp * rows_per_block + rr] = sum;
-    if (PIPE) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int j = 0; j < CPL; ++j) {
-          w[r][j] = wn[r][j];
-          s[r][j] = sn[r][j];
-        }
-    }
-  }
-  __syncthreads();
-  if (a.epi == GEMV_SWIGLU) {
-    for (int i = threadIdx.x; 2 * i + 1 < nrows; i += blockDim.x) {
-      float g = 0.f, u = 0.f;
-      for (int v = 0; v < ks; ++v) {
-        g += part[v * rows_per_block + 2 * i];
-        u += part[v * rows_per_block + 2 * i + 1];
-      }
-      a.out_h[perm8((row0 >> 1) + i)] = __float2half(silu(g) * u);
-    }
-  } else {
-    for (int i = threadIdx.x; i < nrows; i += blockDim.x) {
-      float t = 0.f;
-      for (int v = 0; v < ks; ++v) t += part[v * rows_per_block + i];
-      if (a.epi == GEMV_STORE) a.out_f32[row0 + i] = t;
-      else a.out_f32[row0 + i] += t;
-    }
-  }
-}
-
-// Grid: KS warps per block; one resident wave of blocks from the occupancy calculator, the rows split evenly in
-// even counts (a SwiGLU pair never straddles blocks). False when K needs more than MAXT threads or the shared
-// memory does not fit (the caller falls back).
-template <int CPL, int R, bool IDOT, bool PIPE, int MAXT, int MINB>
-bool launch_xreg(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv4_xreg_kernel<CPL, R, IDOT, PIPE, MAXT, MINB>;
-  const int nch = a.K >> 5;
-  const int ks = ceil_div(nch, 32 * CPL);
-  if (32 * ks > MAXT) return false;
-  const size_t xbytes = IDOT ? (size_t)nch * kXqBytesPerChunk : 0;
-  static bool attr_set = false;  // the opt-in maximum once, so the occupancy queries below see every size
-  if (!attr_set) {
-    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limits().per_block),
-             "qgemv xreg smem attr");
-    attr_set = true;
-  }
-  static OccupancyCache occ;
-  int per_sm = occ.get(kern, 32 * ks, xbytes + 4096);
-  int rpb = 0;
-  size_t smem = 0;
-  for (int tries = 0; tries < 3; ++tries) {  // the row partials' share of shared memory depends on the grid
-    const long long blocks = (long long)sm_count() * per_sm;
-    rpb = (int)(((a.N + blocks - 1) / blocks + 1) & ~1LL);
-    smem = xbytes + (size_t)ks * rpb * 4;
-    const int fits = occ.get(kern, 32 * ks, smem);
-    if (fits >= per_sm) break;
-    per_sm = fits;
-  }
-  if (smem > (size_t)smem_limits().per_block) return false;
-  launch_pdl("qgemv", kern, dim3(ceil_div(a.N, rpb)), dim3(32 * ks), smem, st, a, rpb);
-  return true;
-}
-
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
 // Variants 1..15 hold the weight bytes in flight in registers (U chunks x ROWS rows x 16 B per lane):
 // 2-4 KB per warp, and every such byte costs occupancy. Here each warp owns a ring of S stages in
@@ -1138,9 +952,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
-    //   29..33 (qgemv4_xreg_kernel: x in registers, K split over the warps of a block, R rows per batch;
-    //      K <= 6144 for 29, 30, 33 (<= 6 warps), <= 18432 for 31, 32): 29 IDOT R8 (3 blocks/SM), 30 fp16 R8,
-    //      31 IDOT R8 up to 18 warps (1 block/SM), 32 fp16 likewise, 33 IDOT R4 pipelined (4 blocks/SM)
+    // (an x-in-register kernel, K split over a block's warps with x held per lane and whole rows streamed per
+    // batch, was measured in session 5 call 2 and removed: 33-40 us on gate_up, slower than 6 and 23 on every
+    // shape; bench/NOTES.md)
     // (bench/read_probe.py, session 4: the variant-6 pattern without arithmetic streams at 3.3 TB/s with U = 2
     // and 3.8 with U = 4, against 4.1 for a flat stream; but variants with more bytes in flight per warp (R2 U3,
     // R2 U5, R1 U5; measured in call 4 and removed) ran no faster than 6 with the arithmetic in: ~3.08 TB/s)
@@ -1165,11 +979,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 26) done = launch_sx<4, 2, 8, 2, true, true, false, true>(a, st, false);
       else if (v == 27) done = launch_sx<8, 1, 8, 2, true, false, false, true>(a, st, false);
       else if (v == 28) done = launch_sx<8, 2, 8, 2, true, false, false, true>(a, st, false);
-      else if (v == 29) done = launch_xreg<1, 8, true, false, 192, 3>(a, st);
-      else if (v == 30) done = launch_xreg<1, 8, false, false, 192, 3>(a, st);
-      else if (v == 31) done = launch_xreg<1, 8, true, false, 576, 1>(a, st);
-      else if (v == 32) done = launch_xreg<1, 8, false, false, 576, 1>(a, st);
-      else if (v == 33) done = launch_xreg<1, 4, true, true, 192, 4>(a, st);
       else done = false;
       if (done) return;
       if (v >= 6) {
