@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 4, final call: the GEMV tests after the variant clean-up, the decode benchmark (24 GiB plans, PDL on
+# Final benchmark call (sessions 4 and 5): the GEMV tests, the decode benchmark (24 GiB plans, PDL on
 # with a plain-launch A/B), and the llama.cpp decode peer in the same call (tg64, f16 and q8_0 KV at depths 0,
 # 8K, 32K; q8_0 at 128K when the time allows). Every step has its own time cap inside the tool's 600 s.
 #   MONORAIL_COMMIT=<sha> bash bench/device_s4_final.sh

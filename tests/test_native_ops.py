@@ -136,7 +136,7 @@ def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
         assert rel_err(got, ref) < tol + TOL_FP16_OUT
     else:
         assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
-    if variant in QGEMV_IDOT_VARIANTS:
+    if variant in QGEMV_IDOT_VARIANTS or variant == 0:  # the route (0) may pick either arithmetic
         return
     base = call(1)
     assert rel_err(got, base) < (TOL_FP16_OUT if epi == 2 else 1e-5)

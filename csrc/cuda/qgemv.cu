@@ -897,17 +897,21 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
     default: return launch_ring<BITS, 2, 8, 5>(a, st, 3, true);  // 19
   }
 }
-// T = 1 route by width and shape, from bench/gemv_probe.py on the H200 (bench/results/gemv-probe-h200.txt;
-// us for gate_up 34816x5120 / down 5120x17408 / gdn_in 16480x5120 / gdn_out 5120x6144):
-//   4-bit: K > 8192 variant 4 (down 18.6), N >= 24576 variant 6 (gate_up 33.0), N >= 12288 variant 10
-//          (gdn_in 16.9 against 18.7 for 1), else 1 (gdn_out 8.9). The ring (16..19) lost everywhere (44-51 on
-//          gate_up): the 4-bit GEMV is bound by instruction issue, not by bytes in flight.
+// T = 1 route by width and shape.
+//   4-bit: chosen on whole decode steps (bench/route_search.py, H200, int8 KV, depth 0; session 5 call 3,
+//          bench/results/route-search-h200.json: 5.439 -> 5.077 ms per step), not on isolated GEMVs, whose
+//          table does not add up to a step (PDL overlaps each GEMV's start with its predecessor's tail, and the
+//          sx kernels stage x after the wait). K > 8192 variant 4 (down); N >= 24576 variant 23 (integer dot,
+//          R4 U2: gate_up; lm_head within 0.1 % of the search's pick 20); N >= 12288 variant 27 (integer dot,
+//          R8 U1: gdn_in, the attention qkv); else 4 (gdn_out and the attention output, 5120 x 6144). The ring
+//          (16..19) lost everywhere (44-51 us on gate_up in bench/gemv_probe.py).
+//   5/6/8-bit (isolated GEMVs, bench/gemv_probe.py, sessions 3-4; not yet searched on whole steps):
 //   5-bit: K > 8192 ring 19 (34.9 vs 41.1 generic), else ring 18 (52.7 / 28.5 / 12.7 vs 68.0 / 36.2 / 14.8).
 //   6-bit: K > 8192 ring 17 (38.4 vs 41.2), else ring 18 (53.9 / 30.0 / 13.1 vs 69.6 / 36.8 / 15.0).
 //   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
-  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 6 : a.N >= 12288 ? 10 : 1;
+  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 23 : a.N >= 12288 ? 27 : 4;
   if (BITS == 5) return a.K > 8192 ? 19 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
   return 1;  // 8-bit: generic path
