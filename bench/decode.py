@@ -46,7 +46,9 @@ GEMV_SHAPES = (("mlp_gate_up", 34816, 5120, 64), ("mlp_down", 5120, 17408, 64), 
 VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipelined persistent",
             6: "x in shared memory, weights L1::no_allocate", 10: "6 pipelined, 512-thread blocks",
             14: "6 capped at 48 registers", 16: "cp.async ring R2 S4", 17: "cp.async ring R2 S8 128 thr",
-            18: "cp.async ring R4 S4", 19: "cp.async ring R2 S3 <= 48 regs"}
+            18: "cp.async ring R4 S4", 19: "cp.async ring R2 S3 <= 48 regs",
+            23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1"}
+QUICK_VARIANTS = (1, 4, 6, 23, 27)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
 
 
 def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
@@ -54,7 +56,7 @@ def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
     and the variant with the least time per step (weighted by how often each shape runs)."""
     import torch
     rows = []
-    per_step = {v: 0.0 for v in ((1, 4, 6) if quick else VARIANTS)}
+    per_step = {v: 0.0 for v in (QUICK_VARIANTS if quick else VARIANTS)}
     for name, n, k, count in GEMV_SHAPES:
         # several weight copies rotate so the 60 MB L2 never holds the matrix between launches
         copies = max(1, min(8, (2 << 30) // (n * k // 2)))
@@ -63,7 +65,7 @@ def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
         x = torch.randn(1, k, device="cuda").half()
         out = torch.empty(1, n, device="cuda")
         nbytes = n * k // 2 + n * k // 64 * 2
-        for v in ((1, 4, 6) if quick else VARIANTS):
+        for v in (QUICK_VARIANTS if quick else VARIANTS):
             nat.set_qgemv_variant(v)
             ms = statistics.median(statistics.mean(
                 nat.op_qgemv_time(c.data_ptr(), 0, sc.data_ptr(), n, k, 4, 64, x.data_ptr(), 1, out.data_ptr(), 50)

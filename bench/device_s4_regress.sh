@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 4, regression call at the final code: every GPU test module, and the int4-KV decode step with PDL.
+# Regression call at the final code (sessions 4 and 5): every GPU test module, and the int4-KV decode step with PDL.
 set -uo pipefail
 source bench/device_setup.sh
 timeout 330 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 tests/test_native_*.py > $out/tests.log 2>&1
