@@ -31,15 +31,13 @@ def main() -> None:
     args = ap.parse_args()
     from engine.native import load_native
     from engine.native_backend import NativeModel
+    from step_probe import apply_route, format_route  # bench/ is this script's directory
     nat = load_native()
     model = NativeModel.random_27b(kv_dtype="int8", max_context=args.depth + 64, seed=1, vram_budget_bytes=24 << 30)
     e = model.engine
 
     def step_ms(route: dict) -> float:
-        nat.clear_qgemv_shape_variants()
-        for (n, k), v in route.items():
-            nat.set_qgemv_shape_variant(n, k, v)
-        e.reset_graphs()  # the captured graph holds the previous launch configuration
+        apply_route(nat, e, route)
         return statistics.median(e.time_steps(0, args.depth, args.steps) for _ in range(3))
 
     base = step_ms({})
@@ -58,11 +56,10 @@ def main() -> None:
     pairs = [(step_ms({}), step_ms(route)) for _ in range(args.verify)]
     b = statistics.median(p[0] for p in pairs)
     r = statistics.median(p[1] for p in pairs)
-    text = ",".join(f"{n}x{k}={v}" for (n, k), v in route.items())
+    text = format_route(route)
     print(f"verify ({args.verify} alternating pairs): built-in {b:.3f} ms, searched [{text}] {r:.3f} ms "
           f"({(b - r) / b * 100:+.1f} %)", flush=True)
-    nat.clear_qgemv_shape_variants()
-    e.reset_graphs()
+    apply_route(nat, e, {})
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"depth": args.depth, "builtin_ms": b, "searched_ms": r, "route": text, "log": log}, f, indent=1)

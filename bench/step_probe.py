@@ -29,7 +29,7 @@ def main() -> None:
         import json
         with open(args.route_from) as f:
             best = json.load(f)["4"]["best"]
-        routes.append(parse_route(",".join(f"{shape}={v}" for shape, v in best.items())))
+        routes.append({tuple(int(d) for d in shape.split("x")): v for shape, v in best.items()})
     from engine.native_backend import NativeModel
     depths = [int(d) for d in args.depths.split(",")]
     for kv in args.kv.split(","):
@@ -49,16 +49,26 @@ def main() -> None:
         nat.set_pdl(True)
         nat.set_qgemv_variant(0)
         for route in routes:
-            for (n, k), v in route.items():
-                nat.set_qgemv_shape_variant(n, k, v)
-            e.reset_graphs()
-            label = ",".join(f"{n}x{k}={v}" for (n, k), v in route.items())
+            apply_route(nat, e, route)
             for d in depths:
                 ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-                print(f"step kv {kv} route {label} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
-            nat.clear_qgemv_shape_variants()
-        e.reset_graphs()
+                print(f"step kv {kv} route {format_route(route)} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
+                      flush=True)
+        apply_route(nat, e, {})
         del model, e
+
+
+def apply_route(nat, engine, route: dict[tuple[int, int], int]) -> None:
+    """Make `route` ({(N, K): variant}, over the built-in one) the T = 1 GEMV route of the next captured step."""
+    nat.clear_qgemv_shape_variants()
+    for (n, k), v in route.items():
+        nat.set_qgemv_shape_variant(n, k, v)
+    engine.reset_graphs()  # the captured graph holds the previous launch configuration
+
+
+def format_route(route: dict[tuple[int, int], int]) -> str:
+    """The inverse of parse_route."""
+    return ",".join(f"{n}x{k}={v}" for (n, k), v in route.items())
 
 
 def parse_route(text: str) -> dict[tuple[int, int], int]:

@@ -86,6 +86,21 @@ def test_qgemv_swiglu(nat, bits, T):
     assert rel_err(got, ref) < TOL_GEMV_Q4 + TOL_FP16_OUT
 
 
+def _gemv_out(epi, N, gen, swiglu_width=None):
+    """The output row of a T = 1 op_qgemv with epilogue `epi` over N rows, op_qgemv's (out_f32, out_h, ldo) for it,
+    and its copy before the call: SwiGLU an fp16 row of `swiglu_width` (default N // 2), residual add a random fp32
+    row (the baseline to subtract), store an fp32 row of NaN (what the kernel leaves unwritten shows)."""
+    if epi == 2:
+        width = swiglu_width or N // 2
+        out = torch.full((1, width), float("nan"), device="cuda").half()
+        args = (0, out.data_ptr(), width)
+    else:
+        out = torch.randn(1, N, device="cuda", generator=gen) if epi == 1 else torch.full((1, N), float("nan"),
+                                                                                           device="cuda")
+        args = (out.data_ptr(), 0, N)
+    return out, args, out.clone()
+
+
 def _random_q4(N, K, gen):
     # 4-bit group-64 codes drawn on the GPU (RTN-like spread around 8) and their fp64 dequantization
     codes = (torch.randn(N, K, device="cuda", generator=gen) * 2.5 + 8).round().clamp(0, 15).to(torch.uint8)
@@ -111,14 +126,7 @@ def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
     y = (wd @ x.double().T).T  # [1, N]
 
     def call(v):
-        if epi == 2:
-            out = torch.full((1, N // 2), float("nan"), device="cuda").half()
-            args = (0, out.data_ptr(), N // 2)
-        else:
-            out = torch.randn(1, N, device="cuda", generator=gen) if epi == 1 else torch.full((1, N), float("nan"),
-                                                                                               device="cuda")
-            args = (out.data_ptr(), 0, N)
-        before = out.clone()
+        out, args, before = _gemv_out(epi, N, gen)
         nat.set_qgemv_variant(v)
         try:
             nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, xp.data_ptr(), 1, epi, *args)
@@ -198,14 +206,7 @@ def test_qgemv_widths_t1(nat, bits, variant, epi, N, K, group):
     y = (wd @ x.double().T).T  # [1, N]
     pairs = N // 2
     padded = (pairs + 7) // 8 * 8  # perm8 output positions of an odd pair count reach the next multiple of 8
-    if epi == 2:
-        out = torch.full((1, padded), float("nan"), device="cuda").half()
-        args = (0, out.data_ptr(), padded)
-    else:
-        out = torch.randn(1, N, device="cuda", generator=gen) if epi == 1 else torch.full((1, N), float("nan"),
-                                                                                           device="cuda")
-        args = (out.data_ptr(), 0, N)
-    before = out.clone()
+    out, args, before = _gemv_out(epi, N, gen, swiglu_width=padded)
     nat.set_qgemv_variant(variant)
     try:
         nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits, group,

@@ -1005,13 +1005,20 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
 
 }  // namespace
 
+namespace {
+void check_variant(int v) {
+  if (v < 0 || v > kNumVariants)
+    throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1.." + std::to_string(kNumVariants));
+}
+}  // namespace
+
 void set_qgemv_variant(int v) {
-  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1.." + std::to_string(kNumVariants));
+  check_variant(v);
   g_variant = v;
 }
 
 void set_qgemv_shape_variant(int N, int K, int v) {
-  if (v < 0 || v > kNumVariants) throw std::invalid_argument("qgemv variant must be 0 (route by shape) or 1.." + std::to_string(kNumVariants));
+  check_variant(v);
   for (auto it = g_shape_variants.begin(); it != g_shape_variants.end(); ++it)
     if (it->N == N && it->K == K) {
       g_shape_variants.erase(it);
