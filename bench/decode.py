@@ -47,7 +47,9 @@ VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipe
             6: "x in shared memory, weights L1::no_allocate", 10: "6 pipelined, 512-thread blocks",
             14: "6 capped at 48 registers", 16: "cp.async ring R2 S4", 17: "cp.async ring R2 S8 128 thr",
             18: "cp.async ring R4 S4", 19: "cp.async ring R2 S3 <= 48 regs",
-            23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1"}
+            23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1",
+            29: "integer dot, block-wide cp.async ring, RB4 2 blocks/SM", 30: "ring RB8 2 blocks/SM",
+            31: "ring RB4 1 block/SM", 32: "ring RB8 1 block/SM", 33: "ring RB16 1 block/SM"}
 QUICK_VARIANTS = (1, 4, 6, 23, 27)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
 
 

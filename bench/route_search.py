@@ -27,11 +27,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--margin", type=float, default=0.003, help="relative gain a candidate needs")
     ap.add_argument("--verify", type=int, default=5)
+    ap.add_argument("--candidates", default=",".join(map(str, CANDIDATES)), help="comma-separated variant ids")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     from engine.native import load_native
     from engine.native_backend import NativeModel
     from step_probe import apply_route, format_route  # bench/ is this script's directory
+    candidates = [int(v) for v in args.candidates.split(",") if v]
     nat = load_native()
     model = NativeModel.random_27b(kv_dtype="int8", max_context=args.depth + 64, seed=1, vram_budget_bytes=24 << 30)
     e = model.engine
@@ -46,7 +48,7 @@ def main() -> None:
     best = base
     log = []
     for shape in SHAPES:
-        for v in CANDIDATES:
+        for v in candidates:
             ms = step_ms({**route, shape: v})
             log.append({"shape": list(shape), "variant": v, "ms": round(ms, 4)})
             print(f"  {shape[0]}x{shape[1]} = {v:2d}: {ms:.3f} ms", flush=True)

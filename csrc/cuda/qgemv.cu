@@ -8,7 +8,8 @@
 // variants 6..15 (qgemv4_sx_kernel) stage x once per block in shared memory instead and stream the
 // weights past L1; variants 16..19 (qgemv_ring_kernel, every width, the 5/6/8-bit T = 1 default) also
 // land the weights in a per-warp cp.async ring in shared memory instead of registers; variants 20..28 run the sx
-// kernel on integer dot products (x staged as 16-bit integers, dp4a).
+// kernel on integer dot products (x staged as 16-bit integers, dp4a); variants 29..33 (qgemv4_pipe_kernel,
+// qgemv_pipe.cuh) land the weights of a block's row tiles in a block-wide cp.async ring in shared memory.
 // A tensor-core T = 1 kernel (mma.sync m16n8k16 fed with the magic-number values, per-group bias in the C
 // operand) was built and measured in session 4 and removed: correct, but 45-140 us against 31 / 18 for the
 // routed kernels on gate_up / down (bench/NOTES.md, session 4 calls 1-2).
@@ -29,7 +30,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 28;  // T = 1 launch variants 1..28 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 33;  // T = 1 launch variants 1..33 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -684,6 +685,8 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   return true;
 }
 
+#include "qgemv_pipe.cuh"  // variants 29..33 (uses the helpers above)
+
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
 // Variants 1..15 hold the weight bytes in flight in registers (U chunks x ROWS rows x 16 B per lane):
 // 2-4 KB per warp, and every such byte costs occupancy. Here each warp owns a ring of S stages in
@@ -956,6 +959,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
+    //   29..33: block-wide cp.async ring (qgemv_pipe.cuh: row tiles of RB rows, 256 threads, the weights in
+    //      flight in shared memory instead of registers, integer dot): 29 RB4 2 blocks/SM, 30 RB8 2/SM,
+    //      31 RB4 1/SM, 32 RB8 1/SM, 33 RB16 1/SM (ring depth: as deep as the shared memory allows)
     // (an x-in-register kernel, K split over a block's warps with x held per lane and whole rows streamed per
     // batch, was measured in session 5 call 2 and removed: 33-40 us on gate_up, slower than 6 and 23 on every
     // shape; bench/NOTES.md)
@@ -983,6 +989,15 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 26) done = launch_sx<4, 2, 8, 2, true, true, false, true>(a, st, false);
       else if (v == 27) done = launch_sx<8, 1, 8, 2, true, false, false, true>(a, st, false);
       else if (v == 28) done = launch_sx<8, 2, 8, 2, true, false, false, true>(a, st, false);
+      else if (v >= 29 && v <= 33) {
+        if (v == 29) done = launch_pipe<4, 8, 2>(a, st);
+        else if (v == 30) done = launch_pipe<8, 8, 2>(a, st);
+        else if (v == 31) done = launch_pipe<4, 8, 1>(a, st);
+        else if (v == 32) done = launch_pipe<8, 8, 1>(a, st);
+        else done = launch_pipe<16, 8, 1>(a, st);
+        // a shape the ring refuses: the same integer-dot arithmetic from registers (variant 23)
+        if (!done) done = launch_sx<4, 2, 8, 3, true, false, false, true>(a, st, false);
+      }
       else done = false;
       if (done) return;
       if (v >= 6) {
