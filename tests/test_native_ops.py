@@ -309,7 +309,8 @@ def test_qgemv_pipe_geometry(nat, variant, epi, N, K, group):
         assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < TOL_GEMV_IDOT + TOL_FP16_OUT
     else:
         assert rel_err(got, y) < TOL_GEMV_IDOT * (2 if epi == 1 else 1)
-    assert torch.equal(call(), raw)
+    again = call()
+    assert bool(((again == raw) | (again.isnan() & raw.isnan())).all())  # SwiGLU's padding stays NaN
 
 
 @pytest.mark.parametrize("T", [1, 3, 16])

@@ -960,8 +960,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
     //   29..33: block-wide cp.async ring (qgemv_pipe.cuh: row tiles of RB rows, 256 threads, the weights in
-    //      flight in shared memory instead of registers, integer dot): 29 RB4 2 blocks/SM, 30 RB8 2/SM,
-    //      31 RB4 1/SM, 32 RB8 1/SM, 33 RB16 1/SM (ring depth: as deep as the shared memory allows)
+    //      flight in shared memory instead of registers, integer dot; rows per tile RB, warps NW, blocks per SM
+    //      wanted): 29 RB4 NW5 4/SM, 30 RB8 NW5 3/SM, 31 RB8 NW8 2/SM, 32 RB4 NW8 3/SM, 33 RB16 NW5 2/SM (the ring
+    //      as deep as the shared memory allows). Session 6 call 1 measured RB4/RB8/RB16 with 8 warps and 1-2
+    //      blocks per SM: 37-79 us on gate_up (23: 28.7): too few warps computing (kc = 160 of 256 threads for
+    //      K = 5120) to keep up; hence the balanced stages and the 5-warp blocks here.
     // (an x-in-register kernel, K split over a block's warps with x held per lane and whole rows streamed per
     // batch, was measured in session 5 call 2 and removed: 33-40 us on gate_up, slower than 6 and 23 on every
     // shape; bench/NOTES.md)
@@ -990,11 +993,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 27) done = launch_sx<8, 1, 8, 2, true, false, false, true>(a, st, false);
       else if (v == 28) done = launch_sx<8, 2, 8, 2, true, false, false, true>(a, st, false);
       else if (v >= 29 && v <= 33) {
-        if (v == 29) done = launch_pipe<4, 8, 2>(a, st);
-        else if (v == 30) done = launch_pipe<8, 8, 2>(a, st);
-        else if (v == 31) done = launch_pipe<4, 8, 1>(a, st);
-        else if (v == 32) done = launch_pipe<8, 8, 1>(a, st);
-        else done = launch_pipe<16, 8, 1>(a, st);
+        if (v == 29) done = launch_pipe<4, 5, 4>(a, st);
+        else if (v == 30) done = launch_pipe<8, 5, 3>(a, st);
+        else if (v == 31) done = launch_pipe<8, 8, 2>(a, st);
+        else if (v == 32) done = launch_pipe<4, 8, 3>(a, st);
+        else done = launch_pipe<16, 5, 2>(a, st);
         // a shape the ring refuses: the same integer-dot arithmetic from registers (variant 23)
         if (!done) done = launch_sx<4, 2, 8, 3, true, false, false, true>(a, st, false);
       }

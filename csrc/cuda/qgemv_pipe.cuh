@@ -7,8 +7,8 @@
 // 128 KB), and registers cannot hold that next to the arithmetic: variants with more bytes per warp lost the
 // occupancy they paid for (session 4 call 4, session 5 call 2). Here the bytes in flight sit in shared memory
 // (H200: 227 KB per SM), landed by cp.async.cg (L2 only, no registers, no L1 allocation):
-//   * A block owns tiles of RB consecutive rows and walks K in stages of kc chunks (kc = min(K / 32, 32 NW):
-//     thread t owns chunk t of every stage). A stage holds RB x kc 16-byte code pieces (row r's pieces are
+//   * A block owns tiles of RB consecutive rows and walks K in stages of kc chunks (pipe_geom: at most one per
+//     thread, balanced over the stages; thread t owns chunk t of every stage). A stage holds RB x kc 16-byte code pieces (row r's pieces are
 //     4 KB contiguous in global memory, copied by consecutive threads) and the stage's scales of those rows
 //     (16-byte copies, the last one cut short by cp.async's source size).
 //   * The stages of all the block's tiles form one sequence, S - 1 of them in flight ahead of the one being
@@ -59,8 +59,10 @@ struct PipeGeom {
 __host__ __device__ inline PipeGeom pipe_geom(int K, int gshift, int rb, int nthreads) {
   PipeGeom g;
   const int nch = K >> 5;
-  g.kc = nch < nthreads ? nch : nthreads;
-  g.nks = (nch + g.kc - 1) / g.kc;
+  // the fewest stages of at most nthreads chunks, balanced, kc a multiple of 16 (a stage's scales then start on a
+  // 16-byte boundary for group 64 and 32); a short K leaves the threads past its chunks idle
+  g.nks = (nch + nthreads - 1) / nthreads;
+  g.kc = (((nch + g.nks - 1) / g.nks) + 15) & ~15;
   g.scale_row = ((g.kc << (6 - gshift)) + 15) & ~15;  // kc x 32 / group scales of 2 bytes
   g.stage = rb * g.kc * 16 + rb * g.scale_row;
   g.xbytes = (nch * kXqBytesPerChunk + 15) & ~15;
@@ -171,6 +173,14 @@ __global__ void __launch_bounds__(NW * 32) qgemv4_pipe_kernel(GemvArgs a, int S)
   asm volatile("cp.async.wait_group 0;" ::: "memory");  // only empty groups can be pending; leave none at exit
 }
 
+// The dynamic shared-memory limit already set for one kernel: one per kernel, not per launcher, since launchers
+// of different BPS share a kernel (one of them lowering the limit would fail the other's launch).
+template <int RB, int NW>
+size_t& pipe_smem_raised() {
+  static size_t raised = 48 * 1024;
+  return raised;
+}
+
 // BPS resident blocks per SM wanted; S = the deepest ring that leaves room for them (at least 3 stages, else 1
 // block per SM with as many as fit). False when not even 3 stages fit, or the shape's scale rows or pointers
 // do not allow 16-byte copies (the caller falls back).
@@ -196,8 +206,7 @@ bool launch_pipe(const GemvArgs& a, cudaStream_t st) {
   }
   if (S < 3) return false;
   const size_t smem = (size_t)geo.xbytes + (size_t)S * geo.stage;
-  static size_t raised = 48 * 1024;
-  if (!allow_dynamic_smem(kern, smem, raised, "qgemv pipe smem attr")) return false;
+  if (!allow_dynamic_smem(kern, smem, pipe_smem_raised<RB, NW>(), "qgemv pipe smem attr")) return false;
   static bool carveout_set = false;
   if (!carveout_set) {  // the ring is the landing buffer in L1's place: the largest shared-memory carveout
     MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
