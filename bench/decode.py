@@ -48,8 +48,9 @@ VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipe
             14: "6 capped at 48 registers", 16: "cp.async ring R2 S4", 17: "cp.async ring R2 S8 128 thr",
             18: "cp.async ring R4 S4", 19: "cp.async ring R2 S3 <= 48 regs",
             23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1",
-            29: "integer dot, block-wide cp.async ring, RB4 NW5 4 blocks/SM", 30: "ring RB8 NW5 3/SM",
-            31: "ring RB8 NW8 2/SM", 32: "ring RB4 NW8 3/SM", 33: "ring RB16 NW5 2/SM"}
+            29: "23 with a dynamic row-group schedule", 30: "27 with a dynamic row-group schedule",
+            31: "6 with K split over 2 warps", 32: "integer dot R2 U2, K split over 2 warps",
+            33: "R4 U2, K split over 4 warps", 34: "6 with K split over 4 warps"}
 QUICK_VARIANTS = (1, 4, 6, 23, 27)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
 
 

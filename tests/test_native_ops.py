@@ -41,10 +41,11 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(34))  # 0 = route by shape, 1..33 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(35))  # 0 = route by shape, 1..34 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
-QGEMV_IDOT_VARIANTS = list(range(20, 34))  # 4-bit integer dot products on x staged as 16-bit integers
-QGEMV_PIPE_VARIANTS = list(range(29, 34))  # ... with the weights landed in a block-wide cp.async ring (qgemv_pipe.cuh)
+QGEMV_IDOT_VARIANTS = list(range(20, 31)) + [32]  # 4-bit integer dot products on x staged as 16-bit integers
+QGEMV_DYN_VARIANTS = [29, 30]  # dynamic row-group schedule (a grid-wide ticket counter, reset by the last warp)
+QGEMV_SPLIT_VARIANTS = [31, 32, 33, 34]  # K split over the warps of a block
 
 
 def gemv_tol(variant: int) -> float:
@@ -271,46 +272,49 @@ def test_qgemv_idot_x_range_and_poison(nat, variant):
         assert run(xb).isnan().all()
 
 
-@pytest.mark.parametrize("variant", QGEMV_PIPE_VARIANTS)
-@pytest.mark.parametrize("epi, N, K, group", [
-    (0, 253, 8704, 64),    # 272 chunks: a full stage of 256 then one of 16; N odd: the last tile re-reads row 252
-    (2, 198, 2560, 32),    # SwiGLU, 99 pairs (the last tile's second pair is padding); one 80-chunk stage per tile
-    (1, 5120, 17408, 32),  # 3 stages per tile, many tiles per block: the ring wraps across tiles; 512-byte scale rows
-    (2, 34816, 5120, 64),  # gate_up
-    (0, 96, 512, 64),      # 16 chunks: one stage of 16 threads, 8 scales a row
-    (1, 250, 1152, 64),    # 18 scales a row (not 16-byte rows): refused, served by variant 23
-])
-def test_qgemv_pipe_geometry(nat, variant, epi, N, K, group):
-    # the block-wide cp.async ring: partial stages and tiles, ring wrap across tiles, group 32 and 64, every
-    # epilogue; against fp64 at the integer-dot bound, and bit-identical on a second run (fixed-order sums)
-    gen = torch.Generator(device="cuda").manual_seed(variant * 31 + N + K + group)
-    codes, high, scales, wd = _random_q(N, K, 4, group, gen)
-    x = torch.randn(1, K, device="cuda", generator=gen).half()
-    y = (wd @ x.double().T).T
-    pairs = N // 2
-    padded = (pairs + 7) // 8 * 8
-
-    out0, args0, before = _gemv_out(epi, N, gen, swiglu_width=padded)
-
-    def call():  # on a fresh copy of the same output row (the residual add starts from the same values)
-        out = before.clone()
-        nat.set_qgemv_variant(variant)
-        try:
-            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, group, to_perm8(x).data_ptr(), 1, epi,
-                         *((0, out.data_ptr(), args0[2]) if epi == 2 else (out.data_ptr(), 0, args0[2])))
-        finally:
-            nat.set_qgemv_variant(0)
-        return out
-
-    raw = call()
-    got = from_perm8(raw.float())[:, :pairs] if epi == 2 else (raw - before if epi == 1 else raw)
-    assert not got.isnan().any()
-    if epi == 2:
-        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < TOL_GEMV_IDOT + TOL_FP16_OUT
-    else:
-        assert rel_err(got, y) < TOL_GEMV_IDOT * (2 if epi == 1 else 1)
-    again = call()
-    assert bool(((again == raw) | (again.isnan() & raw.isnan())).all())  # SwiGLU's padding stays NaN
+@pytest.mark.parametrize("variant", QGEMV_SPLIT_VARIANTS + QGEMV_DYN_VARIANTS)
+def test_qgemv_split_and_dynamic_schedule(nat, variant):
+    # K split over KS warps (slices of unequal length when K / 32 is not a multiple of KS, partial row groups, a
+    # slot of the last round with no row group) and the dynamic schedule (its counters must be back at zero after
+    # every launch: a stale count would skip row groups of the next one, so shapes of different row counts
+    # alternate, twice), every epilogue, against fp64; the second round bit-identical to the first (the slice
+    # sums are added in a fixed order; the schedule only moves which warp computes a row)
+    cases = [(0, 253, 1120, 32),   # 35 chunks: slices 8/9/9/9 (KS 4) or 17/18 (KS 2); a last group of 1 row
+             (2, 198, 2080, 32),   # SwiGLU, 99 pairs; 65 chunks
+             (1, 5120, 17408, 64),  # down
+             (2, 34816, 5120, 64)]  # gate_up: several rounds per warp
+    gen = torch.Generator(device="cuda").manual_seed(variant)
+    data = []
+    for epi, N, K, group in cases:
+        codes, high, scales, wd = _random_q(N, K, 4, group, gen)
+        x = to_perm8(torch.randn(1, K, device="cuda", generator=gen).half())
+        padded = (N // 2 + 7) // 8 * 8
+        out, args, before = _gemv_out(epi, N, gen, swiglu_width=padded)
+        data.append((epi, N, K, group, codes, scales, wd, x, args[2], before))
+    tol = gemv_tol(variant)
+    first = []
+    for rnd in range(2):
+        for n, (epi, N, K, group, codes, scales, wd, x, ldo, before) in enumerate(data):
+            out = before.clone()
+            nat.set_qgemv_variant(variant)
+            try:
+                nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, group, x.data_ptr(), 1, epi,
+                             *((0, out.data_ptr(), ldo) if epi == 2 else (out.data_ptr(), 0, ldo)))
+            finally:
+                nat.set_qgemv_variant(0)
+            y = (wd @ from_perm8(x.float()).double().T).T
+            if epi == 2:
+                got = from_perm8(out.float())[:, :N // 2]
+                assert not got.isnan().any()
+                assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
+            else:
+                got = out - before if epi == 1 else out
+                assert not got.isnan().any()
+                assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
+            if rnd == 0:
+                first.append(out)
+            else:
+                assert bool(((out == first[n]) | (out.isnan() & first[n].isnan())).all())
 
 
 @pytest.mark.parametrize("T", [1, 3, 16])

@@ -8,8 +8,7 @@
 // variants 6..15 (qgemv4_sx_kernel) stage x once per block in shared memory instead and stream the
 // weights past L1; variants 16..19 (qgemv_ring_kernel, every width, the 5/6/8-bit T = 1 default) also
 // land the weights in a per-warp cp.async ring in shared memory instead of registers; variants 20..28 run the sx
-// kernel on integer dot products (x staged as 16-bit integers, dp4a); variants 29..33 (qgemv4_pipe_kernel,
-// qgemv_pipe.cuh) land the weights of a block's row tiles in a block-wide cp.async ring in shared memory.
+// kernel on integer dot products (x staged as 16-bit integers, dp4a).
 // A tensor-core T = 1 kernel (mma.sync m16n8k16 fed with the magic-number values, per-group bias in the C
 // operand) was built and measured in session 4 and removed: correct, but 45-140 us against 31 / 18 for the
 // routed kernels on gate_up / down (bench/NOTES.md, session 4 calls 1-2).
@@ -30,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 33;  // T = 1 launch variants 1..33 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 34;  // T = 1 launch variants 1..34 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -478,10 +477,12 @@ __device__ inline int chunk_dot_idot(const uint4& w, const uint4 (&xv)[4], int b
 
 // T = 1 epilogue of one warp's row group g (rows g*ROWS ..): warp-reduce the per-lane sums, then lane i
 // writes row i (SwiGLU: lane j writes pair j); compile-time indices only, so acc stays in registers.
-template <int ROWS>
+template <int ROWS, bool REDUCE = true>  // REDUCE false: acc already holds the row sums, in every lane
 __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&acc)[ROWS]) {
+  if (REDUCE) {
 #pragma unroll
-  for (int i = 0; i < ROWS; ++i) acc[i] = warp_sum(acc[i]);
+    for (int i = 0; i < ROWS; ++i) acc[i] = warp_sum(acc[i]);
+  }
   const int r0 = g * ROWS;
   if (a.epi == GEMV_SWIGLU) {
 #pragma unroll
@@ -499,19 +500,40 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
   }
 }
 
+// Dynamic row-group schedule (DYN variants): a warp's first row group is static (g = its global warp index, so
+// its first batch can be loaded before pdl_wait), every later one is a ticket from g_gemv_sched[0] (stride +
+// ticket), drawn one group ahead so the atomic's round trip hides behind the current group. Warps that finish
+// early take more groups, so the grid ends together instead of waiting on the SMs whose warps drew an extra
+// round. The last warp of the grid to leave (ticket g_gemv_sched[1]) resets both counters, so every launch,
+// graph replays included, starts from zero. Tickets are drawn only after pdl_wait: the kernel before has ended,
+// reset included. One DYN launch at a time per device (the engine runs one stream; a sticky CUDA error ends the
+// context, so a launch that dies half-way cannot leave a count behind for a live one).
+__device__ unsigned int g_gemv_sched[2];
+
 // ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
 // SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
-// IDOT integer dot products on x staged as 16-bit integers (needs SX).
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
+// IDOT integer dot products on x staged as 16-bit integers (needs SX), KS warps split each row group's K (the
+// block's KS consecutive warps share a row group and sum their slices in shared memory in a fixed order: a short
+// matrix such as down, 5120 rows, then has KS times the warps at work), DYN the dynamic schedule above.
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, int KS = 1,
+          bool DYN = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
+  static_assert(WARPS % KS == 0 && !(PIPE && (KS > 1 || DYN)) && !(DYN && KS > 1), "unsupported combination");
+  constexpr int SLOTS = WARPS / KS;  // row groups a block works on at once
   extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2
+  __shared__ float red[KS > 1 ? 2 : 1][KS > 1 ? WARPS : 1][ROWS];  // KS > 1: slice sums, double-buffered by round
   const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
   const int nrg = (a.N + ROWS - 1) / ROWS;
-  const int stride = gridDim.x * WARPS;
+  const int stride = gridDim.x * SLOTS;
   const size_t rowb = (size_t)(a.K >> 1);
+  // this warp's chunks: [c_begin, c_end), every 32nd from c_begin + lane
+  const int slice = warp % KS;
+  const int c_begin = KS > 1 ? slice * nch / KS : 0;
+  const int c_end = KS > 1 ? (slice + 1) * nch / KS : nch;
   uint64_t pol = 0;
   if (EVICT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 
@@ -521,7 +543,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
-      if (c < nch) {
+      if (c < c_end) {
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
           const int r = min(g * ROWS + i, a.N - 1);  // last partial group: re-read the last row
@@ -532,9 +554,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
     }
   };
 
-  int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  const int g0 = blockIdx.x * SLOTS + warp / KS;
   // first batch in flight while x is staged (both modes)
-  if (g < nrg && lane < nch) load_batch(g, lane, w, s);
+  if (g0 < nrg && c_begin + lane < c_end) load_batch(g0, c_begin + lane, w, s);
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
@@ -544,57 +566,104 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   }
   const int2* xmeta = reinterpret_cast<const int2*>(xs + 4 * nch);  // IDOT only
 
+  auto ticket = [&]() -> int {  // DYN: the next row group, drawn by lane 0 for the warp
+    unsigned t = 0;
+    if (lane == 0) t = atomicAdd(&g_gemv_sched[0], 1u);
+    return stride + (int)__shfl_sync(0xffffffffu, t, 0);
+  };
   bool first = true;  // non-PIPE: the batch loaded before the staging is the first one used
-  for (; g < nrg; g += stride) {
+  int round = 0;
+  // KS > 1: the loop runs over the block's rounds (block-uniform: the slice sums meet at a barrier), a slot past
+  // the last row group computing nothing; otherwise over this warp's row groups
+  int g = g0;
+  int g_next = DYN && g0 < nrg ? ticket() : g0 + stride;
+  for (int gb = blockIdx.x * SLOTS; KS > 1 ? gb < nrg : g < nrg; gb += stride, ++round) {
+    if (KS > 1) g = gb + warp / KS;
     float acc[ROWS];
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
-    for (int cb = lane; cb < nch; cb += 32 * U) {
-      if (PIPE) {
-        int ncb = cb + 32 * U, ng = g;
-        if (ncb >= nch) {  // next batch is the first one of this warp's next row group
-          ncb = lane;
-          ng = g + stride;
-        }
-        if (ng < nrg) load_batch(ng, ncb, wn, sn);
-      } else {
-        if (!first) load_batch(g, cb, w, s);
-        first = false;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = cb + 32 * u;
-        if (c >= nch) break;
-        uint4 xv[4];
-        if (SX) {
-          load_x_chunk(xs, c, xv);
-        } else {
-          const uint4* xp = reinterpret_cast<const uint4*>(a.x + c * 32);
-#pragma unroll
-          for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
-        }
-        if constexpr (IDOT) {
-          const int2 m = xmeta[c];
-          const float xscale = __int_as_float(m.x);
-#pragma unroll
-          for (int i = 0; i < ROWS; ++i)
-            acc[i] = fmaf(__int2float_rn(chunk_dot_idot(w[i][u].lo, xv, m.y)), s[i][u] * xscale, acc[i]);
-        } else {
-#pragma unroll
-          for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(s[i][u], chunk_dot<4>(w[i][u], xv), acc[i]);
-        }
-      }
-      if (PIPE) {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-          for (int i = 0; i < ROWS; ++i) {
-            w[i][u] = wn[i][u];
-            s[i][u] = sn[i][u];
+    if (g < nrg) {
+      for (int cb = c_begin + lane; cb < c_end; cb += 32 * U) {
+        if (PIPE) {
+          int ncb = cb + 32 * U, ng = g;
+          if (ncb >= nch) {  // next batch is the first one of this warp's next row group
+            ncb = lane;
+            ng = g + stride;
           }
+          if (ng < nrg) load_batch(ng, ncb, wn, sn);
+        } else {
+          if (!first) load_batch(g, cb, w, s);
+          first = false;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int c = cb + 32 * u;
+          if (c >= c_end) break;
+          uint4 xv[4];
+          if (SX) {
+            load_x_chunk(xs, c, xv);
+          } else {
+            const uint4* xp = reinterpret_cast<const uint4*>(a.x + c * 32);
+#pragma unroll
+            for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+          }
+          if constexpr (IDOT) {
+            const int2 m = xmeta[c];
+            const float xscale = __int_as_float(m.x);
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i)
+              acc[i] = fmaf(__int2float_rn(chunk_dot_idot(w[i][u].lo, xv, m.y)), s[i][u] * xscale, acc[i]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(s[i][u], chunk_dot<4>(w[i][u], xv), acc[i]);
+          }
+        }
+        if (PIPE) {
+#pragma unroll
+          for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+              w[i][u] = wn[i][u];
+              s[i][u] = sn[i][u];
+            }
+        }
       }
     }
-    store_group<ROWS>(a, g, lane, acc);
+    if constexpr (KS > 1) {
+      const int buf = round & 1;  // written again two rounds on, after a barrier every reader has passed
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) {
+        const float v = warp_sum(acc[i]);
+        if (lane == 0) red[buf][warp][i] = v;
+      }
+      __syncthreads();
+      if (slice == 0 && g < nrg) {
+#pragma unroll
+        for (int i = 0; i < ROWS; ++i) {
+          float v = 0.f;
+#pragma unroll
+          for (int j = 0; j < KS; ++j) v += red[buf][warp + j][i];
+          acc[i] = v;
+        }
+        store_group<ROWS, false>(a, g, lane, acc);
+      }
+    } else {
+      store_group<ROWS>(a, g, lane, acc);
+      if (DYN) {
+        g = g_next;
+        if (g < nrg) g_next = ticket();
+      } else {
+        g += stride;
+      }
+    }
+  }
+  if (DYN && lane == 0) {  // the last warp of the grid out resets the schedule for the next launch
+    __threadfence();
+    if (atomicAdd(&g_gemv_sched[1], 1u) == gridDim.x * WARPS - 1) {
+      g_gemv_sched[0] = 0;
+      g_gemv_sched[1] = 0;
+      __threadfence();
+    }
   }
 }
 
@@ -670,9 +739,10 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
   return true;
 }
 
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, int KS = 1,
+          bool DYN = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, KS, DYN>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -680,12 +750,10 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   }
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, WARPS * 32, smem);
-  launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced)), dim3(WARPS * 32), smem, st,
-             a);
+  launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS / KS, per_sm, balanced)), dim3(WARPS * 32), smem,
+             st, a);
   return true;
 }
-
-#include "qgemv_pipe.cuh"  // variants 29..33 (uses the helpers above)
 
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
 // Variants 1..15 hold the weight bytes in flight in registers (U chunks x ROWS rows x 16 B per lane):
@@ -959,12 +1027,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
-    //   29..33: block-wide cp.async ring (qgemv_pipe.cuh: row tiles of RB rows, 256 threads, the weights in
-    //      flight in shared memory instead of registers, integer dot; rows per tile RB, warps NW, blocks per SM
-    //      wanted): 29 RB4 NW5 4/SM, 30 RB8 NW5 3/SM, 31 RB8 NW8 2/SM, 32 RB4 NW8 3/SM, 33 RB16 NW5 2/SM (the ring
-    //      as deep as the shared memory allows). Session 6 call 1 measured RB4/RB8/RB16 with 8 warps and 1-2
-    //      blocks per SM: 37-79 us on gate_up (23: 28.7): too few warps computing (kc = 160 of 256 threads for
-    //      K = 5120) to keep up; hence the balanced stages and the 5-warp blocks here.
+    //   29, 30: 23 and 27 with the dynamic row-group schedule (DYN: warps that finish early take more groups)
+    //   31..34: K split over KS warps of a block per row group (for down: 5120 rows give 2560 row pairs, 19 warps
+    //      per SM at work): 31 = 6 with KS 2, 32 = 20 with KS 2, 33 R4 U2 fp16 KS 4 (<= 80 regs), 34 = 6 with KS 4
+    // (a block-wide cp.async ring kernel, the weights in flight in shared memory instead of registers, was measured
+    // in session 6 calls 1-2 and removed: 37-79 us on gate_up against 28.6 for 23, slower on every shape; too few
+    // warps computing per SM behind a barrier per stage; bench/NOTES.md)
     // (an x-in-register kernel, K split over a block's warps with x held per lane and whole rows streamed per
     // batch, was measured in session 5 call 2 and removed: 33-40 us on gate_up, slower than 6 and 23 on every
     // shape; bench/NOTES.md)
@@ -992,15 +1060,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 26) done = launch_sx<4, 2, 8, 2, true, true, false, true>(a, st, false);
       else if (v == 27) done = launch_sx<8, 1, 8, 2, true, false, false, true>(a, st, false);
       else if (v == 28) done = launch_sx<8, 2, 8, 2, true, false, false, true>(a, st, false);
-      else if (v >= 29 && v <= 33) {
-        if (v == 29) done = launch_pipe<4, 5, 4>(a, st);
-        else if (v == 30) done = launch_pipe<8, 5, 3>(a, st);
-        else if (v == 31) done = launch_pipe<8, 8, 2>(a, st);
-        else if (v == 32) done = launch_pipe<4, 8, 3>(a, st);
-        else done = launch_pipe<16, 5, 2>(a, st);
-        // a shape the ring refuses: the same integer-dot arithmetic from registers (variant 23)
-        if (!done) done = launch_sx<4, 2, 8, 3, true, false, false, true>(a, st, false);
-      }
+      else if (v == 29) done = launch_sx<4, 2, 8, 3, true, false, false, true, 1, true>(a, st, false);
+      else if (v == 30) done = launch_sx<8, 1, 8, 2, true, false, false, true, 1, true>(a, st, false);
+      else if (v == 31) done = launch_sx<2, 2, 8, 4, true, false, false, false, 2>(a, st, false);
+      else if (v == 32) done = launch_sx<2, 2, 8, 4, true, false, false, true, 2>(a, st, false);
+      else if (v == 33) done = launch_sx<4, 2, 8, 3, true, false, false, false, 4>(a, st, false);
+      else if (v == 34) done = launch_sx<2, 2, 8, 4, true, false, false, false, 4>(a, st, false);
       else done = false;
       if (done) return;
       if (v >= 6) {
