@@ -41,7 +41,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(35))  # 0 = route by shape, 1..34 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(38))  # 0 = route by shape, 1..37 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 31)) + [32]  # 4-bit integer dot products on x staged as 16-bit integers
 QGEMV_DYN_VARIANTS = [29, 30]  # dynamic row-group schedule (a grid-wide ticket counter, reset by the last warp)

@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 34;  // T = 1 launch variants 1..34 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 37;  // T = 1 launch variants 1..37 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -207,8 +207,9 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
-__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
+//   MINB   min resident blocks per SM (register cap; 1 = none)
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB = 1>
+__global__ void __launch_bounds__(kWarps * 32, MINB) qgemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
@@ -312,9 +313,9 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB = 1>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, MINB>;
   int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
@@ -1027,6 +1028,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
+    //   35..37 (qgemv_kernel, x through L1, one pair per warp, 4-warp blocks, hardware-scheduled grid; for down,
+    //      whose 2560 row pairs give only ~19 warps per SM: more bytes in flight per warp instead): 35 U4 pipelined
+    //      <= 96 regs (5 blocks/SM, spills 72 B), 36 U3 pipelined <= 96 regs, 37 U4 pipelined (128 regs, 4/SM)
     //   29, 30: 23 and 27 with the dynamic row-group schedule (DYN: warps that finish early take more groups)
     //   31..34: K split over KS warps of a block per row group (for down: 5120 rows give 2560 row pairs, 19 warps
     //      per SM at work): 31 = 6 with KS 2, 32 = 20 with KS 2, 33 R4 U2 fp16 KS 4 (<= 80 regs), 34 = 6 with KS 4
@@ -1068,11 +1072,14 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 34) done = launch_sx<2, 2, 8, 4, true, false, false, false, 4>(a, st, false);
       else done = false;
       if (done) return;
-      if (v >= 6) {
+      if (v >= 6 && v < 35) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
       }
-      if (v == 2) launch<BITS, 1, 4, false, false>(a, st);
+      if (v == 35) launch<BITS, 1, 4, false, true, 5>(a, st);
+      else if (v == 36) launch<BITS, 1, 3, false, true, 5>(a, st);
+      else if (v == 37) launch<BITS, 1, 4, false, true>(a, st);
+      else if (v == 2) launch<BITS, 1, 4, false, false>(a, st);
       else if (v == 3) launch<BITS, 1, 4, true, false>(a, st);
       else if (v == 4) launch<BITS, 1, 2, false, true>(a, st);
       else if (v == 5) launch<BITS, 1, 2, true, true>(a, st);
