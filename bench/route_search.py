@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--margin", type=float, default=0.003, help="relative gain a candidate needs")
     ap.add_argument("--verify", type=int, default=5)
+    ap.add_argument("--shapes", default="", help="comma-separated NxK shapes to search (default: all six)")
     ap.add_argument("--candidates", default=",".join(map(str, CANDIDATES)), help="comma-separated variant ids")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -47,7 +48,8 @@ def main() -> None:
     route: dict = {}
     best = base
     log = []
-    for shape in SHAPES:
+    shapes = [tuple(int(d) for d in t.split("x")) for t in args.shapes.split(",") if t] or SHAPES
+    for shape in shapes:
         for v in candidates:
             ms = step_ms({**route, shape: v})
             log.append({"shape": list(shape), "variant": v, "ms": round(ms, 4)})

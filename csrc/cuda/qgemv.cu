@@ -42,7 +42,18 @@ struct GemvArgs {
   float* out_f32;
   __half* out_h;
   int ldo;
+  int pro_pf;  // prologue prefetch: 1 = L2-prefetch the rest of the warp's first row group before pdl_wait
 };
+
+// The rest of a warp's first row group (bytes [from, to) of each of `rows` rows, row stride rowb) as L2 prefetches,
+// 128-byte lines spread over the lanes. Issued in the prologue, before pdl_wait: the weights are never written in a
+// step, and the prefetches keep DRAM busy while the kernel before drains (measured in session 6; see launch_bits).
+__device__ inline void prefetch_rows_l2(const uint8_t* base, size_t rowb, int rows, size_t from, size_t to, int lane) {
+  const int nlines = (int)((to - from + 127) >> 7);
+  for (int r = 0; r < rows; ++r)
+    for (int i = lane; i < nlines; i += 32)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + r * rowb + from + ((size_t)i << 7)));
+}
 
 template <int BITS>
 struct Chunk {
@@ -207,9 +218,8 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
-//   MINB   min resident blocks per SM (register cap; 1 = none)
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB = 1>
-__global__ void __launch_bounds__(kWarps * 32, MINB) qgemv_kernel(GemvArgs a) {
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
+__device__ __forceinline__ void qgemv_body(const GemvArgs& a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
@@ -247,6 +257,8 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) qgemv_kernel(GemvArgs a) {
       }
     };
     if (PIPE) load_batch(lane, w, s);
+    if (BITS == 4 && TT == 1 && a.pro_pf && !waited && r1 == r0 + 1 && 32 * U < nch)  // rows of K / 2 bytes
+      prefetch_rows_l2(a.codes + (size_t)r0 * (a.K >> 1), a.K >> 1, 2, (size_t)U * 512, a.K >> 1, lane);
     for (int cb = lane; cb < nch; cb += 32 * U) {
       if (PIPE) {
         if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
@@ -303,6 +315,18 @@ __global__ void __launch_bounds__(kWarps * 32, MINB) qgemv_kernel(GemvArgs a) {
   wait_once();  // a warp without work still waits (pdl.cuh: completion stays transitive)
 }
 
+// MINB: min resident blocks per SM (a register cap). Two kernels rather than one with MINB = 1 as the default:
+// __launch_bounds__(128, 1) is not the same as __launch_bounds__(128) to ptxas (variant 4 went from 93 to 124
+// registers, 5 to 4 blocks per SM, and down from 22 to 30 us: session 6 call 4).
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
+  qgemv_body<BITS, TT, U, PERSIST, PIPE>(a);
+}
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB>
+__global__ void __launch_bounds__(kWarps * 32, MINB) qgemv_kernel_capped(GemvArgs a) {
+  qgemv_body<BITS, TT, U, PERSIST, PIPE>(a);
+}
+
 int sm_count() {
   static int n = 0;
   if (!n) {
@@ -313,9 +337,11 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB = 1>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB = 0>  // MINB 0: no register cap
 void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, MINB>;
+  void (*kern)(GemvArgs);
+  if constexpr (MINB > 0) kern = qgemv_kernel_capped<BITS, TT, U, PERSIST, PIPE, MINB>;
+  else kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
   int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
@@ -558,6 +584,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   const int g0 = blockIdx.x * SLOTS + warp / KS;
   // first batch in flight while x is staged (both modes)
   if (g0 < nrg && c_begin + lane < c_end) load_batch(g0, c_begin + lane, w, s);
+  if (a.pro_pf && g0 < nrg && g0 * ROWS + ROWS <= a.N && c_begin + 32 * U < c_end)
+    prefetch_rows_l2(a.codes + (size_t)g0 * ROWS * rowb, rowb, ROWS, (size_t)(c_begin + 32 * U) * 16, (size_t)c_end * 16,
+                     lane);
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
@@ -947,6 +976,7 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
   return true;
 }
 
+int g_prologue_prefetch = 0;  // set_qgemv_prologue_prefetch
 int g_variant = 0;  // T = 1: 0 = route by shape, 1..kNumVariants = force one variant (set_qgemv_variant)
 struct ShapeVariant {
   int N, K, v;
@@ -1119,6 +1149,8 @@ void set_qgemv_shape_variant(int N, int K, int v) {
 
 void clear_qgemv_shape_variants() { g_shape_variants.clear(); }
 
+void set_qgemv_prologue_prefetch(int on) { g_prologue_prefetch = on ? 1 : 0; }
+
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream) {
   if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
@@ -1126,7 +1158,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
   GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
              reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-             x, T, epilogue, out_f32, out_h, ldo};
+             x, T, epilogue, out_f32, out_h, ldo, g_prologue_prefetch};
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
