@@ -158,8 +158,6 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_qgemv_shape_variant", &set_qgemv_shape_variant,
         "T = 1 GEMV variant for one shape (N, K), over the route (0 removes the override); for measurements");
   m.def("clear_qgemv_shape_variants", &clear_qgemv_shape_variants);
-  m.def("set_qgemv_prologue_prefetch", &set_qgemv_prologue_prefetch,
-        "T = 1 4-bit GEMVs: L2-prefetch each warp's first row group before the PDL wait (1) or not (0); for measurements");
   m.def("set_pdl", &set_pdl, "programmatic dependent launch inside decode steps (default on where supported); "
         "graphs captured before keep their mode");
   m.def("pdl_supported", &pdl_supported);

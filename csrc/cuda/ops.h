@@ -26,17 +26,14 @@ enum GemvEpilogue : int {
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..37 force one (qgemv.cu;
-// 1..15 and 20..37 are 4-bit kernels (20..32: integer dot products), 16..19 the cp.async ring kernel for every
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..28 force one (qgemv.cu;
+// 1..15 and 20..28 are 4-bit kernels (20..28: integer dot products), 16..19 the cp.async ring kernel for every
 // width).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.
 void set_qgemv_shape_variant(int N, int K, int v);
 void clear_qgemv_shape_variants();
-// T = 1 4-bit GEMVs (qgemv_kernel and the sx kernels): L2-prefetch the rest of each warp's first row group before
-// pdl_wait (1) or not (0, default); for measurements.
-void set_qgemv_prologue_prefetch(int on);
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,

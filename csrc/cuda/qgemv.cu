@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 37;  // T = 1 launch variants 1..37 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 28;  // T = 1 launch variants 1..28 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -42,18 +42,7 @@ struct GemvArgs {
   float* out_f32;
   __half* out_h;
   int ldo;
-  int pro_pf;  // prologue prefetch: 1 = L2-prefetch the rest of the warp's first row group before pdl_wait
 };
-
-// The rest of a warp's first row group (bytes [from, to) of each of `rows` rows, row stride rowb) as L2 prefetches,
-// 128-byte lines spread over the lanes. Issued in the prologue, before pdl_wait: the weights are never written in a
-// step, and the prefetches keep DRAM busy while the kernel before drains (measured in session 6; see launch_bits).
-__device__ inline void prefetch_rows_l2(const uint8_t* base, size_t rowb, int rows, size_t from, size_t to, int lane) {
-  const int nlines = (int)((to - from + 127) >> 7);
-  for (int r = 0; r < rows; ++r)
-    for (int i = lane; i < nlines; i += 32)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(base + r * rowb + from + ((size_t)i << 7)));
-}
 
 template <int BITS>
 struct Chunk {
@@ -219,7 +208,7 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
 template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
-__device__ __forceinline__ void qgemv_body(const GemvArgs& a) {
+__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
@@ -257,8 +246,6 @@ __device__ __forceinline__ void qgemv_body(const GemvArgs& a) {
       }
     };
     if (PIPE) load_batch(lane, w, s);
-    if (BITS == 4 && TT == 1 && a.pro_pf && !waited && r1 == r0 + 1 && 32 * U < nch)  // rows of K / 2 bytes
-      prefetch_rows_l2(a.codes + (size_t)r0 * (a.K >> 1), a.K >> 1, 2, (size_t)U * 512, a.K >> 1, lane);
     for (int cb = lane; cb < nch; cb += 32 * U) {
       if (PIPE) {
         if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
@@ -315,18 +302,6 @@ __device__ __forceinline__ void qgemv_body(const GemvArgs& a) {
   wait_once();  // a warp without work still waits (pdl.cuh: completion stays transitive)
 }
 
-// MINB: min resident blocks per SM (a register cap). Two kernels rather than one with MINB = 1 as the default:
-// __launch_bounds__(128, 1) is not the same as __launch_bounds__(128) to ptxas (variant 4 went from 93 to 124
-// registers, 5 to 4 blocks per SM, and down from 22 to 30 us: session 6 call 4).
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
-__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
-  qgemv_body<BITS, TT, U, PERSIST, PIPE>(a);
-}
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB>
-__global__ void __launch_bounds__(kWarps * 32, MINB) qgemv_kernel_capped(GemvArgs a) {
-  qgemv_body<BITS, TT, U, PERSIST, PIPE>(a);
-}
-
 int sm_count() {
   static int n = 0;
   if (!n) {
@@ -337,11 +312,9 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, int MINB = 0>  // MINB 0: no register cap
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  void (*kern)(GemvArgs);
-  if constexpr (MINB > 0) kern = qgemv_kernel_capped<BITS, TT, U, PERSIST, PIPE, MINB>;
-  else kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
   int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
@@ -504,12 +477,10 @@ __device__ inline int chunk_dot_idot(const uint4& w, const uint4 (&xv)[4], int b
 
 // T = 1 epilogue of one warp's row group g (rows g*ROWS ..): warp-reduce the per-lane sums, then lane i
 // writes row i (SwiGLU: lane j writes pair j); compile-time indices only, so acc stays in registers.
-template <int ROWS, bool REDUCE = true>  // REDUCE false: acc already holds the row sums, in every lane
+template <int ROWS>
 __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&acc)[ROWS]) {
-  if (REDUCE) {
 #pragma unroll
-    for (int i = 0; i < ROWS; ++i) acc[i] = warp_sum(acc[i]);
-  }
+  for (int i = 0; i < ROWS; ++i) acc[i] = warp_sum(acc[i]);
   const int r0 = g * ROWS;
   if (a.epi == GEMV_SWIGLU) {
 #pragma unroll
@@ -527,40 +498,19 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
   }
 }
 
-// Dynamic row-group schedule (DYN variants): a warp's first row group is static (g = its global warp index, so
-// its first batch can be loaded before pdl_wait), every later one is a ticket from g_gemv_sched[0] (stride +
-// ticket), drawn one group ahead so the atomic's round trip hides behind the current group. Warps that finish
-// early take more groups, so the grid ends together instead of waiting on the SMs whose warps drew an extra
-// round. The last warp of the grid to leave (ticket g_gemv_sched[1]) resets both counters, so every launch,
-// graph replays included, starts from zero. Tickets are drawn only after pdl_wait: the kernel before has ended,
-// reset included. One DYN launch at a time per device (the engine runs one stream; a sticky CUDA error ends the
-// context, so a launch that dies half-way cannot leave a count behind for a live one).
-__device__ unsigned int g_gemv_sched[2];
-
 // ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
 // SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
-// IDOT integer dot products on x staged as 16-bit integers (needs SX), KS warps split each row group's K (the
-// block's KS consecutive warps share a row group and sum their slices in shared memory in a fixed order: a short
-// matrix such as down, 5120 rows, then has KS times the warps at work), DYN the dynamic schedule above.
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, int KS = 1,
-          bool DYN = false>
+// IDOT integer dot products on x staged as 16-bit integers (needs SX).
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
-  static_assert(WARPS % KS == 0 && !(PIPE && (KS > 1 || DYN)) && !(DYN && KS > 1), "unsupported combination");
-  constexpr int SLOTS = WARPS / KS;  // row groups a block works on at once
   extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2
-  __shared__ float red[KS > 1 ? 2 : 1][KS > 1 ? WARPS : 1][ROWS];  // KS > 1: slice sums, double-buffered by round
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
   const int nrg = (a.N + ROWS - 1) / ROWS;
-  const int stride = gridDim.x * SLOTS;
+  const int stride = gridDim.x * WARPS;
   const size_t rowb = (size_t)(a.K >> 1);
-  // this warp's chunks: [c_begin, c_end), every 32nd from c_begin + lane
-  const int slice = warp % KS;
-  const int c_begin = KS > 1 ? slice * nch / KS : 0;
-  const int c_end = KS > 1 ? (slice + 1) * nch / KS : nch;
   uint64_t pol = 0;
   if (EVICT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 
@@ -570,7 +520,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
-      if (c < c_end) {
+      if (c < nch) {
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
           const int r = min(g * ROWS + i, a.N - 1);  // last partial group: re-read the last row
@@ -581,12 +531,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
     }
   };
 
-  const int g0 = blockIdx.x * SLOTS + warp / KS;
+  int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
-  if (g0 < nrg && c_begin + lane < c_end) load_batch(g0, c_begin + lane, w, s);
-  if (a.pro_pf && g0 < nrg && g0 * ROWS + ROWS <= a.N && c_begin + 32 * U < c_end)
-    prefetch_rows_l2(a.codes + (size_t)g0 * ROWS * rowb, rowb, ROWS, (size_t)(c_begin + 32 * U) * 16, (size_t)c_end * 16,
-                     lane);
+  if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
@@ -596,104 +543,57 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   }
   const int2* xmeta = reinterpret_cast<const int2*>(xs + 4 * nch);  // IDOT only
 
-  auto ticket = [&]() -> int {  // DYN: the next row group, drawn by lane 0 for the warp
-    unsigned t = 0;
-    if (lane == 0) t = atomicAdd(&g_gemv_sched[0], 1u);
-    return stride + (int)__shfl_sync(0xffffffffu, t, 0);
-  };
   bool first = true;  // non-PIPE: the batch loaded before the staging is the first one used
-  int round = 0;
-  // KS > 1: the loop runs over the block's rounds (block-uniform: the slice sums meet at a barrier), a slot past
-  // the last row group computing nothing; otherwise over this warp's row groups
-  int g = g0;
-  int g_next = DYN && g0 < nrg ? ticket() : g0 + stride;
-  for (int gb = blockIdx.x * SLOTS; KS > 1 ? gb < nrg : g < nrg; gb += stride, ++round) {
-    if (KS > 1) g = gb + warp / KS;
+  for (; g < nrg; g += stride) {
     float acc[ROWS];
 #pragma unroll
     for (int i = 0; i < ROWS; ++i) acc[i] = 0.f;
-    if (g < nrg) {
-      for (int cb = c_begin + lane; cb < c_end; cb += 32 * U) {
-        if (PIPE) {
-          int ncb = cb + 32 * U, ng = g;
-          if (ncb >= nch) {  // next batch is the first one of this warp's next row group
-            ncb = lane;
-            ng = g + stride;
-          }
-          if (ng < nrg) load_batch(ng, ncb, wn, sn);
-        } else {
-          if (!first) load_batch(g, cb, w, s);
-          first = false;
+    for (int cb = lane; cb < nch; cb += 32 * U) {
+      if (PIPE) {
+        int ncb = cb + 32 * U, ng = g;
+        if (ncb >= nch) {  // next batch is the first one of this warp's next row group
+          ncb = lane;
+          ng = g + stride;
         }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int c = cb + 32 * u;
-          if (c >= c_end) break;
-          uint4 xv[4];
-          if (SX) {
-            load_x_chunk(xs, c, xv);
-          } else {
-            const uint4* xp = reinterpret_cast<const uint4*>(a.x + c * 32);
-#pragma unroll
-            for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
-          }
-          if constexpr (IDOT) {
-            const int2 m = xmeta[c];
-            const float xscale = __int_as_float(m.x);
-#pragma unroll
-            for (int i = 0; i < ROWS; ++i)
-              acc[i] = fmaf(__int2float_rn(chunk_dot_idot(w[i][u].lo, xv, m.y)), s[i][u] * xscale, acc[i]);
-          } else {
-#pragma unroll
-            for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(s[i][u], chunk_dot<4>(w[i][u], xv), acc[i]);
-          }
-        }
-        if (PIPE) {
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int i = 0; i < ROWS; ++i) {
-              w[i][u] = wn[i][u];
-              s[i][u] = sn[i][u];
-            }
-        }
-      }
-    }
-    if constexpr (KS > 1) {
-      const int buf = round & 1;  // written again two rounds on, after a barrier every reader has passed
-#pragma unroll
-      for (int i = 0; i < ROWS; ++i) {
-        const float v = warp_sum(acc[i]);
-        if (lane == 0) red[buf][warp][i] = v;
-      }
-      __syncthreads();
-      if (slice == 0 && g < nrg) {
-#pragma unroll
-        for (int i = 0; i < ROWS; ++i) {
-          float v = 0.f;
-#pragma unroll
-          for (int j = 0; j < KS; ++j) v += red[buf][warp + j][i];
-          acc[i] = v;
-        }
-        store_group<ROWS, false>(a, g, lane, acc);
-      }
-    } else {
-      store_group<ROWS>(a, g, lane, acc);
-      if (DYN) {
-        g = g_next;
-        if (g < nrg) g_next = ticket();
+        if (ng < nrg) load_batch(ng, ncb, wn, sn);
       } else {
-        g += stride;
+        if (!first) load_batch(g, cb, w, s);
+        first = false;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = cb + 32 * u;
+        if (c >= nch) break;
+        uint4 xv[4];
+        if (SX) {
+          load_x_chunk(xs, c, xv);
+        } else {
+          const uint4* xp = reinterpret_cast<const uint4*>(a.x + c * 32);
+#pragma unroll
+          for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+        }
+        if constexpr (IDOT) {
+          const int2 m = xmeta[c];
+          const float xscale = __int_as_float(m.x);
+#pragma unroll
+          for (int i = 0; i < ROWS; ++i)
+            acc[i] = fmaf(__int2float_rn(chunk_dot_idot(w[i][u].lo, xv, m.y)), s[i][u] * xscale, acc[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(s[i][u], chunk_dot<4>(w[i][u], xv), acc[i]);
+        }
+      }
+      if (PIPE) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int i = 0; i < ROWS; ++i) {
+            w[i][u] = wn[i][u];
+            s[i][u] = sn[i][u];
+          }
       }
     }
-  }
-  if (DYN && lane == 0) {  // the last warp of the grid out resets the schedule for the next launch
-    __threadfence();
-    if (atomicAdd(&g_gemv_sched[1], 1u) == gridDim.x * WARPS - 1) {
-      g_gemv_sched[0] = 0;
-      g_gemv_sched[1] = 0;
-      __threadfence();
-    }
+    store_group<ROWS>(a, g, lane, acc);
   }
 }
 
@@ -769,10 +669,9 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
   return true;
 }
 
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, int KS = 1,
-          bool DYN = false>
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, KS, DYN>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -780,8 +679,8 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   }
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, WARPS * 32, smem);
-  launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS / KS, per_sm, balanced)), dim3(WARPS * 32), smem,
-             st, a);
+  launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced)), dim3(WARPS * 32), smem, st,
+             a);
   return true;
 }
 
@@ -976,7 +875,6 @@ bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
   return true;
 }
 
-int g_prologue_prefetch = 0;  // set_qgemv_prologue_prefetch
 int g_variant = 0;  // T = 1: 0 = route by shape, 1..kNumVariants = force one variant (set_qgemv_variant)
 struct ShapeVariant {
   int N, K, v;
@@ -1058,15 +956,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
-    //   35..37 (qgemv_kernel, x through L1, one pair per warp, 4-warp blocks, hardware-scheduled grid; for down,
-    //      whose 2560 row pairs give only ~19 warps per SM: more bytes in flight per warp instead): 35 U4 pipelined
-    //      <= 96 regs (5 blocks/SM, spills 72 B), 36 U3 pipelined <= 96 regs, 37 U4 pipelined (128 regs, 4/SM)
-    //   29, 30: 23 and 27 with the dynamic row-group schedule (DYN: warps that finish early take more groups)
-    //   31..34: K split over KS warps of a block per row group (for down: 5120 rows give 2560 row pairs, 19 warps
-    //      per SM at work): 31 = 6 with KS 2, 32 = 20 with KS 2, 33 R4 U2 fp16 KS 4 (<= 80 regs), 34 = 6 with KS 4
-    // (a block-wide cp.async ring kernel, the weights in flight in shared memory instead of registers, was measured
-    // in session 6 calls 1-2 and removed: 37-79 us on gate_up against 28.6 for 23, slower on every shape; too few
-    // warps computing per SM behind a barrier per stage; bench/NOTES.md)
     // (an x-in-register kernel, K split over a block's warps with x held per lane and whole rows streamed per
     // batch, was measured in session 5 call 2 and removed: 33-40 us on gate_up, slower than 6 and 23 on every
     // shape; bench/NOTES.md)
@@ -1094,22 +983,13 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 26) done = launch_sx<4, 2, 8, 2, true, true, false, true>(a, st, false);
       else if (v == 27) done = launch_sx<8, 1, 8, 2, true, false, false, true>(a, st, false);
       else if (v == 28) done = launch_sx<8, 2, 8, 2, true, false, false, true>(a, st, false);
-      else if (v == 29) done = launch_sx<4, 2, 8, 3, true, false, false, true, 1, true>(a, st, false);
-      else if (v == 30) done = launch_sx<8, 1, 8, 2, true, false, false, true, 1, true>(a, st, false);
-      else if (v == 31) done = launch_sx<2, 2, 8, 4, true, false, false, false, 2>(a, st, false);
-      else if (v == 32) done = launch_sx<2, 2, 8, 4, true, false, false, true, 2>(a, st, false);
-      else if (v == 33) done = launch_sx<4, 2, 8, 3, true, false, false, false, 4>(a, st, false);
-      else if (v == 34) done = launch_sx<2, 2, 8, 4, true, false, false, false, 4>(a, st, false);
       else done = false;
       if (done) return;
-      if (v >= 6 && v < 35) {
+      if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
       }
-      if (v == 35) launch<BITS, 1, 4, false, true, 5>(a, st);
-      else if (v == 36) launch<BITS, 1, 3, false, true, 5>(a, st);
-      else if (v == 37) launch<BITS, 1, 4, false, true>(a, st);
-      else if (v == 2) launch<BITS, 1, 4, false, false>(a, st);
+      if (v == 2) launch<BITS, 1, 4, false, false>(a, st);
       else if (v == 3) launch<BITS, 1, 4, true, false>(a, st);
       else if (v == 4) launch<BITS, 1, 2, false, true>(a, st);
       else if (v == 5) launch<BITS, 1, 2, true, true>(a, st);
@@ -1149,8 +1029,6 @@ void set_qgemv_shape_variant(int N, int K, int v) {
 
 void clear_qgemv_shape_variants() { g_shape_variants.clear(); }
 
-void set_qgemv_prologue_prefetch(int on) { g_prologue_prefetch = on ? 1 : 0; }
-
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
            cudaStream_t stream) {
   if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
@@ -1158,7 +1036,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
   GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
              reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-             x, T, epilogue, out_f32, out_h, ldo, g_prologue_prefetch};
+             x, T, epilogue, out_f32, out_h, ldo};
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
