@@ -47,11 +47,7 @@ VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipe
             6: "x in shared memory, weights L1::no_allocate", 10: "6 pipelined, 512-thread blocks",
             14: "6 capped at 48 registers", 16: "cp.async ring R2 S4", 17: "cp.async ring R2 S8 128 thr",
             18: "cp.async ring R4 S4", 19: "cp.async ring R2 S3 <= 48 regs",
-            23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1",
-            29: "23 with a dynamic row-group schedule", 30: "27 with a dynamic row-group schedule",
-            31: "6 with K split over 2 warps", 32: "integer dot R2 U2, K split over 2 warps",
-            33: "R4 U2, K split over 4 warps", 34: "6 with K split over 4 warps",
-            35: "U4 pipelined <= 96 regs", 36: "U3 pipelined <= 96 regs", 37: "U4 pipelined"}
+            23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1"}
 QUICK_VARIANTS = (1, 4, 6, 23, 27)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
 
 

@@ -4,6 +4,7 @@
 # Nsight Compute counters of the route's gate_up (23) and down (4) kernels and of ring 29 on gate_up, and, only when
 # a ring variant is fastest for some shape in the table, the whole-step route search over them.
 set -uo pipefail
+echo "record of session 6 call 2: the reshaped block-wide cp.async ring it measured were removed after it (bench/NOTES.md)"; exit 2
 source bench/device_setup.sh
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_ops.py -k "qgemv" > $out/tests.log 2>&1
 echo "qgemv tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -16

@@ -7,10 +7,9 @@ it a few times for `ncu` to profile.
     ncu --clock-control none -k regex:qgemv --launch-skip 3 --launch-count 4 --section ... \\
         python3 bench/gemv_probe.py --variants 16 --reps 5
 
-Variants (csrc/cuda/qgemv.cu launch_bits): 0 = route by shape (default), 1..15 and 20..37 forced 4-bit launch
-variants (20..28: integer dot products on x staged as 16-bit integers; 29, 30 with a dynamic row-group schedule;
-31..34 K split over a block's warps; 35..37 pair per warp, more chunks in flight), 16..19 the per-warp cp.async ring
-kernel (every width). For 5/6/8-bit, 1..15 and 20..37 all run the generic per-element path, so the default list there is 0
+Variants (csrc/cuda/qgemv.cu launch_bits): 0 = route by shape (default), 1..15 and 20..28 forced 4-bit launch
+variants (20..28: integer dot products on x staged as 16-bit integers), 16..19 the per-warp cp.async ring kernel
+(every width). For 5/6/8-bit, 1..15 and 20..28 all run the generic per-element path, so the default list there is 0
 (route: the ring), 1 (generic, for comparison) and 16..19.
 
 Bytes counted: codes + high-bit plane + scales (x and the output are < 0.1 % of them); all random, group 64.
@@ -41,7 +40,7 @@ STREAM_BYTES = 256 << 20  # each timing cycles through copies of a matrix adding
 PER_STEP = {"gate_up": 64, "down": 64, "gdn_in": 48, "gdn_out": 64, "attn_qkv": 16, "lm_head": 1}  # launches per
 # decode step of the 27B (48 GDN + 16 attention layers; gdn_out's shape also serves the 16 attention outputs)
 GROUP = 64
-VARIANTS_4BIT = list(range(38))
+VARIANTS_4BIT = list(range(29))
 VARIANTS_WIDE = [0, 1, 16, 17, 18, 19]  # 5/6/8-bit: 1..15 are one and the same generic path
 
 

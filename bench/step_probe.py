@@ -3,7 +3,6 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
 
     python3 bench/step_probe.py [--kv int8] [--depths 0,131072] [--steps 50] [--pdl 1,0]
     python3 bench/step_probe.py --routes "34816x5120=23;34816x5120=23,16480x5120=24"   # per-shape GEMV routes
-    python3 bench/step_probe.py --prologue-prefetch 5   # GEMV prologue L2 prefetch off/on, 5 alternating pairs
 
 --routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
 (set_qgemv_shape_variant); the built-in route is always timed first.
@@ -24,8 +23,6 @@ def main() -> None:
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
-    ap.add_argument("--prologue-prefetch", default="", help="alternate the GEMVs' prologue L2 prefetch off and on this "
-                    "many times (pairs) at each depth, after the rest")
     args = ap.parse_args()
     routes = [parse_route(r) for r in args.routes.split(";") if r.strip()]
     if args.route_from:
@@ -58,19 +55,6 @@ def main() -> None:
                 print(f"step kv {kv} route {format_route(route)} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
                       flush=True)
         apply_route(nat, e, {})
-        if args.prologue_prefetch:
-            for d in depths:
-                times = {0: [], 1: []}
-                for _ in range(int(args.prologue_prefetch)):
-                    for on in (0, 1):
-                        nat.set_qgemv_prologue_prefetch(on)
-                        e.reset_graphs()
-                        times[on].append(statistics.median(e.time_steps(0, d, args.steps) for _ in range(3)))
-                nat.set_qgemv_prologue_prefetch(0)
-                e.reset_graphs()
-                off, on = statistics.median(times[0]), statistics.median(times[1])
-                print(f"step kv {kv} depth {d}: prologue prefetch off {off:.3f} ms, on {on:.3f} ms "
-                      f"({(off - on) / off * 100:+.1f} %)", flush=True)
         del model, e
 
 
