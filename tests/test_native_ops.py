@@ -283,6 +283,63 @@ def test_rmsnorm(nat, T, add_one):
     assert rel_err(from_perm8(out.float()), ref) < TOL_FP16_OUT
 
 
+@pytest.mark.parametrize("variant, epi, N, K, T, fused", [
+    (0, 2, 34816, 5120, 1, True),    # gate_up on the route (23): the norm inside the GEMV
+    (0, 0, 16480, 5120, 1, True),    # gdn_in (27)
+    (0, 0, 24576, 1152, 1, True),    # the route's 23 on a short K
+    (23, 1, 250, 1152, 1, True),     # forced 23 / 27 on small shapes: partial row groups, residual add
+    (27, 0, 253, 2048, 1, True),
+    (0, 0, 5120, 6144, 1, False),    # route 4 (gdn_out's shape): norm kernel, then the GEMV
+    (6, 0, 16480, 5120, 1, False),   # a forced variant without the fused norm
+    (24, 2, 34816, 5120, 1, False),  # an integer-dot variant without it
+    (0, 0, 16480, 5120, 3, False),   # T > 1
+])
+def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
+    # qgemv on the zero-centred RMSNorm of a residual row: fused (every block normalises the fp32 row itself while it
+    # stages x) or not (the norm kernel into xin, then the GEMV), against fp64; where fused, one NaN in the residual
+    # turns every output to NaN
+    gen = torch.Generator(device="cuda").manual_seed(variant * 7 + N + K + T)
+    codes, high, scales, wd = _random_q(N, K, 4, 64, gen)
+    resid = torch.randn(T, K, device="cuda", generator=gen) * 3
+    w = torch.randn(K, device="cuda", generator=gen) * 0.2
+    xin = torch.empty(T, K, device="cuda").half()
+    rd = resid.double()
+    xd = rd * torch.rsqrt(rd.pow(2).mean(-1, keepdim=True) + 1e-6) * (w.double() + 1)
+    y = (wd @ xd.T).T  # [T, N]
+
+    def run(r):
+        if epi == 2:
+            out = torch.full((T, N // 2), float("nan"), device="cuda").half()
+            args = (0, out.data_ptr(), N // 2)
+        else:
+            out = torch.randn(T, N, device="cuda", generator=gen) if epi == 1 else torch.full((T, N), float("nan"),
+                                                                                               device="cuda")
+            args = (out.data_ptr(), 0, N)
+        before = out.clone()
+        nat.set_qgemv_variant(variant)
+        try:
+            assert nat.qgemv_fuses_norm(N, K, 4, 64, T) == fused
+            nat.op_qgemv_normed(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, r.data_ptr(), w.data_ptr(), 1e-6,
+                                True, T, epi, *args, xin.data_ptr())
+        finally:
+            nat.set_qgemv_variant(0)
+        if epi == 2:
+            return from_perm8(out.float())
+        return out - before if epi == 1 else out
+
+    got = run(resid)
+    assert not got.isnan().any()
+    tol = TOL_GEMV_IDOT if fused else gemv_tol(variant) + TOL_FP16_OUT  # unfused: x rounded to fp16 by the norm
+    if epi == 2:
+        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
+    else:
+        assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
+    if fused:
+        bad = resid.clone()
+        bad[0, 77] = float("nan")
+        assert run(bad).isnan().all()
+
+
 @pytest.mark.parametrize("bits", [4, 8])
 def test_embed_gather(nat, bits):
     gen = torch.Generator().manual_seed(11)

@@ -134,6 +134,16 @@ void register_cuda_bindings(py::module_& m) {
           ptr<__half>(out_h), ldo, 0);
     sync0("qgemv");
   });
+  m.def("op_qgemv_normed", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
+                              int group, uintptr_t resid, uintptr_t norm_w, float eps, bool add_one, int T, int epi,
+                              uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t xin) {
+    qgemv_normed(qmat(codes, high, scales, N, K, bits, group), ptr<const float>(resid), ptr<const float>(norm_w), eps,
+                 add_one, T, epi, ptr<float>(out_f32), ptr<__half>(out_h), ldo, ptr<__half>(xin), 0);
+    sync0("qgemv_normed");
+  });
+  m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {
+    return qgemv_fuses_norm(qmat(0, 0, 0, N, K, bits, group), T);
+  }, "whether qgemv_normed of this shape runs the norm inside the GEMV (else as its own kernel first)");
   m.def("op_qgemv_time", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
                             int group, uintptr_t x, int T, uintptr_t out_f32, int reps, int copies,
                             int64_t codes_stride, int64_t high_stride, int64_t scales_stride) {

@@ -341,12 +341,10 @@ void NativeEngine::enqueue_step(int lane, int T) {
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
   mark("embed");
   for (auto& L : buf_.layers) {
-    if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.input_norm, eps_, true, xin, st);
-    mark("rmsnorm");
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
-      if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
+      normed_store(L.mixer_in, L.input_norm, T, w.proj, ldp);
       mark("gemv gdn_in");
       const LaneLayer S = lane_layer(L, lane);
       if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
@@ -360,7 +358,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
       mark("gemv gdn_out");
     } else {
       const int ldp = (int)d.attn_qkv_rows();
-      if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
+      normed_store(L.mixer_in, L.input_norm, T, w.proj, ldp);
       mark("gemv attn_qkv");
       const LaneLayer S = lane_layer(L, lane);
       char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
@@ -371,17 +369,35 @@ void NativeEngine::enqueue_step(int lane, int T) {
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv attn_o");
     }
-    if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
-    mark("rmsnorm");
-    if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
+    if (!(skip_ & 16) && !(skip_ & 1) && qgemv_fuses_norm(L.gate_up, T)) {
+      qgemv_normed(L.gate_up, w.resid, L.post_norm, eps_, true, T, GEMV_SWIGLU, nullptr, act, I, xin, st);
+    } else {
+      if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
+      mark("rmsnorm");
+      if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
+    }
     mark("gemv gate_up");
     if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st);
     mark("gemv down");
   }
-  rmsnorm_to_gemv_input(w.resid, T, H, buf_.final_norm, eps_, true, xin, st);
-  mark("rmsnorm");
-  qgemv(buf_.lm_head, xin, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, st);
+  qgemv_normed(buf_.lm_head, w.resid, buf_.final_norm, eps_, true, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, xin,
+               st);
   mark("gemv lm_head");
+}
+
+// A layer's input projection on its normalised input: the norm fused into the GEMV where the GEMV can take it
+// (qgemv_fuses_norm: T = 1 on the integer-dot route), else the norm kernel then the GEMV(s). skip_ bit 1 leaves the
+// norm out (the GEMV reads xin as it is), bit 32 the mixer GEMVs (leave-one-out timings).
+void NativeEngine::normed_store(const SplitQMatrix& W, const float* norm_w, int T, float* out, int ldo) {
+  StepWorkspace& w = buf_.ws;
+  auto* xin = reinterpret_cast<__half*>(w.xin);
+  if (!(skip_ & 1) && !(skip_ & 32) && !W.split() && qgemv_fuses_norm(W.head, T)) {
+    qgemv_normed(W.head, w.resid, norm_w, eps_, true, T, GEMV_STORE, out, nullptr, ldo, xin, stream_);
+    return;
+  }
+  if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, (int)dims_.hidden, norm_w, eps_, true, xin, stream_);
+  mark("rmsnorm");
+  if (!(skip_ & 32)) matmul_store(W, xin, T, out, ldo);
 }
 
 void NativeEngine::matmul(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h,
@@ -488,10 +504,8 @@ void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const s
   if (last > 0)
     MR_CHECK(cudaMemcpyAsync(buf_.ws.resid, P.step.resid + last * H, H * 4, cudaMemcpyDeviceToDevice, stream_),
              "prefill (last row)");
-  rmsnorm_to_gemv_input(buf_.ws.resid, 1, (int)H, buf_.final_norm, eps_, true, reinterpret_cast<__half*>(buf_.ws.xin),
-                        stream_);
-  qgemv(buf_.lm_head, reinterpret_cast<__half*>(buf_.ws.xin), 1, GEMV_STORE, buf_.ws.logits, nullptr, (int)dims_.vocab,
-        stream_);
+  qgemv_normed(buf_.lm_head, buf_.ws.resid, buf_.final_norm, eps_, true, 1, GEMV_STORE, buf_.ws.logits, nullptr,
+               (int)dims_.vocab, reinterpret_cast<__half*>(buf_.ws.xin), stream_);  // as the decode step does
   // step inputs as after a decode step of the last token, so sample(lane, 1) keys its draw the same way
   StepInputs* in = inputs_for_write();
   in->tokens[0] = tokens.back();

@@ -89,6 +89,7 @@ class NativeEngine {
   // out[:, 0:rows) = W x for a projection held as one or two row segments (GEMV_STORE): each segment
   // writes its own columns of the same output rows, the tail from column head.rows on.
   void matmul_store(const SplitQMatrix& W, const __half* x, int T, float* out, int ldo);
+  void normed_store(const SplitQMatrix& W, const float* norm_w, int T, float* out, int ldo);
   void upload_inputs(cudaStream_t st);
   LayerBuffers& layer_of(int role, int layer);
   // The device matrix holding row `row` of a role; `row` becomes that row's index inside it.

@@ -35,6 +35,13 @@ void set_qgemv_variant(int v);
 void set_qgemv_shape_variant(int N, int K, int v);
 void clear_qgemv_shape_variants();
 
+// qgemv on x = rmsnorm_to_gemv_input(resid, T, K, norm_w, eps, add_one): for T = 1 4-bit matrices on the
+// integer-dot route (qgemv_fuses_norm) every block of the GEMV computes the norm of resid itself while it stages x
+// (one kernel, and x is never rounded to fp16); otherwise the norm runs first, into xin ([T, K] fp16 scratch).
+void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
+                  int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream);
+bool qgemv_fuses_norm(const QMatrix& W, int T);
+
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,
                            cudaStream_t stream);

@@ -42,6 +42,10 @@ struct GemvArgs {
   float* out_f32;
   __half* out_h;
   int ldo;
+  // qgemv_normed, fused path (NORM kernels): x = rmsnorm(nx) (fp32 [K], natural order) * (nw + nadd), eps neps
+  const float* nx = nullptr;
+  const float* nw = nullptr;
+  float neps = 0.f, nadd = 0.f;
 };
 
 template <int BITS>
@@ -458,6 +462,59 @@ __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
   }
 }
 
+// stage_xq of x = rmsnorm(a.nx) * (a.nw + a.nadd) (zero-centred RMSNorm fused into the GEMV, qgemv_normed): the
+// sum of squares first (every thread, 8 elements per item, then block_sum: a fixed order), then the staging loop of
+// stage_xq on the normalised fp32 values (element order 0, 4, 1, 5, 2, 6, 3, 7 within each 8-group, as the perm8
+// slots), with no fp16 rounding in between. The second read of the row hits L1 (__ldg) or L2.
+__device__ inline void stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red) {
+  const float4* xg = reinterpret_cast<const float4*>(a.nx);
+  const float4* wg = reinterpret_cast<const float4*>(a.nw);
+  float ss = 0.f;
+#pragma unroll 4
+  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
+    const float4 u = __ldg(xg + 2 * t), v = __ldg(xg + 2 * t + 1);
+    ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w + v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  const float r = rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);
+  int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
+  const unsigned quad = 0xFu << (threadIdx.x & 28);
+  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
+    const int c = t >> 2, j = t & 3;
+    const float4 u0 = __ldg(xg + 2 * t), u1 = __ldg(xg + 2 * t + 1);
+    const float4 w0 = __ldg(wg + 2 * t), w1 = __ldg(wg + 2 * t + 1);
+    const float y[8] = {u0.x * r * (w0.x + a.nadd), u0.y * r * (w0.y + a.nadd), u0.z * r * (w0.z + a.nadd),
+                        u0.w * r * (w0.w + a.nadd), u1.x * r * (w1.x + a.nadd), u1.y * r * (w1.y + a.nadd),
+                        u1.z * r * (w1.z + a.nadd), u1.w * r * (w1.w + a.nadd)};
+    const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
+    float amax = 0.f, poison = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      amax = fmaxf(amax, fabsf(f[i]));
+      poison = fmaf(f[i], 0.f, poison);
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 2));
+    const float inv = amax > 0.f ? 32512.f / amax : 0.f;
+    int hq[8], lq[8], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int q = __float2int_rn(f[i] * inv);
+      sum += q;
+      hq[i] = (q + 128) >> 8;
+      lq[i] = q - 256 * hq[i];
+    }
+    uint2* hp = reinterpret_cast<uint2*>(xs + xs_slot(c, j >> 1)) + (j & 1);
+    uint2* lp = reinterpret_cast<uint2*>(xs + xs_slot(c, 2 + (j >> 1))) + (j & 1);
+    *hp = make_uint2(pack_bytes(hq[0], hq[4], hq[1], hq[5]), pack_bytes(hq[2], hq[6], hq[3], hq[7]));
+    *lp = make_uint2(pack_bytes(lq[0], lq[4], lq[1], lq[5]), pack_bytes(lq[2], lq[6], lq[3], lq[7]));
+    sum += __shfl_xor_sync(quad, sum, 1);
+    sum += __shfl_xor_sync(quad, sum, 2);
+    poison += __shfl_xor_sync(quad, poison, 1);
+    poison += __shfl_xor_sync(quad, poison, 2);
+    if (j == 0) meta[c] = make_int2(__float_as_int(amax / (32512.f * 16.f) + poison), -128 * sum);
+  }
+}
+
 // 16 sum_k (c_k - 8) q_k of one chunk (32 codes in w, x pieces xv from load_x_chunk, bias = -128 sum q).
 __device__ inline int chunk_dot_idot(const uint4& w, const uint4 (&xv)[4], int bias) {
   int he = 0, ho = 0, le = 0, lo = 0;
@@ -501,10 +558,13 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 // ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
 // SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
 // IDOT integer dot products on x staged as 16-bit integers (needs SX).
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
+// NORM (IDOT only): x is the RMSNorm of a.nx, computed by every block while it stages x (qgemv_normed).
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
+  static_assert(IDOT || !NORM, "the fused norm stages the integer planes");
   extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2
+  __shared__ float nred[NORM ? 32 : 1];
   const int lane = threadIdx.x & 31;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
@@ -537,7 +597,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
-    if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
+    if constexpr (NORM) stage_xq_normed(xs, a, nch, WARPS * 32, nred);
+    else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
   }
@@ -669,9 +730,9 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
   return true;
 }
 
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false>
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -1029,14 +1090,53 @@ void set_qgemv_shape_variant(int N, int K, int v) {
 
 void clear_qgemv_shape_variants() { g_shape_variants.clear(); }
 
-void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
-           cudaStream_t stream) {
+namespace {
+GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo) {
   if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
   if (W.cols % 32 != 0 || W.cols % W.q.group != 0) throw std::invalid_argument("qgemv: K must be a multiple of 32 and of the group");
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
-  GemvArgs a{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
-             reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-             x, T, epilogue, out_f32, out_h, ldo};
+  return GemvArgs{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
+                  reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
+                  x, T, epilogue, out_f32, out_h, ldo};
+}
+
+// The fused norm runs in the integer-dot sx variants the route uses (23, 27); for any other variant, width or T
+// the caller runs the norm as its own kernel.
+int fused_norm_variant(const GemvArgs& a) {
+  if (a.T != 1) return 0;
+  int v = g_variant ? g_variant : shape_variant(a);
+  if (!v) v = t1_route<4>(a);
+  return v == 23 || v == 27 ? v : 0;
+}
+}  // namespace
+
+bool qgemv_fuses_norm(const QMatrix& W, int T) {
+  if (W.q.bits != 4 || T != 1) return false;
+  return fused_norm_variant(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) != 0;
+}
+
+void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
+                  int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream) {
+  GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo);
+  if (qgemv_fuses_norm(W, T)) {
+    a.nx = resid;
+    a.nw = norm_w;
+    a.neps = eps;
+    a.nadd = add_one ? 1.f : 0.f;
+    const bool done = fused_norm_variant(a) == 23 ? launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false)
+                                                  : launch_sx<8, 1, 8, 2, true, false, false, true, true>(a, stream, false);
+    if (done) {
+      MR_CHECK_LAUNCH("qgemv_normed");
+      return;
+    }
+  }
+  rmsnorm_to_gemv_input(resid, T, (int)W.cols, norm_w, eps, add_one, xin, stream);
+  qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream);
+}
+
+void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
+           cudaStream_t stream) {
+  const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo);
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
