@@ -1,9 +1,31 @@
 #!/usr/bin/env bash
 # Session 6, call 6: RMSNorm fused into the integer-dot GEMVs that read it (qgemv_normed: gdn_in, attention qkv,
-# gate_up, lm_head at T = 1): every GPU test module, then decode steps (int8 KV, depth 0 and 128K, PDL on and off).
+# gate_up, lm_head at T = 1). The tests that cover it (the op against fp64; the model, engine, lanes and prefill
+# modules: decode and prefill against the reference, PDL bit-identity); only if they pass, the final benchmark of
+# bench/device_s4_final.sh (decode.py --quick and the llama.cpp peer in the same call). Device time was short
+# (709 s), hence one call for both.
+#   MONORAIL_COMMIT=<sha> bash bench/device_s6_call6.sh
 set -uo pipefail
+start=$(date +%s)
+left() { echo $(( 585 - ($(date +%s) - start) )); }
 source bench/device_setup.sh
-timeout 330 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 tests/test_native_*.py > $out/tests.log 2>&1
-echo "all native tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -16
-timeout 90 python3 bench/step_probe.py --kv int8 --depths 0,131072 --pdl 1,0 2>&1 | grep step
-echo "total $(( $(date +%s) - t0 )) s"
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 tests/test_native_model.py tests/test_native_engine.py \
+  tests/test_native_lanes.py tests/test_native_prefill.py > $out/tests.log 2>&1
+rc1=$?
+timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_ops.py -k "normed or rmsnorm" > $out/tests-ops.log 2>&1
+rc2=$?
+echo "model/engine/lanes/prefill tests rc=$rc1, normed op tests rc=$rc2 ($(left) s left)"
+grep -hE "^(FAILED|ERROR)|passed|failed" $out/tests.log $out/tests-ops.log | head -16
+if [[ $rc1 -ne 0 || $rc2 -ne 0 ]]; then echo "tests failed: no benchmark"; exit 1; fi
+timeout 230 python3 bench/decode.py --out $out/decode-h200.json --quick > $out/decode.log 2>&1
+echo "decode rc=$? ($(left) s left)"; grep -E "copy bandwidth|\"depth\"|without PDL|leave-one-out" $out/decode.log | head -16
+if [[ -d .peer && $(left) -gt 120 ]]; then
+  timeout 110 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 > "$out/llamacpp-f16.json" 2>> "$out/peer.log"
+  echo "peer f16 rc=$? ($(left) s left)"
+  timeout $(( $(left) > 100 ? 90 : $(left) - 10 )) bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 -ctk q8_0 -ctv q8_0 \
+    > "$out/llamacpp-q8.json" 2>> "$out/peer.log"
+  echo "peer q8_0 rc=$? ($(left) s left)"
+  python3 bench/decode.py --out "$out/decode-h200.json" --fill-peers-only --llamacpp-f16 "$out/llamacpp-f16.json" \
+    --llamacpp-q8 "$out/llamacpp-q8.json" --shared-peer .peer/llamacpp-h200.json | head -c 1500; echo
+fi
+echo "total $(( $(date +%s) - start )) s"
