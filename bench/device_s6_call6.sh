@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 6, call 6: RMSNorm fused into the integer-dot GEMVs that read it (qgemv_normed: gdn_in, attention qkv,
+# Session 6, calls 6 and 7: RMSNorm fused into the integer-dot GEMVs that read it (qgemv_normed: gdn_in, attention qkv,
 # gate_up, lm_head at T = 1). The tests that cover it (the op against fp64; the model, engine, lanes and prefill
 # modules: decode and prefill against the reference, PDL bit-identity); only if they pass, the final benchmark of
 # bench/device_s4_final.sh (decode.py --quick and the llama.cpp peer in the same call). Device time was short

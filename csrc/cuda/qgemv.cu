@@ -462,29 +462,25 @@ __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
   }
 }
 
-// stage_xq of x = rmsnorm(a.nx) * (a.nw + a.nadd) (zero-centred RMSNorm fused into the GEMV, qgemv_normed): the
-// sum of squares first (every thread, 8 elements per item, then block_sum: a fixed order), then the staging loop of
-// stage_xq on the normalised fp32 values (element order 0, 4, 1, 5, 2, 6, 3, 7 within each 8-group, as the perm8
-// slots), with no fp16 rounding in between. The second read of the row hits L1 (__ldg) or L2.
-__device__ inline void stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red) {
+// stage_xq for x = rmsnorm(a.nx) * (a.nw + a.nadd) (zero-centred RMSNorm fused into the GEMV, qgemv_normed), in one
+// pass: the norm's factor r = rsqrt(mean(nx^2) + eps) is one scalar for the whole row, so the chunks are quantized
+// from nx * (nw + nadd) as they are loaded, the sum of squares is gathered on the way (then block_sum: a fixed
+// order), and r is returned for the caller to apply to its dot products. A first version normalised before
+// quantizing (two passes over the row: two L2 round trips and a barrier on the critical path) and saved nothing
+// against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between.
+__device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red) {
   const float4* xg = reinterpret_cast<const float4*>(a.nx);
   const float4* wg = reinterpret_cast<const float4*>(a.nw);
-  float ss = 0.f;
-#pragma unroll 4
-  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
-    const float4 u = __ldg(xg + 2 * t), v = __ldg(xg + 2 * t + 1);
-    ss += u.x * u.x + u.y * u.y + u.z * u.z + u.w * u.w + v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-  }
-  const float r = rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);
   int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
   const unsigned quad = 0xFu << (threadIdx.x & 28);
+  float ss = 0.f;
   for (int t = threadIdx.x; t < 4 * nch; t += nt) {
     const int c = t >> 2, j = t & 3;
     const float4 u0 = __ldg(xg + 2 * t), u1 = __ldg(xg + 2 * t + 1);
     const float4 w0 = __ldg(wg + 2 * t), w1 = __ldg(wg + 2 * t + 1);
-    const float y[8] = {u0.x * r * (w0.x + a.nadd), u0.y * r * (w0.y + a.nadd), u0.z * r * (w0.z + a.nadd),
-                        u0.w * r * (w0.w + a.nadd), u1.x * r * (w1.x + a.nadd), u1.y * r * (w1.y + a.nadd),
-                        u1.z * r * (w1.z + a.nadd), u1.w * r * (w1.w + a.nadd)};
+    ss += u0.x * u0.x + u0.y * u0.y + u0.z * u0.z + u0.w * u0.w + u1.x * u1.x + u1.y * u1.y + u1.z * u1.z + u1.w * u1.w;
+    const float y[8] = {u0.x * (w0.x + a.nadd), u0.y * (w0.y + a.nadd), u0.z * (w0.z + a.nadd), u0.w * (w0.w + a.nadd),
+                        u1.x * (w1.x + a.nadd), u1.y * (w1.y + a.nadd), u1.z * (w1.z + a.nadd), u1.w * (w1.w + a.nadd)};
     const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
     float amax = 0.f, poison = 0.f;
 #pragma unroll
@@ -513,6 +509,7 @@ __device__ inline void stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, in
     poison += __shfl_xor_sync(quad, poison, 2);
     if (j == 0) meta[c] = make_int2(__float_as_int(amax / (32512.f * 16.f) + poison), -128 * sum);
   }
+  return rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);  // NaN in nx: NaN here too
 }
 
 // 16 sum_k (c_k - 8) q_k of one chunk (32 codes in w, x pieces xv from load_x_chunk, bias = -128 sum q).
@@ -594,10 +591,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
+  float norm_r = 1.f;  // NORM: the norm's factor, applied to the row sums
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
-    if constexpr (NORM) stage_xq_normed(xs, a, nch, WARPS * 32, nred);
+    if constexpr (NORM) norm_r = stage_xq_normed(xs, a, nch, WARPS * 32, nred);
     else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
@@ -653,6 +651,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
             s[i][u] = sn[i][u];
           }
       }
+    }
+    if constexpr (NORM) {
+#pragma unroll
+      for (int i = 0; i < ROWS; ++i) acc[i] *= norm_r;
     }
     store_group<ROWS>(a, g, lane, acc);
   }
