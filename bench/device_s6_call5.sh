@@ -4,7 +4,7 @@
 # 5, 35..37 never searched on steps); every qgemv test (qgemv_kernel is now two kernels: with and without a
 # register cap).
 set -uo pipefail
-echo "record of session 6 call 5: the prologue L2 prefetch it measured were removed after it (bench/NOTES.md)"; exit 2
+echo "record of session 6 call 5: the prologue L2 prefetch it measured was removed after it (bench/NOTES.md)"; exit 2
 source bench/device_setup.sh
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_ops.py -k "qgemv" > $out/tests.log 2>&1
 echo "qgemv tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -16

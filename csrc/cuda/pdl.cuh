@@ -1,6 +1,6 @@
 // Programmatic dependent launch (PDL; sm_90 and newer: H100/H200, RTX 50xx) for the decode step.
 //
-// A decode step is ~530 short kernels in one CUDA graph. Launched plainly, kernel N + 1 starts only after
+// A decode step is ~400 short kernels in one CUDA graph. Launched plainly, kernel N + 1 starts only after
 // kernel N has fully drained, so every boundary pays N's tail plus N + 1's launch and first DRAM round
 // trip. Launched with PDL, N + 1 may start as soon as every block of N has passed its pdl_trigger(), run a
 // prologue that touches nothing N writes (a GEMV's first batch of weights, a layer's recurrent state), and
