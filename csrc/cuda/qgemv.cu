@@ -1019,6 +1019,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
+    // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
+    // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
+    // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
+    // for down (24.3-30.6 us), and an L2 prefetch of each warp's first row group before the PDL wait (+7.7 % a step))
     // (an x-in-register kernel, K split over a block's warps with x held per lane and whole rows streamed per
     // batch, was measured in session 5 call 2 and removed: 33-40 us on gate_up, slower than 6 and 23 on every
     // shape; bench/NOTES.md)
