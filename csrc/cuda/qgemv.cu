@@ -412,6 +412,39 @@ __device__ inline uint32_t pack_bytes(int b0, int b1, int b2, int b3) {
   return (uint32_t)(b0 & 255) | (uint32_t)(b1 & 255) << 8 | (uint32_t)(b2 & 255) << 16 | (uint32_t)(b3 & 255) << 24;
 }
 
+// One quad's share of a chunk: thread j (0..3) of the quad holds f[0..7], the values of perm8 storage slots
+// 8j..8j+7 of chunk c. The quad agrees on the chunk's absmax and sum by shuffles; the planes and the metadata go
+// to the layout above. Shared by stage_xq and stage_xq_normed.
+__device__ __forceinline__ void store_xq_quad(uint4* xs, int2* meta, int c, int j, unsigned quad, const float (&f)[8]) {
+  float amax = 0.f, poison = 0.f;  // poison: NaN when x holds a NaN or an infinity (fmaxf would drop a NaN)
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    amax = fmaxf(amax, fabsf(f[i]));
+    poison = fmaf(f[i], 0.f, poison);
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 2));
+  const float inv = amax > 0.f ? 32512.f / amax : 0.f;
+  int hq[8], lq[8], sum = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int q = __float2int_rn(f[i] * inv);
+    sum += q;
+    hq[i] = (q + 128) >> 8;
+    lq[i] = q - 256 * hq[i];
+  }
+  // storage slots of elements 0, 2, 4, 6 are 0, 4, 1, 5; of elements 1, 3, 5, 7 they are 2, 6, 3, 7
+  uint2* hp = reinterpret_cast<uint2*>(xs + xs_slot(c, j >> 1)) + (j & 1);
+  uint2* lp = reinterpret_cast<uint2*>(xs + xs_slot(c, 2 + (j >> 1))) + (j & 1);
+  *hp = make_uint2(pack_bytes(hq[0], hq[4], hq[1], hq[5]), pack_bytes(hq[2], hq[6], hq[3], hq[7]));
+  *lp = make_uint2(pack_bytes(lq[0], lq[4], lq[1], lq[5]), pack_bytes(lq[2], lq[6], lq[3], lq[7]));
+  sum += __shfl_xor_sync(quad, sum, 1);
+  sum += __shfl_xor_sync(quad, sum, 2);
+  poison += __shfl_xor_sync(quad, poison, 1);
+  poison += __shfl_xor_sync(quad, poison, 2);
+  if (j == 0) meta[c] = make_int2(__float_as_int(amax / (32512.f * 16.f) + poison), -128 * sum);
+}
+
 // x (fp16, perm8 order: storage slot s of an 8-element group holds element 0, 4, 1, 5, 2, 6, 3, 7) ->
 // the integer planes above. Four threads per chunk (thread j: elements 8j..8j+7, one 16-byte load), so the
 // staging holds 8 values per thread and no register array spills under the main loop's register cap; the
@@ -432,33 +465,7 @@ __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
       f[2 * p] = e.x;
       f[2 * p + 1] = e.y;
     }
-    float amax = 0.f, poison = 0.f;  // poison: NaN when x holds a NaN or an infinity (fmaxf would drop a NaN)
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      amax = fmaxf(amax, fabsf(f[i]));
-      poison = fmaf(f[i], 0.f, poison);
-    }
-    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 2));
-    const float inv = amax > 0.f ? 32512.f / amax : 0.f;
-    int hq[8], lq[8], sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int q = __float2int_rn(f[i] * inv);
-      sum += q;
-      hq[i] = (q + 128) >> 8;
-      lq[i] = q - 256 * hq[i];
-    }
-    // storage slots of elements 0, 2, 4, 6 are 0, 4, 1, 5; of elements 1, 3, 5, 7 they are 2, 6, 3, 7
-    uint2* hp = reinterpret_cast<uint2*>(xs + xs_slot(c, j >> 1)) + (j & 1);
-    uint2* lp = reinterpret_cast<uint2*>(xs + xs_slot(c, 2 + (j >> 1))) + (j & 1);
-    *hp = make_uint2(pack_bytes(hq[0], hq[4], hq[1], hq[5]), pack_bytes(hq[2], hq[6], hq[3], hq[7]));
-    *lp = make_uint2(pack_bytes(lq[0], lq[4], lq[1], lq[5]), pack_bytes(lq[2], lq[6], lq[3], lq[7]));
-    sum += __shfl_xor_sync(quad, sum, 1);
-    sum += __shfl_xor_sync(quad, sum, 2);
-    poison += __shfl_xor_sync(quad, poison, 1);
-    poison += __shfl_xor_sync(quad, poison, 2);
-    if (j == 0) meta[c] = make_int2(__float_as_int(amax / (32512.f * 16.f) + poison), -128 * sum);
+    store_xq_quad(xs, meta, c, j, quad, f);
   }
 }
 
@@ -482,32 +489,7 @@ __device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, i
     const float y[8] = {u0.x * (w0.x + a.nadd), u0.y * (w0.y + a.nadd), u0.z * (w0.z + a.nadd), u0.w * (w0.w + a.nadd),
                         u1.x * (w1.x + a.nadd), u1.y * (w1.y + a.nadd), u1.z * (w1.z + a.nadd), u1.w * (w1.w + a.nadd)};
     const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
-    float amax = 0.f, poison = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      amax = fmaxf(amax, fabsf(f[i]));
-      poison = fmaf(f[i], 0.f, poison);
-    }
-    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(quad, amax, 2));
-    const float inv = amax > 0.f ? 32512.f / amax : 0.f;
-    int hq[8], lq[8], sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int q = __float2int_rn(f[i] * inv);
-      sum += q;
-      hq[i] = (q + 128) >> 8;
-      lq[i] = q - 256 * hq[i];
-    }
-    uint2* hp = reinterpret_cast<uint2*>(xs + xs_slot(c, j >> 1)) + (j & 1);
-    uint2* lp = reinterpret_cast<uint2*>(xs + xs_slot(c, 2 + (j >> 1))) + (j & 1);
-    *hp = make_uint2(pack_bytes(hq[0], hq[4], hq[1], hq[5]), pack_bytes(hq[2], hq[6], hq[3], hq[7]));
-    *lp = make_uint2(pack_bytes(lq[0], lq[4], lq[1], lq[5]), pack_bytes(lq[2], lq[6], lq[3], lq[7]));
-    sum += __shfl_xor_sync(quad, sum, 1);
-    sum += __shfl_xor_sync(quad, sum, 2);
-    poison += __shfl_xor_sync(quad, poison, 1);
-    poison += __shfl_xor_sync(quad, poison, 2);
-    if (j == 0) meta[c] = make_int2(__float_as_int(amax / (32512.f * 16.f) + poison), -128 * sum);
+    store_xq_quad(xs, meta, c, j, quad, f);
   }
   return rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);  // NaN in nx: NaN here too
 }
