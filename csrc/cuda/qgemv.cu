@@ -1106,7 +1106,8 @@ bool qgemv_fuses_norm(const QMatrix& W, int T) {
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream) {
   GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo);
-  if (qgemv_fuses_norm(W, T)) {
+  const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;  // float4 loads
+  if (aligned && qgemv_fuses_norm(W, T)) {
     a.nx = resid;
     a.nw = norm_w;
     a.neps = eps;
