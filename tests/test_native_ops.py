@@ -5,6 +5,7 @@ tolerances are the named presets in native_helpers."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -86,19 +87,37 @@ def test_qgemv_swiglu(nat, bits, T):
     assert rel_err(got, ref) < TOL_GEMV_Q4 + TOL_FP16_OUT
 
 
-def _gemv_out(epi, N, gen, swiglu_width=None):
-    """The output row of a T = 1 op_qgemv with epilogue `epi` over N rows, op_qgemv's (out_f32, out_h, ldo) for it,
-    and its copy before the call: SwiGLU an fp16 row of `swiglu_width` (default N // 2), residual add a random fp32
-    row (the baseline to subtract), store an fp32 row of NaN (what the kernel leaves unwritten shows)."""
+def _gemv_out(epi, N, gen, swiglu_width=None, T=1):
+    """The output rows of an op_qgemv with epilogue `epi` over N rows for T tokens, op_qgemv's (out_f32, out_h, ldo)
+    for them, and their copy before the call: SwiGLU fp16 rows of `swiglu_width` (default N // 2), residual add
+    random fp32 rows (the baseline to subtract), store fp32 rows of NaN (what the kernel leaves unwritten shows)."""
     if epi == 2:
         width = swiglu_width or N // 2
-        out = torch.full((1, width), float("nan"), device="cuda").half()
+        out = torch.full((T, width), float("nan"), device="cuda").half()
         args = (0, out.data_ptr(), width)
     else:
-        out = torch.randn(1, N, device="cuda", generator=gen) if epi == 1 else torch.full((1, N), float("nan"),
+        out = torch.randn(T, N, device="cuda", generator=gen) if epi == 1 else torch.full((T, N), float("nan"),
                                                                                            device="cuda")
         args = (out.data_ptr(), 0, N)
     return out, args, out.clone()
+
+
+def _gemv_result(out, before, epi):
+    """What the GEMV computed, from _gemv_out's rows after the call: SwiGLU back in natural order (fp32), the
+    residual add minus its baseline, the stored rows as they are."""
+    if epi == 2:
+        return from_perm8(out.float())
+    return out - before if epi == 1 else out
+
+
+@contextlib.contextmanager
+def forced_qgemv_variant(nat, variant):
+    """Force one T = 1 GEMV variant for the body (0: the route), and restore the route after it, also on failure."""
+    nat.set_qgemv_variant(variant)
+    try:
+        yield
+    finally:
+        nat.set_qgemv_variant(0)
 
 
 def _random_q4(N, K, gen):
@@ -127,14 +146,9 @@ def test_qgemv_launch_variants_epilogues(nat, variant, epi, N, K):
 
     def call(v):
         out, args, before = _gemv_out(epi, N, gen)
-        nat.set_qgemv_variant(v)
-        try:
+        with forced_qgemv_variant(nat, v):
             nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, xp.data_ptr(), 1, epi, *args)
-        finally:
-            nat.set_qgemv_variant(0)
-        if epi == 2:
-            return from_perm8(out.float())
-        return out - before if epi == 1 else out
+        return _gemv_result(out, before, epi)
 
     got = call(variant)
     assert not got.isnan().any()
@@ -308,24 +322,12 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
     y = (wd @ xd.T).T  # [T, N]
 
     def run(r):
-        if epi == 2:
-            out = torch.full((T, N // 2), float("nan"), device="cuda").half()
-            args = (0, out.data_ptr(), N // 2)
-        else:
-            out = torch.randn(T, N, device="cuda", generator=gen) if epi == 1 else torch.full((T, N), float("nan"),
-                                                                                               device="cuda")
-            args = (out.data_ptr(), 0, N)
-        before = out.clone()
-        nat.set_qgemv_variant(variant)
-        try:
+        out, args, before = _gemv_out(epi, N, gen, T=T)
+        with forced_qgemv_variant(nat, variant):
             assert nat.qgemv_fuses_norm(N, K, 4, 64, T) == fused
             nat.op_qgemv_normed(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, r.data_ptr(), w.data_ptr(), 1e-6,
                                 True, T, epi, *args, xin.data_ptr())
-        finally:
-            nat.set_qgemv_variant(0)
-        if epi == 2:
-            return from_perm8(out.float())
-        return out - before if epi == 1 else out
+        return _gemv_result(out, before, epi)
 
     got = run(resid)
     assert not got.isnan().any()
