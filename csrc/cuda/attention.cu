@@ -57,81 +57,56 @@ __device__ inline int split_len(int L_all) {
   return max(kTile, (s + kTile - 1) / kTile * kTile);
 }
 
-// Raw cache bytes of 16 consecutive dims (scores) and 8 consecutive dims (values) of one row,
-// loaded first and converted later so that several rows' loads are in flight at once. KV: KvFormat.
-template <int KV> struct Raw16 { uint4 a, b; };
-template <> struct Raw16<kKvInt8> { uint4 a; __half s; };
-template <> struct Raw16<kKvInt4> { uint2 a; __half s; };
-template <int KV> struct Raw8 { uint4 a; };
-template <> struct Raw8<kKvInt8> { uint2 a; __half s; };
-template <> struct Raw8<kKvInt4> { uint32_t a; __half s; };
+// Raw cache bytes of N consecutive dims of one row (N = 16 for the scores, 8 for the values), loaded first and
+// converted later so that several rows' loads are in flight at once. KV: KvFormat.
+template <int KV, int N> struct RawDims;
+template <> struct RawDims<kKvBf16, 16> { uint4 a, b; };
+template <> struct RawDims<kKvBf16, 8> { uint4 a; };
+template <> struct RawDims<kKvInt8, 16> { uint4 a; __half s; };
+template <> struct RawDims<kKvInt8, 8> { uint2 a; __half s; };
+template <> struct RawDims<kKvInt4, 16> { uint2 a; __half s; };
+template <> struct RawDims<kKvInt4, 8> { uint32_t a; __half s; };
+template <int KV> using Raw16 = RawDims<KV, 16>;
+template <int KV> using Raw8 = RawDims<KV, 8>;
 
 // bytes of a cache row (one kv head of one position) and the byte offset of dim `dim0` in it
 template <int KV> __host__ __device__ constexpr int row_bytes() { return KV == kKvBf16 ? 2 * kHd : KV == kKvInt8 ? kHd : kHd / 2; }
 template <int KV> __device__ inline size_t dim_byte(int dim0) { return KV == kKvBf16 ? 2 * dim0 : KV == kKvInt8 ? dim0 : dim0 / 2; }
 
-template <int KV>
-__device__ inline void load16(const char* cache, const char* scales, size_t rowidx, int dim0, Raw16<KV>& r) {
+template <int KV, int N>
+__device__ inline void load_dims(const char* cache, const char* scales, size_t rowidx, int dim0, RawDims<KV, N>& r) {
   const char* p = cache + rowidx * row_bytes<KV>() + dim_byte<KV>(dim0);
+  r.a = __ldg(reinterpret_cast<const decltype(r.a)*>(p));
   if constexpr (KV == kKvBf16) {
-    r.a = __ldg(reinterpret_cast<const uint4*>(p));
-    r.b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
+    if constexpr (N == 16) r.b = __ldg(reinterpret_cast<const uint4*>(p) + 1);
   } else {
-    if constexpr (KV == kKvInt8) r.a = __ldg(reinterpret_cast<const uint4*>(p));
-    else r.a = __ldg(reinterpret_cast<const uint2*>(p));
     r.s = reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64];
   }
 }
-template <int KV>
-__device__ inline void unpack16(const Raw16<KV>& r, float (&v)[16]) {
+// The 32-bit words of a RawDims, lowest dims first.
+__device__ inline void raw_words(const uint4& a, uint32_t* w) { w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; }
+__device__ inline void raw_words(const uint2& a, uint32_t* w) { w[0] = a.x; w[1] = a.y; }
+__device__ inline void raw_words(const uint32_t& a, uint32_t* w) { w[0] = a; }
+template <int KV, int N>
+__device__ inline void unpack_dims(const RawDims<KV, N>& r, float (&v)[N]) {
+  constexpr int kBits = KV == kKvBf16 ? 16 : KV == kKvInt8 ? 8 : 4;
+  uint32_t w[N * kBits / 32];
+  raw_words(r.a, w);
   if constexpr (KV == kKvBf16) {
-    const uint32_t w[8] = {r.a.x, r.a.y, r.a.z, r.a.w, r.b.x, r.b.y, r.b.z, r.b.w};
+    if constexpr (N == 16) raw_words(r.b, w + 4);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < N / 2; ++j) {
       v[2 * j] = __uint_as_float(w[j] << 16);
       v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
     }
   } else if constexpr (KV == kKvInt8) {
     const float s = __half2float(r.s);
-    const uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
+    for (int j = 0; j < N; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
   } else {  // nibble j of the little-endian words is dim j; code - 8 is the quantized value
     const float s = __half2float(r.s);
-    const uint32_t w[2] = {r.a.x, r.a.y};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = float((int)((w[j >> 3] >> ((j & 7) * 4)) & 0xF) - 8) * s;
-  }
-}
-template <int KV>
-__device__ inline void load8(const char* cache, const char* scales, size_t rowidx, int dim0, Raw8<KV>& r) {
-  const char* p = cache + rowidx * row_bytes<KV>() + dim_byte<KV>(dim0);
-  if constexpr (KV == kKvBf16) {
-    r.a = __ldg(reinterpret_cast<const uint4*>(p));
-  } else {
-    if constexpr (KV == kKvInt8) r.a = __ldg(reinterpret_cast<const uint2*>(p));
-    else r.a = __ldg(reinterpret_cast<const uint32_t*>(p));
-    r.s = reinterpret_cast<const __half*>(scales)[rowidx * (kHd / 64) + dim0 / 64];
-  }
-}
-template <int KV>
-__device__ inline void unpack8(const Raw8<KV>& r, float (&v)[8]) {
-  if constexpr (KV == kKvBf16) {
-    const uint32_t w[4] = {r.a.x, r.a.y, r.a.z, r.a.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      v[2 * j] = __uint_as_float(w[j] << 16);
-      v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
-    }
-  } else if constexpr (KV == kKvInt8) {
-    const float s = __half2float(r.s);
-    const uint32_t w[2] = {r.a.x, r.a.y};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = float((int8_t)((w[j >> 2] >> ((j & 3) * 8)) & 0xFF)) * s;
-  } else {
-    const float s = __half2float(r.s);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = float((int)((r.a >> (4 * j)) & 0xF) - 8) * s;
+    for (int j = 0; j < N; ++j) v[j] = float((int)((w[j >> 3] >> ((j & 7) * 4)) & 0xF) - 8) * s;
   }
 }
 
@@ -157,7 +132,7 @@ __device__ inline uint32_t i8x2_to_h2(uint32_t w, int sel, __half2 scale) {
 // MODE 2: scores on tensor cores: mma m16n8k16 with the 6 query heads as rows of A (fp16) and 8
 //         cache positions as columns of B (K converted to fp16). The dims of a k-step are permuted
 //         identically in A and B so each thread's B fragments come from one 16-byte load per 32 dims.
-// KV: KvFormat. int4 runs MODE 0 and 1 only (the CUDA-core paths through load16/unpack16 above).
+// KV: KvFormat. int4 runs MODE 0 and 1 only (the CUDA-core paths through load_dims/unpack_dims above).
 template <int KV, int MODE>
 __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
   static_assert(KV != kKvInt4 || MODE <= 1, "int4 KV: attention variants 0 and 1 only (and 4)");
@@ -287,12 +262,12 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 #pragma unroll
       for (int u = 0; u < KU; ++u) {
         const int pi = min(base + 2 * u + hw, n - 1);
-        load16<KV>(a.k_cache, a.k_scales, (size_t)(tile0 + pi) * nkv + kvh, l16 * 16, r[u]);
+        load_dims<KV, 16>(a.k_cache, a.k_scales, (size_t)(tile0 + pi) * nkv + kvh, l16 * 16, r[u]);
       }
 #pragma unroll
       for (int u = 0; u < KU; ++u) {
         float kv[16];
-        unpack16<KV>(r[u], kv);
+        unpack_dims<KV, 16>(r[u], kv);
         float sc[kGroup];
 #pragma unroll
         for (int g = 0; g < kGroup; ++g) {
@@ -398,13 +373,13 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 #pragma unroll
       for (int u = 0; u < VU; ++u) {
         const int pi = min(base + u, n - 1);
-        load8<KV>(a.v_cache, a.v_scales, (size_t)(tile0 + pi) * nkv + kvh, lane * 8, r[u]);
+        load_dims<KV, 8>(a.v_cache, a.v_scales, (size_t)(tile0 + pi) * nkv + kvh, lane * 8, r[u]);
       }
 #pragma unroll
       for (int u = 0; u < VU; ++u) {
         if (base + u >= n) break;
         float vv[8];
-        unpack8<KV>(r[u], vv);
+        unpack_dims<KV, 8>(r[u], vv);
 #pragma unroll
         for (int g = 0; g < kGroup; ++g) {
           const float pg = g < group ? ps[g][base + u] : 0.f;
