@@ -60,12 +60,9 @@ def test_qgemv_launch_variants(nat, variant, N, K):
     q, codes, high, scales, wd = quantized(N, K, 4, 64, gen)
     x = torch.randn(1, K, generator=gen).half().cuda()
     out = torch.full((1, N), float("nan"), device="cuda")
-    nat.set_qgemv_variant(variant)
-    try:
+    with forced_qgemv_variant(nat, variant):
         nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, to_perm8(x).data_ptr(), 1, 0,
                      out.data_ptr(), 0, N)
-    finally:
-        nat.set_qgemv_variant(0)
     assert not out.isnan().any()
     assert rel_err(out, (wd @ x.double().T).T) < gemv_tol(variant)
 
@@ -221,12 +218,9 @@ def test_qgemv_widths_t1(nat, bits, variant, epi, N, K, group):
     pairs = N // 2
     padded = (pairs + 7) // 8 * 8  # perm8 output positions of an odd pair count reach the next multiple of 8
     out, args, before = _gemv_out(epi, N, gen, swiglu_width=padded)
-    nat.set_qgemv_variant(variant)
-    try:
+    with forced_qgemv_variant(nat, variant):
         nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits, group,
                      to_perm8(x).data_ptr(), 1, epi, *args)
-    finally:
-        nat.set_qgemv_variant(0)
     tol = TOL_FP32 if (variant == 1 and bits != 4) else gemv_tol(variant)
     if epi == 2:
         got = from_perm8(out.float())[:, :pairs]
@@ -267,12 +261,9 @@ def test_qgemv_idot_x_range_and_poison(nat, variant):
 
     def run(xin):
         out = torch.full((1, N), float("nan"), device="cuda")
-        nat.set_qgemv_variant(variant)
-        try:
+        with forced_qgemv_variant(nat, variant):
             nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, to_perm8(xin).data_ptr(), 1, 0,
                          out.data_ptr(), 0, N)
-        finally:
-            nat.set_qgemv_variant(0)
         return out
 
     out = run(x)
