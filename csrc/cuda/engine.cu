@@ -369,9 +369,9 @@ void NativeEngine::enqueue_step(int lane, int T) {
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv attn_o");
     }
-    if (!(skip_ & 16) && !(skip_ & 1) && qgemv_fuses_norm(L.gate_up, T)) {
+    if (!(skip_ & 16) && !(skip_ & 1)) {  // qgemv_normed fuses the norm where it can, else runs it first
       qgemv_normed(L.gate_up, w.resid, L.post_norm, eps_, true, T, GEMV_SWIGLU, nullptr, act, I, xin, st);
-    } else {
+    } else {  // leave-one-out timings (skip_): the norm or the GEMV alone
       if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
       mark("rmsnorm");
       if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
@@ -385,13 +385,13 @@ void NativeEngine::enqueue_step(int lane, int T) {
   mark("gemv lm_head");
 }
 
-// A layer's input projection on its normalised input: the norm fused into the GEMV where the GEMV can take it
-// (qgemv_fuses_norm: T = 1 on the integer-dot route), else the norm kernel then the GEMV(s). skip_ bit 1 leaves the
-// norm out (the GEMV reads xin as it is), bit 32 the mixer GEMVs (leave-one-out timings).
+// A layer's input projection on its normalised input: qgemv_normed (the norm fused into the GEMV where the GEMV can
+// take it, else the norm kernel first); a projection in two segments runs the norm once, then both GEMVs. skip_ bit 1
+// leaves the norm out (the GEMV reads xin as it is), bit 32 the mixer GEMVs (leave-one-out timings).
 void NativeEngine::normed_store(const SplitQMatrix& W, const float* norm_w, int T, float* out, int ldo) {
   StepWorkspace& w = buf_.ws;
   auto* xin = reinterpret_cast<__half*>(w.xin);
-  if (!(skip_ & 1) && !(skip_ & 32) && !W.split() && qgemv_fuses_norm(W.head, T)) {
+  if (!(skip_ & 1) && !(skip_ & 32) && !W.split()) {
     qgemv_normed(W.head, w.resid, norm_w, eps_, true, T, GEMV_STORE, out, nullptr, ldo, xin, stream_);
     return;
   }

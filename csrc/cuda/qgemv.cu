@@ -1107,13 +1107,14 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream) {
   GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo);
   const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;  // float4 loads
-  if (aligned && qgemv_fuses_norm(W, T)) {
+  const int v = W.q.bits == 4 && aligned ? fused_norm_variant(a) : 0;
+  if (v) {
     a.nx = resid;
     a.nw = norm_w;
     a.neps = eps;
     a.nadd = add_one ? 1.f : 0.f;
-    const bool done = fused_norm_variant(a) == 23 ? launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false)
-                                                  : launch_sx<8, 1, 8, 2, true, false, false, true, true>(a, stream, false);
+    const bool done = v == 23 ? launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false)
+                              : launch_sx<8, 1, 8, 2, true, false, false, true, true>(a, stream, false);
     if (done) {
       MR_CHECK_LAUNCH("qgemv_normed");
       return;
