@@ -37,7 +37,7 @@
   } while (0)
 
 struct Phase {
-  const uint4* w;    // rows x nch chunks of 16 bytes
+  const uint4* w;    // rows x nch chunks of 16 bytes (nch a multiple of 32: P = nch / 32 pieces of 512 bytes per row)
   int rows, nch;
   const unsigned* in;  // previous phase's output (nin words), nullptr for the first phase
   int nin;
@@ -59,15 +59,32 @@ struct Batch {
   uint4 v[R][U];
 };
 
-template <int R, int U>
+// Where piece p (512 bytes: 32 chunks, lane l reads chunk 32 p + l) of row i of row group g lies, in 16-byte units.
+// LAYOUT 0: row-major (the engine's layout today). LAYOUT 1: consumption order for a grid of W = gridDim.x * 4 warps
+// that walks row groups g = w, w + W, ...: round r = g / W holds, batch by batch (a batch = U pieces of each of the
+// R rows), every warp's batch as one contiguous run, so at any moment the grid reads one window of memory as a flat
+// copy does. No padding: a row's last batch holds P mod U pieces, a last partial round Wr < W warps.
+template <int R, int U, int LAYOUT>
+__device__ __forceinline__ size_t piece_at(const Phase& ph, int g, int i, int p) {
+  if (LAYOUT == 0) return (size_t)min(g * R + i, ph.rows - 1) * ph.nch + 32 * p;
+  const int P = ph.nch >> 5, ngroups = (ph.rows + R - 1) / R;
+  const int W = gridDim.x * (blockDim.x >> 5);
+  const int r = g / W, w = g - r * W, Wr = min(W, ngroups - r * W);
+  const int b = p / U, u = p - b * U, ub = min(U, P - b * U);
+  const size_t idx = (size_t)r * W * R * P + (size_t)Wr * R * (b * U) + (size_t)w * R * ub + i * ub + u;
+  return idx * 32;  // rows past the end (last group) read the padding-free tail of the round: same bytes, any values
+}
+
+template <int R, int U, int LAYOUT>
 __device__ __forceinline__ void load_batch(Batch<R, U>& b, const Phase& ph, int g, int cb) {
+  const int lane = threadIdx.x & 31, p0 = (cb - lane) >> 5;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int c = cb + 32 * u;
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-      const int r = min(g * R + i, ph.rows - 1);
-      b.v[i][u] = c < ph.nch ? ldna(ph.w + (size_t)r * ph.nch + c) : make_uint4(0, 0, 0, 0);
+      const bool ok = c < ph.nch && (LAYOUT == 0 || g * R + i < ph.rows);
+      b.v[i][u] = ok ? ldna(ph.w + piece_at<R, U, LAYOUT>(ph, g, i, p0 + u) + lane) : make_uint4(0, 0, 0, 0);
     }
   }
 }
@@ -89,7 +106,7 @@ __device__ unsigned stage_in(const Phase& ph, unsigned* red) {
 
 // One warp's share of one phase; `cur` holds the warp's first batch (requested earlier), `have_next` says that
 // the second batch is already in `nxt` too.
-template <int R, int U>
+template <int R, int U, int LAYOUT>
 __device__ void run_phase(const Phase& ph, unsigned xin, Batch<R, U>& cur, Batch<R, U>& nxt, bool have_next) {
   const int lane = threadIdx.x & 31;
   const int stride = gridDim.x * (blockDim.x >> 5);
@@ -105,7 +122,7 @@ __device__ void run_phase(const Phase& ph, unsigned xin, Batch<R, U>& cur, Batch
           ncb = lane;
           ng = g + stride;
         }
-        if (ng < ngroups) load_batch<R, U>(nxt, ph, ng, ncb);
+        if (ng < ngroups) load_batch<R, U, LAYOUT>(nxt, ph, ng, ncb);
       }
       have_next = false;
 #pragma unroll
@@ -123,12 +140,12 @@ __device__ void run_phase(const Phase& ph, unsigned xin, Batch<R, U>& cur, Batch
   }
 }
 
-template <int R, int U>
+template <int R, int U, int LAYOUT>
 __device__ __forceinline__ void first_batch(const Phase& ph, Batch<R, U>& b) {
   const int g = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if (g < (ph.rows + R - 1) / R) load_batch<R, U>(b, ph, g, threadIdx.x & 31);
+  if (g < (ph.rows + R - 1) / R) load_batch<R, U, LAYOUT>(b, ph, g, threadIdx.x & 31);
 }
-template <int R, int U>
+template <int R, int U, int LAYOUT>
 __device__ __forceinline__ void second_batch(const Phase& ph, Batch<R, U>& b) {
   const int lane = threadIdx.x & 31;
   int g = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), cb = lane + 32 * U;
@@ -136,24 +153,24 @@ __device__ __forceinline__ void second_batch(const Phase& ph, Batch<R, U>& b) {
     cb = lane;
     g += gridDim.x * (blockDim.x >> 5);
   }
-  if (g < (ph.rows + R - 1) / R) load_batch<R, U>(b, ph, g, cb);
+  if (g < (ph.rows + R - 1) / R) load_batch<R, U, LAYOUT>(b, ph, g, cb);
 }
 
 // One phase per kernel (plain / pdl / pdl2).
-template <int R, int U, bool TWO>
+template <int R, int U, int LAYOUT, bool TWO>
 __global__ void __launch_bounds__(128) phase_kernel(Phase ph) {
   __shared__ unsigned red[32];
   Batch<R, U> cur, nxt;
-  first_batch<R, U>(ph, cur);
-  if (TWO) second_batch<R, U>(ph, nxt);
+  first_batch<R, U, LAYOUT>(ph, cur);
+  if (TWO) second_batch<R, U, LAYOUT>(ph, nxt);
   gdc_wait();
   gdc_trigger();
   const unsigned xin = stage_in(ph, red);
-  run_phase<R, U>(ph, xin, cur, nxt, TWO);
+  run_phase<R, U, LAYOUT>(ph, xin, cur, nxt, TWO);
 }
 
 // Grid barrier over a counter zeroed at the start of each graph replay; barrier number n (counted over the replay)
-// completes when the counter reaches (n + 1) * gridDim.x.
+// completes when the counter reaches n * gridDim.x.
 __device__ __forceinline__ void grid_barrier(unsigned* ctr, unsigned target) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -169,21 +186,69 @@ __device__ __forceinline__ void grid_barrier(unsigned* ctr, unsigned target) {
 
 // Phases [p0, p1) of `phases` in one kernel, a grid barrier between every two; bar0 barriers of the replay precede
 // this kernel's first.
-template <int R, int U>
+template <int R, int U, int LAYOUT>
 __global__ void __launch_bounds__(128) persist_kernel(const Phase* phases, int p0, int p1, unsigned* ctr, int bar0) {
   __shared__ unsigned red[32];
   Batch<R, U> cur, nxt;
   Phase ph = phases[p0];
-  first_batch<R, U>(ph, cur);
+  first_batch<R, U, LAYOUT>(ph, cur);
   gdc_wait();
   for (int p = p0; p < p1; ++p) {
     if (p > p0) grid_barrier(ctr, (unsigned)(bar0 + p - p0) * gridDim.x);
     if (p == p1 - 1) gdc_trigger();  // only after the last barrier: every block of this grid is resident by then
     const unsigned xin = stage_in(ph, red);
-    run_phase<R, U>(ph, xin, cur, nxt, false);
+    run_phase<R, U, LAYOUT>(ph, xin, cur, nxt, false);
     if (p + 1 < p1) {
       ph = phases[p + 1];
-      first_batch<R, U>(ph, cur);  // in flight while this block waits at the barrier
+      first_batch<R, U, LAYOUT>(ph, cur);  // in flight while this block waits at the barrier
+    }
+  }
+}
+
+// A phase's bytes as a flat stream (every thread 4 x 16 bytes in flight, grid-strided): the ideal pattern, with the
+// same dependency on the previous phase (stage_in) and one word out per warp.
+__device__ void flat_phase(const Phase& ph, unsigned xin, uint4 (&v)[4]) {
+  const long long n16 = (long long)ph.rows * ph.nch;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned x = 0;
+  for (; i < n16; i += 4 * stride) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = i + (4 + j) * stride < n16 ? ldna(ph.w + i + (4 + j) * stride) : make_uint4(0, 0, 0, 0);
+  }
+  for (int o = 16; o; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
+  const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if ((threadIdx.x & 31) == 0 && warp < ph.rows) ph.out[warp] = x ^ xin;
+}
+__device__ __forceinline__ void flat_first(const Phase& ph, uint4 (&v)[4]) {
+  const long long n16 = (long long)ph.rows * ph.nch, stride = (long long)gridDim.x * blockDim.x;
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) v[j] = i + j * stride < n16 ? ldna(ph.w + i + j * stride) : make_uint4(0, 0, 0, 0);
+}
+__global__ void __launch_bounds__(128) flat_phase_kernel(Phase ph) {
+  __shared__ unsigned red[32];
+  uint4 v[4];
+  flat_first(ph, v);
+  gdc_wait();
+  gdc_trigger();
+  flat_phase(ph, stage_in(ph, red), v);
+}
+__global__ void __launch_bounds__(128) flat_persist_kernel(const Phase* phases, int p0, int p1, unsigned* ctr, int bar0) {
+  __shared__ unsigned red[32];
+  uint4 v[4];
+  Phase ph = phases[p0];
+  flat_first(ph, v);
+  gdc_wait();
+  for (int p = p0; p < p1; ++p) {
+    if (p > p0) grid_barrier(ctr, (unsigned)(bar0 + p - p0) * gridDim.x);
+    if (p == p1 - 1) gdc_trigger();
+    flat_phase(ph, stage_in(ph, red), v);
+    if (p + 1 < p1) {
+      ph = phases[p + 1];
+      flat_first(ph, v);
     }
   }
 }
@@ -264,47 +329,58 @@ struct Setup {
   long long n16;
 };
 
-template <int R, int U>
-void run_config(const Setup& S, cudaStream_t st, int sms, double flat_ms) {
-  int occ_p = 0, occ_k = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_p, phase_kernel<R, U, false>, 128, 0));
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_k, persist_kernel<R, U>, 128, 0));
-  const int nph = (int)S.phases.size();
-  auto grid_of = [&](const Phase& ph, int occ) {
-    const int groups = (ph.rows + R - 1) / R;
-    return std::min(sms * occ, (groups + 3) / 4);
-  };
-  const int reps = 15;
-  auto per_phase = [&](bool pdl, bool two) {
-    return time_graph(st, [&] {
-      for (const Phase& ph : S.phases) {
-        if (two) launch(phase_kernel<R, U, true>, grid_of(ph, occ_p), pdl, st, ph);
-        else launch(phase_kernel<R, U, false>, grid_of(ph, occ_p), pdl, st, ph);
-      }
-    }, reps);
-  };
-  const int pgrid = sms * occ_k;  // persistent: one resident wave
-  const float t_plain = per_phase(false, false), t_pdl = per_phase(true, false), t_pdl2 = per_phase(true, true);
-  const float t_persist = time_graph(st, [&] {
+int occupancy(const void* kern) {
+  int n = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, 128, 0));
+  return n;
+}
+
+// One chain of phases (indices `idx` into S.phases) timed in four ways for one body: a kernel per phase (plain and
+// PDL), a persistent kernel per group of `per_kernel` phases (PDL between them), and all in one kernel.
+struct Bodies {
+  void (*phase)(Phase);                                     // one phase per launch
+  void (*persist)(const Phase*, int, int, unsigned*, int);  // phases [p0, p1) with grid barriers
+  int rows_per_warp;                                        // 0: flat (grid = one resident wave)
+};
+
+struct Chain {
+  std::vector<int> idx;  // phases, in order (consecutive in S.phases for the persistent modes)
+  double bytes;
+};
+
+float time_per_phase(const Setup& S, cudaStream_t st, int sms, const Bodies& b, const Chain& c, bool pdl) {
+  const int occ = occupancy((const void*)b.phase);
+  return time_graph(st, [&] {
+    for (int i : c.idx) {
+      const Phase& ph = S.phases[i];
+      int grid = sms * occ;
+      if (b.rows_per_warp) grid = std::min(grid, ((ph.rows + b.rows_per_warp - 1) / b.rows_per_warp + 3) / 4);
+      launch(b.phase, grid, pdl, st, ph);
+    }
+  }, 15);
+}
+float time_persist(const Setup& S, cudaStream_t st, int sms, const Bodies& b, const Chain& c, int per_kernel) {
+  const int grid = sms * occupancy((const void*)b.persist);
+  const int n = (int)c.idx.size();
+  return time_graph(st, [&] {
     CK(cudaMemsetAsync(S.ctr, 0, 4, st));
-    for (int l = 0; l < S.layers; ++l)
-      launch(persist_kernel<R, U>, pgrid, true, st, (const Phase*)S.d_phases, l * S.per_layer, (l + 1) * S.per_layer, S.ctr,
-             l * (S.per_layer - 1));
-  }, reps);
-  const float t_mega = time_graph(st, [&] {
-    CK(cudaMemsetAsync(S.ctr, 0, 4, st));
-    launch(persist_kernel<R, U>, pgrid, false, st, (const Phase*)S.d_phases, 0, nph, S.ctr, 0);
-  }, reps);
-  const double gb = S.bytes / 1e9;
-  auto row = [&](const char* mode, float ms, int boundaries) {
-    std::printf("R%d U%d %-8s %8.3f ms/layer %7.0f GB/s  %6.2f us per boundary over flat (occ %d/%d)\n", R, U, mode,
-                ms / S.layers, gb / (ms * 1e-3), (ms - flat_ms) * 1e3 / boundaries, occ_p, occ_k);
-  };
-  row("plain", t_plain, nph);
-  row("pdl", t_pdl, nph);
-  row("pdl2", t_pdl2, nph);
-  row("persist", t_persist, nph);
-  row("mega", t_mega, nph);
+    for (int k = 0; k < n; k += per_kernel) {
+      const int p0 = c.idx[k], p1 = c.idx[std::min(n, k + per_kernel) - 1] + 1;
+      launch(b.persist, grid, k > 0, st, (const Phase*)S.d_phases, p0, p1, S.ctr, k - k / per_kernel);
+    }
+  }, 15);
+}
+
+void report(const char* what, float ms, const Chain& c, double flat_gbs) {
+  const double gbs = c.bytes / 1e9 / (ms * 1e-3);
+  const double over = (ms * 1e3 - c.bytes / (flat_gbs * 1e3)) / c.idx.size();
+  std::printf("  %-28s %8.2f us/phase %7.0f GB/s (%4.1f%% of flat)  %6.2f us/phase over flat\n", what,
+              ms * 1e3 / c.idx.size(), gbs, 100.0 * gbs / flat_gbs, over);
+}
+
+template <int R, int U, int LAYOUT>
+Bodies rows_body() {
+  return {phase_kernel<R, U, LAYOUT, false>, persist_kernel<R, U, LAYOUT>, R};
 }
 
 int main() {
@@ -313,6 +389,7 @@ int main() {
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int layers = 16;
   const int shapes[4][2] = {{16480, 5120}, {5120, 6144}, {34816, 5120}, {5120, 17408}};  // rows, K (4-bit)
+  const char* names[4] = {"gdn_in", "gdn_out", "gate_up", "down"};
   long long per_layer16 = 0;
   for (auto& s : shapes) per_layer16 += (long long)s[0] * (s[1] / 32);
   Setup S;
@@ -349,11 +426,42 @@ int main() {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const float flat_ms = time_graph(st, [&] { flat_kernel<<<sms * 8, 256, 0, st>>>(S.base, S.n16, outs); }, 15);
-  std::printf("%d layers x 4 phases, %.3f GB; flat stream %.3f ms/layer = %.0f GB/s (%d SMs)\n", layers, S.bytes / 1e9,
-              flat_ms / layers, S.bytes / 1e9 / (flat_ms * 1e-3), sms);
-  run_config<4, 2>(S, st, sms, flat_ms);
-  run_config<2, 4>(S, st, sms, flat_ms);
-  run_config<2, 2>(S, st, sms, flat_ms);
-  run_config<4, 4>(S, st, sms, flat_ms);
+  const double flat_gbs = S.bytes / 1e9 / (flat_ms * 1e-3);
+  std::printf("%d layers x 4 phases, %.3f GB; one flat stream over all of it: %.0f GB/s (%d SMs)\n", layers,
+              S.bytes / 1e9, flat_gbs, sms);
+
+  Chain all;
+  for (int i = 0; i < 4 * layers; ++i) all.idx.push_back(i);
+  all.bytes = S.bytes;
+  struct Named {
+    const char* name;
+    Bodies b;
+  };
+  const Named bodies[] = {
+      {"flat", {flat_phase_kernel, flat_persist_kernel, 0}},
+      {"rowmajor R4U2", rows_body<4, 2, 0>()},
+      {"ordered  R4U2", rows_body<4, 2, 1>()},
+      {"rowmajor R2U4", rows_body<2, 4, 0>()},
+      {"ordered  R2U4", rows_body<2, 4, 1>()},
+      {"ordered  R4U1", rows_body<4, 1, 1>()},
+      {"ordered  R1U4", rows_body<1, 4, 1>()},
+      {"ordered  R2U2", rows_body<2, 2, 1>()},
+  };
+  std::printf("\nwhole layers (gdn_in, gdn_out, gate_up, down) x %d; occupancy per phase kernel / persistent kernel\n", layers);
+  for (const Named& n : bodies) {
+    std::printf("%s (occ %d / %d)\n", n.name, occupancy((const void*)n.b.phase), occupancy((const void*)n.b.persist));
+    report("kernel per phase, plain", time_per_phase(S, st, sms, n.b, all, false), all, flat_gbs);
+    report("kernel per phase, PDL", time_per_phase(S, st, sms, n.b, all, true), all, flat_gbs);
+    report("kernel per layer, barriers", time_persist(S, st, sms, n.b, all, 4), all, flat_gbs);
+    report("one kernel, barriers", time_persist(S, st, sms, n.b, all, 4 * layers), all, flat_gbs);
+  }
+  std::printf("\none shape at a time: %d matrices of the shape, a kernel per phase with PDL\n", layers);
+  for (int p = 0; p < 4; ++p) {
+    Chain c;
+    for (int l = 0; l < layers; ++l) c.idx.push_back(l * 4 + p);
+    c.bytes = 16.0 * shapes[p][0] * (shapes[p][1] / 32) * layers;
+    std::printf("%s (%d x %d, %.1f MB)\n", names[p], shapes[p][0], shapes[p][1], c.bytes / layers / 1e6);
+    for (const Named& n : bodies) report(n.name, time_per_phase(S, st, sms, n.b, c, true), c, flat_gbs);
+  }
   return 0;
 }
