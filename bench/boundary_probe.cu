@@ -19,6 +19,8 @@
 //              barrier its warps request their first batch of the next phase; PDL between the layer kernels
 //   mega       one kernel for all layers (one launch, a grid barrier between every two phases)
 //   flat       the same bytes read as one flat stream by one kernel (the bandwidth reference)
+// Call 2 (v2) added: a flat stream per phase, a consumption-ordered layout, one shape at a time, and the chain again
+// with less x staged per block.
 // Printed per (R, U): ms per layer, GB/s, and the time per boundary over the flat stream's rate.
 #include <cuda_runtime.h>
 
@@ -462,6 +464,14 @@ int main() {
     c.bytes = 16.0 * shapes[p][0] * (shapes[p][1] / 32) * layers;
     std::printf("%s (%d x %d, %.1f MB)\n", names[p], shapes[p][0], shapes[p][1], c.bytes / layers / 1e6);
     for (const Named& n : bodies) report(n.name, time_per_phase(S, st, sms, n.b, c, true), c, flat_gbs);
+  }
+  // The same whole-layer chain with less x staged per block: does the per-phase loss follow the bytes every block
+  // reads from L2 before it streams (blocks x K / 2 words), or is it fixed?
+  for (int div : {4, 1000000}) {
+    for (Phase& ph : S.phases) ph.nin = ph.in ? std::max(0, ph.nin / div) : 0;
+    CK(cudaMemcpy(S.d_phases, S.phases.data(), sizeof(Phase) * S.phases.size(), cudaMemcpyHostToDevice));
+    std::printf("\nwhole layers, x staged per block / %d%s, a kernel per phase with PDL\n", div, div > 1000 ? " (none)" : "");
+    for (int k = 0; k < 4; ++k) report(bodies[k].name, time_per_phase(S, st, sms, bodies[k].b, all, true), all, flat_gbs);
   }
   return 0;
 }

@@ -42,9 +42,9 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(29))  # 0 = route by shape, 1..28 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(31))  # 0 = route by shape, 1..30 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
-QGEMV_IDOT_VARIANTS = list(range(20, 29))  # 4-bit integer dot products on x staged as 16-bit integers
+QGEMV_IDOT_VARIANTS = list(range(20, 31))  # 4-bit integer dot products on x staged as 16-bit integers
 
 
 def gemv_tol(variant: int) -> float:
@@ -294,6 +294,9 @@ def test_rmsnorm(nat, T, add_one):
     (0, 0, 24576, 1152, 1, True),    # the route's 23 on a short K
     (23, 1, 250, 1152, 1, True),     # forced 23 / 27 on small shapes: partial row groups, residual add
     (27, 0, 253, 2048, 1, True),
+    (29, 2, 34816, 5120, 1, True),   # 23 and 27 as one block per SM
+    (30, 1, 16480, 5120, 1, True),
+    (30, 0, 250, 1152, 1, True),
     (0, 0, 5120, 6144, 1, False),    # route 4 (gdn_out's shape): norm kernel, then the GEMV
     (6, 0, 16480, 5120, 1, False),   # a forced variant without the fused norm
     (24, 2, 34816, 5120, 1, False),  # an integer-dot variant without it

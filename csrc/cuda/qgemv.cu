@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 28;  // T = 1 launch variants 1..28 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 30;  // T = 1 launch variants 1..30 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -1001,6 +1001,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
+    //   29, 30: 23 and 27 as one block per SM (24 and 16 warps: the same warps and register cap per SM), so x is
+    //      staged once per SM instead of 3 / 2 times. Why: every block reads all of x from L2 through the same
+    //      L2 -> SM path as the weights; with the fused norm that is 8 bytes per element (fp32 residual and norm
+    //      weight), 120 KB per SM for 23 on K = 5120 against 320 KB of gdn_in's weights per SM (session 7, call 2:
+    //      even a flat stream cut into the step's phases loses ~3 us + ~0.2 us per MB of staged x per phase)
     // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
@@ -1032,6 +1037,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 26) done = launch_sx<4, 2, 8, 2, true, true, false, true>(a, st, false);
       else if (v == 27) done = launch_sx<8, 1, 8, 2, true, false, false, true>(a, st, false);
       else if (v == 28) done = launch_sx<8, 2, 8, 2, true, false, false, true>(a, st, false);
+      else if (v == 29) done = launch_sx<4, 2, 24, 1, true, false, false, true>(a, st, false);
+      else if (v == 30) done = launch_sx<8, 1, 16, 1, true, false, false, true>(a, st, false);
       else done = false;
       if (done) return;
       if (v >= 6) {
@@ -1088,13 +1095,14 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
                   x, T, epilogue, out_f32, out_h, ldo};
 }
 
-// The fused norm runs in the integer-dot sx variants the route uses (23, 27); for any other variant, width or T
+// The fused norm runs in the integer-dot sx variants the route uses (23, 27) and their one-block-per-SM forms
+// (29, 30); for any other variant, width or T
 // the caller runs the norm as its own kernel.
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   int v = g_variant ? g_variant : shape_variant(a);
   if (!v) v = t1_route<4>(a);
-  return v == 23 || v == 27 ? v : 0;
+  return v == 23 || v == 27 || v == 29 || v == 30 ? v : 0;
 }
 }  // namespace
 
@@ -1113,8 +1121,13 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     a.nw = norm_w;
     a.neps = eps;
     a.nadd = add_one ? 1.f : 0.f;
-    const bool done = v == 23 ? launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false)
-                              : launch_sx<8, 1, 8, 2, true, false, false, true, true>(a, stream, false);
+    bool done = false;
+    switch (v) {
+      case 23: done = launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false); break;
+      case 27: done = launch_sx<8, 1, 8, 2, true, false, false, true, true>(a, stream, false); break;
+      case 29: done = launch_sx<4, 2, 24, 1, true, false, false, true, true>(a, stream, false); break;
+      default: done = launch_sx<8, 1, 16, 1, true, false, false, true, true>(a, stream, false); break;  // 30
+    }
     if (done) {
       MR_CHECK_LAUNCH("qgemv_normed");
       return;
