@@ -473,5 +473,24 @@ int main() {
     std::printf("\nwhole layers, x staged per block / %d%s, a kernel per phase with PDL\n", div, div > 1000 ? " (none)" : "");
     for (int k = 0; k < 4; ++k) report(bodies[k].name, time_per_phase(S, st, sms, bodies[k].b, all, true), all, flat_gbs);
   }
+  // Call 4: with no x staged, each shape alone, over more row-major patterns (the 5120-row shapes are the slow ones)
+  const Named more[] = {
+      {"flat", {flat_phase_kernel, flat_persist_kernel, 0}}, {"rowmajor R4U2", rows_body<4, 2, 0>()},
+      {"rowmajor R2U4", rows_body<2, 4, 0>()}, {"rowmajor R2U2", rows_body<2, 2, 0>()},
+      {"rowmajor R2U8", rows_body<2, 8, 0>()}, {"rowmajor R1U8", rows_body<1, 8, 0>()},
+      {"rowmajor R4U4", rows_body<4, 4, 0>()}, {"rowmajor R1U4", rows_body<1, 4, 0>()},
+  };
+  std::printf("\nno x staged, one shape at a time, a kernel per phase with PDL\n");
+  for (int p = 0; p < 4; ++p) {
+    Chain c;
+    for (int l = 0; l < layers; ++l) c.idx.push_back(l * 4 + p);
+    c.bytes = 16.0 * shapes[p][0] * (shapes[p][1] / 32) * layers;
+    std::printf("%s (%d x %d, %.1f MB)\n", names[p], shapes[p][0], shapes[p][1], c.bytes / layers / 1e6);
+    for (const Named& n : more) {
+      char label[64];
+      std::snprintf(label, sizeof label, "%s (occ %d)", n.name, occupancy((const void*)n.b.phase));
+      report(label, time_per_phase(S, st, sms, n.b, c, true), c, flat_gbs);
+    }
+  }
   return 0;
 }

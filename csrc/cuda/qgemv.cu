@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 30;  // T = 1 launch variants 1..30 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 33;  // T = 1 launch variants 1..33 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -1006,6 +1006,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      L2 -> SM path as the weights; with the fused norm that is 8 bytes per element (fp32 residual and norm
     //      weight), 120 KB per SM for 23 on K = 5120 against 320 KB of gdn_in's weights per SM (session 7, call 2:
     //      even a flat stream cut into the step's phases loses ~3 us + ~0.2 us per MB of staged x per phase)
+    //   31..33: for the 5120-row shapes (down, gdn_out, attention output), one block of 20 warps per SM (2560 row
+    //      pairs = 128 blocks, one round), x staged once per SM: 31 integer dot R2 U2 pipelined, 32 integer dot
+    //      R2 U4, 33 the fp16 half2 path R2 U2 pipelined (x staged as fp16, not re-quantized)
     // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
@@ -1039,6 +1042,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 28) done = launch_sx<8, 2, 8, 2, true, false, false, true>(a, st, false);
       else if (v == 29) done = launch_sx<4, 2, 24, 1, true, false, false, true>(a, st, false);
       else if (v == 30) done = launch_sx<8, 1, 16, 1, true, false, false, true>(a, st, false);
+      else if (v == 31) done = launch_sx<2, 2, 20, 1, true, true, false, true>(a, st, false);
+      else if (v == 32) done = launch_sx<2, 4, 20, 1, true, false, false, true>(a, st, false);
+      else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
       else done = false;
       if (done) return;
       if (v >= 6) {
