@@ -47,8 +47,9 @@ VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipe
             6: "x in shared memory, weights L1::no_allocate", 10: "6 pipelined, 512-thread blocks",
             14: "6 capped at 48 registers", 16: "cp.async ring R2 S4", 17: "cp.async ring R2 S8 128 thr",
             18: "cp.async ring R4 S4", 19: "cp.async ring R2 S3 <= 48 regs",
-            23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1"}
-QUICK_VARIANTS = (1, 4, 6, 23, 27)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
+            23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1",
+            29: "23 as one 24-warp block per SM", 30: "27 as one 16-warp block per SM"}
+QUICK_VARIANTS = (1, 4, 6, 29, 30)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
 
 
 def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:

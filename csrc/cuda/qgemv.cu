@@ -946,17 +946,19 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   4-bit: chosen on whole decode steps (bench/route_search.py, H200, int8 KV, depth 0; session 5 call 3,
 //          bench/results/route-search-h200.json: 5.439 -> 5.077 ms per step), not on isolated GEMVs, whose
 //          table does not add up to a step (PDL overlaps each GEMV's start with its predecessor's tail, and the
-//          sx kernels stage x after the wait). K > 8192 variant 4 (down); N >= 24576 variant 23 (integer dot,
-//          R4 U2: gate_up; lm_head within 0.1 % of the search's pick 20); N >= 12288 variant 27 (integer dot,
-//          R8 U1: gdn_in, the attention qkv); else 4 (gdn_out and the attention output, 5120 x 6144). The ring
-//          (16..19) lost everywhere (44-51 us on gate_up in bench/gemv_probe.py).
+//          sx kernels stage x after the wait). K > 8192 variant 4 (down); N >= 24576 variant 29 (integer dot,
+//          R4 U2, one 24-warp block per SM: gate_up, lm_head); N >= 12288 variant 30 (integer dot, R8 U1, one
+//          16-warp block per SM: gdn_in, the attention qkv); else 4 (gdn_out and the attention output, 5120 x
+//          6144). 29 / 30 replaced 23 / 27 (the same code as 3 / 2 blocks per SM) in session 7: x, 8 bytes an
+//          element with the fused norm, is then staged from L2 once per SM (5.071 -> 4.973 ms a step, call 3).
+//          The ring (16..19) lost everywhere (44-51 us on gate_up in bench/gemv_probe.py).
 //   5/6/8-bit (isolated GEMVs, bench/gemv_probe.py, sessions 3-4; not yet searched on whole steps):
 //   5-bit: K > 8192 ring 19 (34.9 vs 41.1 generic), else ring 18 (52.7 / 28.5 / 12.7 vs 68.0 / 36.2 / 14.8).
 //   6-bit: K > 8192 ring 17 (38.4 vs 41.2), else ring 18 (53.9 / 30.0 / 13.1 vs 69.6 / 36.8 / 15.0).
 //   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
-  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 23 : a.N >= 12288 ? 27 : 4;
+  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 29 : a.N >= 12288 ? 30 : 4;
   if (BITS == 5) return a.K > 8192 ? 19 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
   return 1;  // 8-bit: generic path
