@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #define CK(x)                                                                                    \
@@ -186,9 +187,30 @@ __device__ __forceinline__ void grid_barrier(unsigned* ctr, unsigned target) {
   __syncthreads();
 }
 
+// L2 prefetch of this warp's batches 1..PF of phase ph (batch 0 goes to registers: first_batch). Lane l takes piece
+// l / 4 of the batch (R x U pieces of 512 bytes; R U <= 8) and line l % 4 of it.
+template <int R, int U, int PF>
+__device__ __forceinline__ void prefetch_batches(const Phase& ph) {
+  if (PF == 0) return;
+  const int lane = threadIdx.x & 31, piece = lane >> 2, line = lane & 3;
+  if (piece >= R * U) return;
+  const int i = piece / U, u = piece - i * U;
+  const int P = ph.nch >> 5, nb = (P + U - 1) / U, ngroups = (ph.rows + R - 1) / R;
+  const int stride = gridDim.x * (blockDim.x >> 5);
+  const int g0 = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+#pragma unroll
+  for (int b = 1; b <= PF; ++b) {
+    const int g = g0 + (b / nb) * stride, p = (b % nb) * U + u;
+    if (g >= ngroups || p >= P) continue;
+    const uint4* a = ph.w + piece_at<R, U, 0>(ph, g, i, p) + 8 * line;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+}
+
 // Phases [p0, p1) of `phases` in one kernel, a grid barrier between every two; bar0 barriers of the replay precede
-// this kernel's first.
-template <int R, int U, int LAYOUT>
+// this kernel's first. PF (call 5): before it arrives at a barrier, each warp also L2-prefetches its next PF batches
+// of the next phase, so that DRAM stays busy while the grid drains and waits.
+template <int R, int U, int LAYOUT, int PF = 0>
 __global__ void __launch_bounds__(128) persist_kernel(const Phase* phases, int p0, int p1, unsigned* ctr, int bar0) {
   __shared__ unsigned red[32];
   Batch<R, U> cur, nxt;
@@ -203,6 +225,7 @@ __global__ void __launch_bounds__(128) persist_kernel(const Phase* phases, int p
     if (p + 1 < p1) {
       ph = phases[p + 1];
       first_batch<R, U, LAYOUT>(ph, cur);  // in flight while this block waits at the barrier
+      if (LAYOUT == 0) prefetch_batches<R, U, PF>(ph);
     }
   }
 }
@@ -385,7 +408,8 @@ Bodies rows_body() {
   return {phase_kernel<R, U, LAYOUT, false>, persist_kernel<R, U, LAYOUT>, R};
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool prefetch_only = argc > 1 && std::string(argv[1]) == "--prefetch-only";
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -435,6 +459,33 @@ int main() {
   Chain all;
   for (int i = 0; i < 4 * layers; ++i) all.idx.push_back(i);
   all.bytes = S.bytes;
+  if (prefetch_only) {
+    // Call 5: one kernel for all layers, grid barriers between phases, and each warp's next PF batches of the next
+    // phase prefetched to L2 before it arrives at a barrier; with every block's x read (K / 2 words) and without.
+    const Bodies pdl42 = rows_body<4, 2, 0>(), pdl24 = rows_body<2, 4, 0>();
+    const struct {
+      const char* name;
+      Bodies b;
+    } pf[] = {
+        {"R4U2 one kernel, PF 0", {nullptr, persist_kernel<4, 2, 0, 0>, 4}},
+        {"R4U2 one kernel, PF 1", {nullptr, persist_kernel<4, 2, 0, 1>, 4}},
+        {"R4U2 one kernel, PF 2", {nullptr, persist_kernel<4, 2, 0, 2>, 4}},
+        {"R4U2 one kernel, PF 4", {nullptr, persist_kernel<4, 2, 0, 4>, 4}},
+        {"R4U2 one kernel, PF 8", {nullptr, persist_kernel<4, 2, 0, 8>, 4}},
+        {"R2U4 one kernel, PF 0", {nullptr, persist_kernel<2, 4, 0, 0>, 2}},
+        {"R2U4 one kernel, PF 2", {nullptr, persist_kernel<2, 4, 0, 2>, 2}},
+        {"R2U4 one kernel, PF 4", {nullptr, persist_kernel<2, 4, 0, 4>, 2}},
+    };
+    for (int staged : {1, 0}) {
+      for (Phase& ph : S.phases) ph.nin = staged && ph.in ? ph.nch * 16 : 0;  // K / 2 words = 16 per 16-byte chunk
+      CK(cudaMemcpy(S.d_phases, S.phases.data(), sizeof(Phase) * S.phases.size(), cudaMemcpyHostToDevice));
+      std::printf("\nwhole layers, %s\n", staged ? "every block reads x (K / 2 words)" : "no x read");
+      report("R4U2 kernel per phase, PDL", time_per_phase(S, st, sms, pdl42, all, true), all, flat_gbs);
+      report("R2U4 kernel per phase, PDL", time_per_phase(S, st, sms, pdl24, all, true), all, flat_gbs);
+      for (const auto& n : pf) report(n.name, time_persist(S, st, sms, n.b, all, 4 * layers), all, flat_gbs);
+    }
+    return 0;
+  }
   struct Named {
     const char* name;
     Bodies b;
