@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# Session 7, call 5: does keeping DRAM busy across a phase boundary pay? One kernel for all layers, grid barriers,
-# each warp L2-prefetching its next PF batches of the next phase before it arrives at a barrier (boundary_probe.cu
-# --prefetch-only; standalone, no engine build).
+# Session 7, call 5 (the last device time): the conv fused into gdn_in's GEMV epilogue (qgemv_normed_conv) - its op
+# test (bit-identical to the GEMV then the conv kernel), the model / engine / lanes tests (decode against the
+# reference, PDL bit-identity) and whole steps; then, with the time left, boundary_probe --prefetch-only (one kernel,
+# grid barriers, each warp L2-prefetching its next batches of the next phase before the barrier).
 set -uo pipefail
-out=${OUT:-/tmp/out}; mkdir -p "$out"
-nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/bp bench/boundary_probe.cu && timeout 150 /tmp/bp --prefetch-only | tee $out/boundary5.txt
+start=$(date +%s)
+source bench/device_setup.sh
+timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_ops.py -k "normed or conv" 2>&1 | tail -3
+timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 tests/test_native_model.py tests/test_native_engine.py tests/test_native_lanes.py 2>&1 | tail -3
+timeout 40 python3 bench/step_probe.py --kv int8 --depths 0,131072 --steps 30 2>&1 | grep step
+echo "at $(( $(date +%s) - start )) s"
+nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/bp bench/boundary_probe.cu && timeout 60 /tmp/bp --prefetch-only | tee $out/boundary5.txt
+echo "total $(( $(date +%s) - start )) s"
