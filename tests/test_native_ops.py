@@ -336,46 +336,6 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
         assert run(bad).isnan().all()
 
 
-@pytest.mark.parametrize("variant, N, K, C, Kc, T", [
-    (0, 16480, 5120, 10240, 4, 1),  # gdn_in on the route (30): the conv in the GEMV's epilogue
-    (30, 1200, 1152, 700, 4, 1),    # forced 30 on a small shape: channels end inside a row group
-    (30, 1200, 1152, 1200, 2, 1),   # every row a conv channel, width 2
-    (27, 1200, 1152, 700, 4, 1),    # a fused-norm variant without the epilogue: GEMV, then the conv kernel
-    (0, 1200, 1152, 700, 4, 3),     # T > 1: the same fallback
-])
-def test_qgemv_normed_conv(nat, variant, N, K, C, Kc, T):
-    # qgemv_normed_conv against its definition, qgemv_normed then conv_update_silu (same variant, so the same GEMV):
-    # the projection, the conv's outputs and its window are bit-identical, fused in the epilogue or not
-    gen = torch.Generator(device="cuda").manual_seed(N + C + Kc + T)
-    codes, high, scales, wd = _random_q(N, K, 4, 64, gen)
-    resid = torch.randn(T, K, device="cuda", generator=gen) * 3
-    nw = torch.randn(K, device="cuda", generator=gen) * 0.2
-    cw = torch.randn(C, Kc, device="cuda", generator=gen)
-    state0 = torch.randn(C, Kc - 1, device="cuda", generator=gen)
-    xin = torch.empty(T, K, device="cuda").half()
-    with forced_qgemv_variant(nat, variant):
-        fused_norm = nat.qgemv_fuses_norm(N, K, 4, 64, T)
-        out = torch.full((T, N), float("nan"), device="cuda")
-        state = state0.clone()
-        cout = torch.full((T, C), float("nan"), device="cuda")
-        nat.op_qgemv_normed_conv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, resid.data_ptr(), nw.data_ptr(),
-                                 1e-6, True, T, out.data_ptr(), N, cw.data_ptr(), state.data_ptr(), cout.data_ptr(), C, Kc,
-                                 xin.data_ptr())
-        ref = torch.full((T, N), float("nan"), device="cuda")
-        nat.op_qgemv_normed(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, resid.data_ptr(), nw.data_ptr(), 1e-6,
-                            True, T, 0, ref.data_ptr(), 0, N, xin.data_ptr())
-        ref_state = state0.clone()
-        ref_cout = torch.full((T, C), float("nan"), device="cuda")
-        nat.op_conv(ref.data_ptr(), N, T, C, Kc, cw.data_ptr(), ref_state.data_ptr(), ref_cout.data_ptr())
-    assert torch.equal(out, ref)
-    assert torch.equal(state, ref_state)
-    assert torch.equal(cout, ref_cout)
-    rd = resid.double()  # and the projection itself against fp64
-    xd = rd * torch.rsqrt(rd.pow(2).mean(-1, keepdim=True) + 1e-6) * (nw.double() + 1)
-    tol = TOL_GEMV_IDOT if fused_norm else gemv_tol(variant) + TOL_FP16_OUT  # unfused: x rounded to fp16 by the norm
-    assert rel_err(out, (wd @ xd.T).T) < tol
-
-
 @pytest.mark.parametrize("bits", [4, 8])
 def test_embed_gather(nat, bits):
     gen = torch.Generator().manual_seed(11)

@@ -141,16 +141,6 @@ void register_cuda_bindings(py::module_& m) {
                  add_one, T, epi, ptr<float>(out_f32), ptr<__half>(out_h), ldo, ptr<__half>(xin), 0);
     sync0("qgemv_normed");
   });
-  m.def("op_qgemv_normed_conv", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
-                                   int group, uintptr_t resid, uintptr_t norm_w, float eps, bool add_one, int T,
-                                   uintptr_t out_f32, int ldo, uintptr_t conv_w, uintptr_t conv_state, uintptr_t conv_out,
-                                   int channels, int width, uintptr_t xin) {
-    qgemv_normed_conv(qmat(codes, high, scales, N, K, bits, group), ptr<const float>(resid), ptr<const float>(norm_w), eps,
-                      add_one, T, ptr<float>(out_f32), ldo,
-                      ConvUpdate{ptr<const float>(conv_w), ptr<float>(conv_state), ptr<float>(conv_out), channels, width},
-                      ptr<__half>(xin), 0);
-    sync0("qgemv_normed_conv");
-  });
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_fuses_norm(qmat(0, 0, 0, N, K, bits, group), T);
   }, "whether qgemv_normed of this shape runs the norm inside the GEMV (else as its own kernel first)");

@@ -344,17 +344,11 @@ void NativeEngine::enqueue_step(int lane, int T) {
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
+      normed_store(L.mixer_in, L.input_norm, T, w.proj, ldp);
+      mark("gemv gdn_in");
       const LaneLayer S = lane_layer(L, lane);
-      if (!(skip_ & (1 | 2 | 32)) && !L.mixer_in.split()) {  // the conv in the GEMV's epilogue where it can be
-        qgemv_normed_conv(L.mixer_in.head, w.resid, L.input_norm, eps_, true, T, w.proj, ldp,
-                          ConvUpdate{L.conv_w, S.conv_state, w.conv_out, C, (int)d.conv_kernel}, xin, st);
-        mark("gemv gdn_in + conv");
-      } else {  // a projection in two segments, or leave-one-out timings (skip_)
-        normed_store(L.mixer_in, L.input_norm, T, w.proj, ldp);
-        mark("gemv gdn_in");
-        if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
-        mark("conv_update_silu");
-      }
+      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
+      mark("conv_update_silu");
       const float* z = w.proj + C;
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;

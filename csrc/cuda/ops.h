@@ -42,21 +42,6 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream);
 bool qgemv_fuses_norm(const QMatrix& W, int T);
 
-// A depthwise causal conv (width 1..8) + SiLU over `channels` channels, one token: the arguments of
-// conv_update_silu below.
-struct ConvUpdate {
-  const float* w;  // [channels, width]
-  float* state;    // [channels, width - 1], the previous inputs, oldest first; updated
-  float* out;      // [T, channels]
-  int channels, width;
-};
-// qgemv_normed (epilogue store, out_f32 [T, ldo]) and then conv_update_silu of its first conv.channels outputs (the GDN
-// layer's input projection and its conv). At T = 1 on gdn_in's route (variant 30) the conv runs in the GEMV's
-// epilogue, one kernel instead of two; otherwise the conv kernel runs after. Every output, the conv's outputs and its
-// window are the same bit for bit either way.
-void qgemv_normed_conv(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
-                       float* out_f32, int ldo, const ConvUpdate& conv, __half* xin, cudaStream_t stream);
-
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,
                            cudaStream_t stream);

@@ -46,8 +46,6 @@ struct GemvArgs {
   const float* nx = nullptr;
   const float* nw = nullptr;
   float neps = 0.f, nadd = 0.f;
-  // qgemv_normed_conv, fused path (CONV kernels): output rows [0, conv.channels) also feed a one-token causal conv
-  ConvUpdate conv = {};
 };
 
 template <int BITS>
@@ -515,29 +513,7 @@ __device__ inline int chunk_dot_idot(const uint4& w, const uint4 (&xv)[4], int b
 
 // T = 1 epilogue of one warp's row group g (rows g*ROWS ..): warp-reduce the per-lane sums, then lane i
 // writes row i (SwiGLU: lane j writes pair j); compile-time indices only, so acc stays in registers.
-// The conv epilogue (qgemv_normed_conv): conv_update_silu of one token for channel r, whose new input x is this
-// GEMV's output row r. The same products in the same order as conv_kernel (gdn.cu), so the outputs and the window
-// are bit-identical to the separate kernel's; the window's old values are read before any is overwritten.
-__device__ inline void conv_epilogue(const ConvUpdate& cv, int r, float x) {
-  const int Kc = cv.width;
-  const float* w = cv.w + (size_t)r * Kc;
-  float* st = cv.state + (size_t)r * (Kc - 1);
-  float win[7];
-#pragma unroll
-  for (int j = 0; j < 7; ++j)
-    if (j < Kc - 1) win[j] = st[j];
-  float y = w[Kc - 1] * x;
-#pragma unroll
-  for (int j = 0; j < 7; ++j)
-    if (j < Kc - 1) y = fmaf(w[j], win[j], y);
-#pragma unroll
-  for (int j = 0; j < 6; ++j)
-    if (j < Kc - 2) st[j] = win[j + 1];
-  if (Kc > 1) st[Kc - 2] = x;
-  cv.out[r] = silu(y);
-}
-
-template <int ROWS, bool CONV = false>
+template <int ROWS>
 __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&acc)[ROWS]) {
 #pragma unroll
   for (int i = 0; i < ROWS; ++i) acc[i] = warp_sum(acc[i]);
@@ -554,7 +530,6 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
       if (lane != i || r0 + i >= a.N) continue;
       if (a.epi == GEMV_STORE) a.out_f32[r0 + i] = acc[i];
       else a.out_f32[r0 + i] += acc[i];
-      if (CONV && r0 + i < a.conv.channels) conv_epilogue(a.conv, r0 + i, acc[i]);
     }
   }
 }
@@ -563,13 +538,10 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 // SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
 // IDOT integer dot products on x staged as 16-bit integers (needs SX).
 // NORM (IDOT only): x is the RMSNorm of a.nx, computed by every block while it stages x (qgemv_normed).
-// CONV (NORM only, epilogue GEMV_STORE): the conv epilogue of qgemv_normed_conv on output rows [0, a.conv.channels).
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool CONV = false>
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
   static_assert(IDOT || !NORM, "the fused norm stages the integer planes");
-  static_assert(NORM || !CONV, "the conv epilogue comes with the fused norm only");
   extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2
   __shared__ float nred[NORM ? 32 : 1];
   const int lane = threadIdx.x & 31;
@@ -601,13 +573,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
-  if constexpr (CONV) {  // the first group's conv weights and window to L2 (this layer's state, written a step ago)
-    const int r = g * ROWS + lane;
-    if (lane < ROWS && r < a.conv.channels) {
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a.conv.w + (size_t)r * a.conv.width));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(a.conv.state + (size_t)r * (a.conv.width - 1)));
-    }
-  }
   float norm_r = 1.f;  // NORM: the norm's factor, applied to the row sums
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
@@ -673,7 +638,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
 #pragma unroll
       for (int i = 0; i < ROWS; ++i) acc[i] *= norm_r;
     }
-    store_group<ROWS, CONV>(a, g, lane, acc);
+    store_group<ROWS>(a, g, lane, acc);
   }
 }
 
@@ -749,10 +714,9 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
   return true;
 }
 
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool CONV = false>
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, CONV>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -1051,6 +1015,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
     // for down (24.3-30.6 us), and an L2 prefetch of each warp's first row group before the PDL wait (+7.7 % a step))
+    // (session 7, measured and removed: the GDN conv update in the epilogue of gdn_in's GEMV (variant 30), its first
+    // group's conv weights and window L2-prefetched before the PDL wait; bit-identical to the separate kernel, 48
+    // fewer kernels a step, but 5.024 ms against 4.979 a step: the epilogue's loads sit on the GEMV's critical path)
     // (an x-in-register kernel, K split over a block's warps with x held per lane and whole rows streamed per
     // batch, was measured in session 5 call 2 and removed: 33-40 us on gate_up, slower than 6 and 23 on every
     // shape; bench/NOTES.md)
@@ -1179,28 +1146,6 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
   }
   rmsnorm_to_gemv_input(resid, T, (int)W.cols, norm_w, eps, add_one, xin, stream);
   qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream);
-}
-
-void qgemv_normed_conv(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
-                       float* out_f32, int ldo, const ConvUpdate& conv, __half* xin, cudaStream_t stream) {
-  if (conv.channels < 0 || conv.channels > W.rows) throw std::invalid_argument("qgemv_normed_conv: conv channels out of range");
-  if (conv.width < 1 || conv.width > 8) throw std::invalid_argument("qgemv_normed_conv: conv width must be 1..8");
-  GemvArgs a = gemv_args(W, xin, T, GEMV_STORE, out_f32, nullptr, ldo);
-  const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;
-  // the epilogue is built into variant 30 only (gdn_in's route); any other case runs the conv kernel after the GEMV
-  if (W.q.bits == 4 && aligned && fused_norm_variant(a) == 30) {
-    a.nx = resid;
-    a.nw = norm_w;
-    a.neps = eps;
-    a.nadd = add_one ? 1.f : 0.f;
-    a.conv = conv;
-    if (launch_sx<8, 1, 16, 1, true, false, false, true, true, true>(a, stream, false)) {
-      MR_CHECK_LAUNCH("qgemv_normed_conv");
-      return;
-    }
-  }
-  qgemv_normed(W, resid, norm_w, eps, add_one, T, GEMV_STORE, out_f32, nullptr, ldo, xin, stream);
-  conv_update_silu(out_f32, ldo, T, conv.channels, conv.width, conv.w, conv.state, conv.out, stream);
 }
 
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
