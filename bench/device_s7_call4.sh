@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Session 7, call 4: the probe per shape with no x staged (more row-major patterns); GEMV variants 31..33 (one block
 # of 20 warps per SM for the 5120-row shapes): tests, isolated table, whole steps (on top of call 3's best route).
+# Never ran: three starts were refused; its whole-step part ran in bench/device_s7_final.sh, the probe part (the
+# "no x staged, one shape at a time" section of boundary_probe.cu) has not run on a GPU.
 set -uo pipefail
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/bp bench/boundary_probe.cu && timeout 100 /tmp/bp > $out/boundary4.txt; sed -n '/no x staged, one shape/,$p' $out/boundary4.txt

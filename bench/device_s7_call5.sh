@@ -3,6 +3,8 @@
 # test (bit-identical to the GEMV then the conv kernel), the model / engine / lanes tests (decode against the
 # reference, PDL bit-identity) and whole steps; then, with the time left, boundary_probe --prefetch-only (one kernel,
 # grid barriers, each warp L2-prefetching its next batches of the next phase before the barrier).
+# Ran at commit 0fa9518; the conv epilogue was then reverted (no gain), so re-running this now times the step
+# without it, and its -k filter selects the remaining norm and conv op tests.
 set -uo pipefail
 start=$(date +%s)
 source bench/device_setup.sh
