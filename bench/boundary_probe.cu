@@ -10,18 +10,20 @@
 // phase's output vector (its "x": K / 2 words, the bytes of K fp16 values) and folds it into what it writes.
 // The layers' weights are distinct (about 3 GB in all, far past the 50 MB L2), so every byte comes from DRAM.
 //
-// Modes (each timed as one CUDA graph over all layers, median of replays):
-//   plain      one kernel per phase, ordinary launches
-//   pdl        one kernel per phase with programmatic dependent launch: the first batch is requested before
-//              griddepcontrol.wait (what the engine's GEMVs do today)
-//   pdl2       the same with two batches requested before the wait
-//   persist    one kernel per layer: the four phases separated by grid barriers; before a block arrives at a
-//              barrier its warps request their first batch of the next phase; PDL between the layer kernels
-//   mega       one kernel for all layers (one launch, a grid barrier between every two phases)
-//   flat       the same bytes read as one flat stream by one kernel (the bandwidth reference)
-// Call 2 (v2) added: a flat stream per phase, a consumption-ordered layout, one shape at a time, and the chain again
-// with less x staged per block.
-// Printed per (R, U): ms per layer, GB/s, and the time per boundary over the flat stream's rate.
+// Bodies (how a phase reads its bytes): "flat" (every thread 4 x 16 bytes in flight, grid-strided: the ideal
+// pattern), "rowmajor RxUy" (the GEMV's pattern on today's layout), "ordered RxUy" (the same on a layout in
+// consumption order: the grid's batches contiguous at every instant).
+// Each body is timed (one CUDA graph over all layers, median of replays) as a kernel per phase with plain launches
+// and with programmatic dependent launch (the first batch requested before griddepcontrol.wait, as the engine's
+// GEMVs do), as one persistent kernel per layer with grid barriers (the next phase's first batch requested before
+// the barrier; PDL between the layer kernels), and as one kernel for all layers; then each shape alone; then the
+// chain with a quarter and none of the x read per block; then each shape with no x read over more patterns.
+// The reference is one flat stream over all the bytes. Printed: us per phase, GB/s, % of the flat stream, and the
+// time per phase over the flat stream's rate.
+// `/tmp/bp --prefetch-only` (session 7 call 5): one kernel for all layers with each warp also L2-prefetching its
+// next PF batches of the next phase before it arrives at a barrier, with and without the x read.
+// Results: bench/results/boundary-probe-h200-s7-call*.txt (call 1 ran the first version, whose modes were plain,
+// pdl, pdl2 (two batches before the wait), persist and mega for the row-major body only); bench/NOTES.md, session 7.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -107,10 +109,10 @@ __device__ unsigned stage_in(const Phase& ph, unsigned* red) {
   return y;
 }
 
-// One warp's share of one phase; `cur` holds the warp's first batch (requested earlier), `have_next` says that
-// the second batch is already in `nxt` too.
+// One warp's share of one phase; `cur` holds the warp's first batch (requested earlier), `nxt` is the next batch's
+// registers (each batch is requested while the one before it is folded).
 template <int R, int U, int LAYOUT>
-__device__ void run_phase(const Phase& ph, unsigned xin, Batch<R, U>& cur, Batch<R, U>& nxt, bool have_next) {
+__device__ void run_phase(const Phase& ph, unsigned xin, Batch<R, U>& cur, Batch<R, U>& nxt) {
   const int lane = threadIdx.x & 31;
   const int stride = gridDim.x * (blockDim.x >> 5);
   const int ngroups = (ph.rows + R - 1) / R;
@@ -119,15 +121,12 @@ __device__ void run_phase(const Phase& ph, unsigned xin, Batch<R, U>& cur, Batch
 #pragma unroll
     for (int i = 0; i < R; ++i) acc[i] = 0;
     for (int cb = lane; cb < ph.nch; cb += 32 * U) {
-      if (!have_next) {
-        int ncb = cb + 32 * U, ng = g;
-        if (ncb >= ph.nch) {
-          ncb = lane;
-          ng = g + stride;
-        }
-        if (ng < ngroups) load_batch<R, U, LAYOUT>(nxt, ph, ng, ncb);
+      int ncb = cb + 32 * U, ng = g;
+      if (ncb >= ph.nch) {
+        ncb = lane;
+        ng = g + stride;
       }
-      have_next = false;
+      if (ng < ngroups) load_batch<R, U, LAYOUT>(nxt, ph, ng, ncb);
 #pragma unroll
       for (int i = 0; i < R; ++i)
 #pragma unroll
@@ -148,28 +147,17 @@ __device__ __forceinline__ void first_batch(const Phase& ph, Batch<R, U>& b) {
   const int g = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (g < (ph.rows + R - 1) / R) load_batch<R, U, LAYOUT>(b, ph, g, threadIdx.x & 31);
 }
+// One phase per kernel (launched plainly or with PDL). Call 1 also tried a second batch requested before the wait
+// (slower: 2275 against 2389 GB/s for R4 U2) and the probe no longer has it.
 template <int R, int U, int LAYOUT>
-__device__ __forceinline__ void second_batch(const Phase& ph, Batch<R, U>& b) {
-  const int lane = threadIdx.x & 31;
-  int g = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), cb = lane + 32 * U;
-  if (cb >= ph.nch) {
-    cb = lane;
-    g += gridDim.x * (blockDim.x >> 5);
-  }
-  if (g < (ph.rows + R - 1) / R) load_batch<R, U, LAYOUT>(b, ph, g, cb);
-}
-
-// One phase per kernel (plain / pdl / pdl2).
-template <int R, int U, int LAYOUT, bool TWO>
 __global__ void __launch_bounds__(128) phase_kernel(Phase ph) {
   __shared__ unsigned red[32];
   Batch<R, U> cur, nxt;
   first_batch<R, U, LAYOUT>(ph, cur);
-  if (TWO) second_batch<R, U, LAYOUT>(ph, nxt);
   gdc_wait();
   gdc_trigger();
   const unsigned xin = stage_in(ph, red);
-  run_phase<R, U, LAYOUT>(ph, xin, cur, nxt, TWO);
+  run_phase<R, U, LAYOUT>(ph, xin, cur, nxt);
 }
 
 // Grid barrier over a counter zeroed at the start of each graph replay; barrier number n (counted over the replay)
@@ -221,7 +209,7 @@ __global__ void __launch_bounds__(128) persist_kernel(const Phase* phases, int p
     if (p > p0) grid_barrier(ctr, (unsigned)(bar0 + p - p0) * gridDim.x);
     if (p == p1 - 1) gdc_trigger();  // only after the last barrier: every block of this grid is resident by then
     const unsigned xin = stage_in(ph, red);
-    run_phase<R, U, LAYOUT>(ph, xin, cur, nxt, false);
+    run_phase<R, U, LAYOUT>(ph, xin, cur, nxt);
     if (p + 1 < p1) {
       ph = phases[p + 1];
       first_batch<R, U, LAYOUT>(ph, cur);  // in flight while this block waits at the barrier
@@ -405,7 +393,7 @@ void report(const char* what, float ms, const Chain& c, double flat_gbs) {
 
 template <int R, int U, int LAYOUT>
 Bodies rows_body() {
-  return {phase_kernel<R, U, LAYOUT, false>, persist_kernel<R, U, LAYOUT>, R};
+  return {phase_kernel<R, U, LAYOUT>, persist_kernel<R, U, LAYOUT>, R};
 }
 
 int main(int argc, char** argv) {
