@@ -20,6 +20,9 @@
 // chain with a quarter and none of the x read per block; then each shape with no x read over more patterns.
 // The reference is one flat stream over all the bytes. Printed: us per phase, GB/s, % of the flat stream, and the
 // time per phase over the flat stream's rate.
+// `/tmp/bp --anatomy` (written after session 7's last device call; not yet run): the floor of a dependent launch
+// (empty kernels), and per-block %globaltimer stamps of every phase: how early blocks are resident, how long after the
+// previous phase's last block the wait releases, the x read, the stream, and the tail.
 // `/tmp/bp --prefetch-only` (session 7 call 5): one kernel for all layers with each warp also L2-prefetching its
 // next PF batches of the next phase before it arrives at a barrier, with and without the x read.
 // Results: bench/results/boundary-probe-h200-s7-call*.txt (call 1 ran the first version, whose modes were plain,
@@ -288,6 +291,42 @@ __global__ void fill_kernel(uint4* a, long long n16, unsigned seed) {
   }
 }
 
+// ---- --anatomy (session 7, written after the last device call: not yet run) ----
+// Where a phase's time goes, from per-block %globaltimer stamps: thread 0 of every block records when the block
+// starts (t0), passes griddepcontrol.wait (t1), has read x (t2) and has finished (t3, after a block barrier).
+__device__ __forceinline__ unsigned long long now_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+constexpr int kMaxStampBlocks = 2048;
+template <int R, int U>
+__global__ void __launch_bounds__(128) anatomy_phase_kernel(Phase ph, unsigned long long* stamps) {
+  __shared__ unsigned red[32];
+  unsigned long long t0 = now_ns();
+  Batch<R, U> cur, nxt;
+  first_batch<R, U, 0>(ph, cur);
+  gdc_wait();
+  const unsigned long long t1 = now_ns();
+  gdc_trigger();
+  const unsigned xin = stage_in(ph, red);
+  const unsigned long long t2 = now_ns();
+  run_phase<R, U, 0>(ph, xin, cur, nxt);
+  __syncthreads();
+  if (threadIdx.x == 0 && blockIdx.x < kMaxStampBlocks) {
+    unsigned long long* s = stamps + 4 * blockIdx.x;
+    s[0] = t0;
+    s[1] = t1;
+    s[2] = t2;
+    s[3] = now_ns();
+  }
+}
+// The floor of a dependent launch: a kernel that only waits and triggers.
+__global__ void empty_pdl_kernel() {
+  gdc_wait();
+  gdc_trigger();
+}
+
 template <typename Kern, typename... Args>
 void launch(Kern kern, int grid, bool pdl, cudaStream_t st, Args... args) {
   cudaLaunchAttribute attr[1];
@@ -397,7 +436,8 @@ Bodies rows_body() {
 }
 
 int main(int argc, char** argv) {
-  const bool prefetch_only = argc > 1 && std::string(argv[1]) == "--prefetch-only";
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const bool prefetch_only = mode == "--prefetch-only";
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -447,6 +487,60 @@ int main(int argc, char** argv) {
   Chain all;
   for (int i = 0; i < 4 * layers; ++i) all.idx.push_back(i);
   all.bytes = S.bytes;
+  if (mode == "--anatomy") {
+    // (1) the launch floor: 64 kernels that only wait and trigger, with PDL and without
+    for (int pdl : {1, 0}) {
+      const float ms = time_graph(st, [&] {
+        for (int i = 0; i < 64; ++i) launch(empty_pdl_kernel, sms, pdl, st);
+      }, 15);
+      std::printf("empty kernels (%d blocks), %s: %.2f us each\n", sms, pdl ? "PDL" : "plain", ms * 1e3 / 64);
+    }
+    // (2) every phase of the whole-layer chain (R4 U2, row-major, PDL), stamped per block, with and without the x read
+    const int occ = occupancy((const void*)anatomy_phase_kernel<4, 2>);
+    const int nph = (int)S.phases.size();
+    unsigned long long* stamps;
+    CK(cudaMalloc(&stamps, sizeof(unsigned long long) * 4 * kMaxStampBlocks * nph));
+    std::vector<int> grids(nph);
+    for (int i = 0; i < nph; ++i) grids[i] = std::min(sms * occ, ((S.phases[i].rows + 3) / 4 + 3) / 4);
+    for (int staged : {1, 0}) {
+      for (Phase& ph : S.phases) ph.nin = staged && ph.in ? ph.nch * 16 : 0;
+      CK(cudaMemset(stamps, 0, sizeof(unsigned long long) * 4 * kMaxStampBlocks * nph));
+      const float ms = time_graph(st, [&] {
+        for (int i = 0; i < nph; ++i)
+          launch(anatomy_phase_kernel<4, 2>, grids[i], true, st, S.phases[i], stamps + (size_t)4 * kMaxStampBlocks * i);
+      }, 15);
+      std::vector<unsigned long long> h((size_t)4 * kMaxStampBlocks * nph);
+      CK(cudaMemcpy(h.data(), stamps, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));  // last replay
+      std::printf("\nanatomy, R4 U2 row-major, kernel per phase with PDL, %s: %.2f us per phase; per shape, averaged over "
+                  "layers 1..%d (us):\n", staged ? "every block reads x" : "no x read", ms * 1e3 / nph, layers - 1);
+      std::printf("  %-8s %9s %9s %9s %9s %9s %9s\n", "shape", "early", "release", "x read", "stream", "tail", "phase");
+      // early: the previous phase's last block end minus this phase's first block start (blocks resident ahead);
+      // release: median wait exit after the previous phase's last block end; x read: median t2 - t1; stream: median
+      // t3 - median t2; tail: last t3 - median t3; phase: last t3 - the previous phase's last t3
+      double acc[4][6] = {};
+      for (int i = 4; i < nph; ++i) {
+        auto col = [&](int phase, int k) {
+          std::vector<double> v;
+          const int n = std::min(grids[phase], kMaxStampBlocks);
+          for (int b = 0; b < n; ++b) v.push_back((double)h[(size_t)4 * kMaxStampBlocks * phase + 4 * b + k]);
+          std::sort(v.begin(), v.end());
+          return v;
+        };
+        const std::vector<double> p3 = col(i - 1, 3), t0 = col(i, 0), t1 = col(i, 1), t2 = col(i, 2), t3 = col(i, 3);
+        const double prev_end = p3.back();
+        auto med = [](const std::vector<double>& v) { return v[v.size() / 2]; };
+        const double m[6] = {prev_end - t0.front(), med(t1) - prev_end, med(t2) - med(t1), med(t3) - med(t2),
+                             t3.back() - med(t3), t3.back() - prev_end};
+        for (int k = 0; k < 6; ++k) acc[i % 4][k] += m[k] * 1e-3;
+      }
+      for (int p = 0; p < 4; ++p) {
+        std::printf("  %-8s", names[p]);
+        for (int k = 0; k < 6; ++k) std::printf(" %9.2f", acc[p][k] / (layers - 1));
+        std::printf("\n");
+      }
+    }
+    return 0;
+  }
   if (prefetch_only) {
     // Call 5: one kernel for all layers, grid barriers between phases, and each warp's next PF batches of the next
     // phase prefetched to L2 before it arrives at a barrier; with every block's x read (K / 2 words) and without.
