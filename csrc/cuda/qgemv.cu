@@ -1006,11 +1006,13 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //   29, 30: 23 and 27 as one block per SM (24 and 16 warps: the same warps and register cap per SM), so x is
     //      staged once per SM instead of 3 / 2 times. Why: every block reads all of x from L2 through the same
     //      L2 -> SM path as the weights; with the fused norm that is 8 bytes per element (fp32 residual and norm
-    //      weight), 120 KB per SM for 23 on K = 5120 against 320 KB of gdn_in's weights per SM (session 7, call 2:
-    //      even a flat stream cut into the step's phases loses ~3 us + ~0.2 us per MB of staged x per phase)
+    //      weight), 120 KB per SM for 23 on K = 5120 against 320 KB of gdn_in's weights per SM (session 7, calls 2-3
+    //      of bench/boundary_probe.cu: a flat stream cut into the layer's phases keeps 52 % of one long stream's rate
+    //      when every block reads x first, 85 % when none does)
     //   31..33: for the 5120-row shapes (down, gdn_out, attention output), one block of 20 warps per SM (2560 row
     //      pairs = 128 blocks, one round), x staged once per SM: 31 integer dot R2 U2 pipelined, 32 integer dot
-    //      R2 U4, 33 the fp16 half2 path R2 U2 pipelined (x staged as fp16, not re-quantized)
+    //      R2 U4, 33 the fp16 half2 path R2 U2 pipelined (x staged as fp16, not re-quantized); no gain on whole
+    //      steps (session 7 final call: 4.970-5.087 ms against 4.979), kept for route searches
     // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
@@ -1106,9 +1108,8 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
                   x, T, epilogue, out_f32, out_h, ldo};
 }
 
-// The fused norm runs in the integer-dot sx variants the route uses (23, 27) and their one-block-per-SM forms
-// (29, 30); for any other variant, width or T
-// the caller runs the norm as its own kernel.
+// The fused norm runs in the integer-dot sx variants 23 and 27 and their one-block-per-SM forms 29 and 30 (the
+// route's); for any other variant, width or T the caller runs the norm as its own kernel.
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   int v = g_variant ? g_variant : shape_variant(a);
