@@ -375,7 +375,6 @@ struct Setup {
   std::vector<Phase> phases;
   Phase* d_phases;
   unsigned* ctr;
-  int layers, per_layer;
   double bytes;
   uint4* base;
   long long n16;
@@ -447,8 +446,6 @@ int main(int argc, char** argv) {
   long long per_layer16 = 0;
   for (auto& s : shapes) per_layer16 += (long long)s[0] * (s[1] / 32);
   Setup S;
-  S.layers = layers;
-  S.per_layer = 4;
   S.n16 = per_layer16 * layers;
   S.bytes = 16.0 * (double)S.n16;
   CK(cudaMalloc(&S.base, S.n16 * 16));

@@ -9,6 +9,7 @@ set -uo pipefail
 start=$(date +%s)
 left() { echo $(( 585 - ($(date +%s) - start) )); }
 source bench/device_setup.sh
+source bench/device_decode_peers.sh
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 tests/test_native_model.py tests/test_native_engine.py \
   tests/test_native_lanes.py tests/test_native_prefill.py > $out/tests.log 2>&1
 rc1=$?
@@ -17,15 +18,5 @@ rc2=$?
 echo "model/engine/lanes/prefill tests rc=$rc1, normed op tests rc=$rc2 ($(left) s left)"
 grep -hE "^(FAILED|ERROR)|passed|failed" $out/tests.log $out/tests-ops.log | head -16
 if [[ $rc1 -ne 0 || $rc2 -ne 0 ]]; then echo "tests failed: no benchmark"; exit 1; fi
-timeout 230 python3 bench/decode.py --out $out/decode-h200.json --quick > $out/decode.log 2>&1
-echo "decode rc=$? ($(left) s left)"; grep -E "copy bandwidth|\"depth\"|without PDL|leave-one-out" $out/decode.log | head -16
-if [[ -d .peer && $(left) -gt 120 ]]; then
-  timeout 110 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 > "$out/llamacpp-f16.json" 2>> "$out/peer.log"
-  echo "peer f16 rc=$? ($(left) s left)"
-  timeout $(( $(left) > 100 ? 90 : $(left) - 10 )) bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 -ctk q8_0 -ctv q8_0 \
-    > "$out/llamacpp-q8.json" 2>> "$out/peer.log"
-  echo "peer q8_0 rc=$? ($(left) s left)"
-  python3 bench/decode.py --out "$out/decode-h200.json" --fill-peers-only --llamacpp-f16 "$out/llamacpp-f16.json" \
-    --llamacpp-q8 "$out/llamacpp-q8.json" --shared-peer .peer/llamacpp-h200.json | head -c 1500; echo
-fi
+decode_and_peers 120
 echo "total $(( $(date +%s) - start )) s"

@@ -1003,6 +1003,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      <= 128 regs, 23 R4 U2 <= 80 regs, 24 = 10, 25 = 6 capped at 48 regs (5 blocks/SM, 40 warps);
     //      more bytes in flight per SM than 23's 96 KB: 26 R4 U2 pipelined <= 128 regs (128 KB), 27 R8 U1
     //      <= 128 regs (64 KB, x read once per 8 rows), 28 R8 U2 <= 128 regs (128 KB)
+    //   (session 6's notes used the ids 29..37 for kernels since removed; the ones below are session 7's)
     //   29, 30: 23 and 27 as one block per SM (24 and 16 warps: the same warps and register cap per SM), so x is
     //      staged once per SM instead of 3 / 2 times. Why: every block reads all of x from L2 through the same
     //      L2 -> SM path as the weights; with the fused norm that is 8 bytes per element (fp32 residual and norm
