@@ -498,8 +498,11 @@ int main(int argc, char** argv) {
     unsigned long long* stamps;
     CK(cudaMalloc(&stamps, sizeof(unsigned long long) * 4 * kMaxStampBlocks * nph));
     std::vector<int> grids(nph);
-    for (int i = 0; i < nph; ++i) grids[i] = std::min(sms * occ, ((S.phases[i].rows + 3) / 4 + 3) / 4);
+    // blocks per SM: every slot of a resident wave, or half of them (the next phase's blocks can then be resident,
+    // their first batch requested, while this phase still runs)
+    for (int slots : {occ, std::max(1, occ / 2)})
     for (int staged : {1, 0}) {
+      for (int i = 0; i < nph; ++i) grids[i] = std::min(sms * slots, ((S.phases[i].rows + 3) / 4 + 3) / 4);
       for (Phase& ph : S.phases) ph.nin = staged && ph.in ? ph.nch * 16 : 0;
       CK(cudaMemset(stamps, 0, sizeof(unsigned long long) * 4 * kMaxStampBlocks * nph));
       const float ms = time_graph(st, [&] {
@@ -508,8 +511,10 @@ int main(int argc, char** argv) {
       }, 15);
       std::vector<unsigned long long> h((size_t)4 * kMaxStampBlocks * nph);
       CK(cudaMemcpy(h.data(), stamps, h.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));  // last replay
-      std::printf("\nanatomy, R4 U2 row-major, kernel per phase with PDL, %s: %.2f us per phase; per shape, averaged over "
-                  "layers 1..%d (us):\n", staged ? "every block reads x" : "no x read", ms * 1e3 / nph, layers - 1);
+      std::printf("\nanatomy, R4 U2 row-major, kernel per phase with PDL, %d of %d block slots per SM, %s: %.2f us per "
+                  "phase (%.0f GB/s, %.1f%% of flat); per shape, averaged over layers 1..%d (us):\n", slots, occ,
+                  staged ? "every block reads x" : "no x read", ms * 1e3 / nph, S.bytes / 1e9 / (ms * 1e-3),
+                  100.0 * S.bytes / 1e9 / (ms * 1e-3) / flat_gbs, layers - 1);
       std::printf("  %-8s %9s %9s %9s %9s %9s %9s\n", "shape", "early", "release", "x read", "stream", "tail", "phase");
       // early: the previous phase's last block end minus this phase's first block start (blocks resident ahead);
       // release: median wait exit after the previous phase's last block end; x read: median t2 - t1; stream: median
