@@ -23,6 +23,9 @@
 // `/tmp/bp --anatomy` (written after session 7's last device call; not yet run): the floor of a dependent launch
 // (empty kernels), and per-block %globaltimer stamps of every phase: how early blocks are resident, how long after the
 // previous phase's last block the wait releases, the x read, the stream, and the tail.
+// `/tmp/bp --smflat` (session 8): one block per SM streaming one contiguous range of whole rows (smflat_kernel),
+// against the grid-strided flat stream and the row-per-warp patterns, per shape and on whole layers, with no x read
+// and with x read once per block.
 // `/tmp/bp --prefetch-only` (session 7 call 5): one kernel for all layers with each warp also L2-prefetching its
 // next PF batches of the next phase before it arrives at a barrier, with and without the x read.
 // Results: bench/results/boundary-probe-h200-s7-call*.txt (call 1 ran the first version, whose modes were plain,
@@ -291,6 +294,41 @@ __global__ void fill_kernel(uint4* a, long long n16, unsigned seed) {
   }
 }
 
+// ---- --smflat (session 8): one block per SM streams one contiguous range of whole rows ----
+// Block b of a grid of one block per SM owns rows [N b / G, N (b + 1) / G): in row-major order that is one
+// contiguous run of bytes. Its NT threads walk it as a flat stream (thread t takes 16-byte units t, t + NT, ...)
+// with D units in flight per thread (a register ring: a unit is re-requested right after it is folded), so the SM
+// keeps NT D 16 bytes in flight whatever the row length, and the SMs' shares differ by at most one row. The x of
+// the phase is read once per block, i.e. once per SM. The question: does a phase of a 5120-row shape (down,
+// gdn_out) stream near the flat rate this way, where the row-per-warp patterns leave it latency-bound?
+template <int NT, int D>
+__global__ void __launch_bounds__(NT, 1) smflat_kernel(Phase ph) {
+  __shared__ unsigned red[32];
+  const int b = blockIdx.x, nb = gridDim.x;
+  const long long r0 = (long long)ph.rows * b / nb, r1 = (long long)ph.rows * (b + 1) / nb;
+  const long long nu = (r1 - r0) * ph.nch;
+  const uint4* base = ph.w + r0 * ph.nch;
+  const int t = threadIdx.x;
+  uint4 v[D];
+#pragma unroll
+  for (int j = 0; j < D; ++j) v[j] = t + (long long)j * NT < nu ? ldna(base + t + (long long)j * NT) : make_uint4(0, 0, 0, 0);
+  gdc_wait();
+  gdc_trigger();
+  const unsigned xin = stage_in(ph, red);
+  unsigned acc = 0;
+  for (long long u0 = 0; u0 < nu; u0 += (long long)D * NT) {
+#pragma unroll
+    for (int j = 0; j < D; ++j) {
+      acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+      const long long u = u0 + t + (long long)(j + D) * NT;
+      v[j] = u < nu ? ldna(base + u) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  for (int o = 16; o; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  const long long row = r0 + (t >> 5);
+  if ((t & 31) == 0 && row < r1) ph.out[row] = acc ^ xin;
+}
+
 // ---- --anatomy (session 7, written after the last device call: not yet run) ----
 // Where a phase's time goes, from per-block %globaltimer stamps: thread 0 of every block records when the block
 // starts (t0), passes griddepcontrol.wait (t1), has read x (t2) and has finished (t3, after a block barrier).
@@ -328,13 +366,19 @@ __global__ void empty_pdl_kernel() {
 }
 
 template <typename Kern, typename... Args>
+void launch_nt(Kern kern, int grid, int threads, bool pdl, cudaStream_t st, Args... args);
+template <typename Kern, typename... Args>
 void launch(Kern kern, int grid, bool pdl, cudaStream_t st, Args... args) {
+  launch_nt(kern, grid, 128, pdl, st, args...);
+}
+template <typename Kern, typename... Args>
+void launch_nt(Kern kern, int grid, int threads, bool pdl, cudaStream_t st, Args... args) {
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(128);
+  cfg.blockDim = dim3(threads);
   cfg.stream = st;
   cfg.attrs = attr;
   cfg.numAttrs = pdl ? 1 : 0;
@@ -539,6 +583,47 @@ int main(int argc, char** argv) {
         std::printf("  %-8s", names[p]);
         for (int k = 0; k < 6; ++k) std::printf(" %9.2f", acc[p][k] / (layers - 1));
         std::printf("\n");
+      }
+    }
+    return 0;
+  }
+  if (mode == "--smflat") {
+    struct Sm {
+      const char* name;
+      void (*k)(Phase);
+      int nt;
+    };
+    const Sm sm_bodies[] = {
+        {"smflat 256 thr D16", smflat_kernel<256, 16>, 256},   {"smflat 512 thr D8", smflat_kernel<512, 8>, 512},
+        {"smflat 512 thr D16", smflat_kernel<512, 16>, 512},   {"smflat 1024 thr D4", smflat_kernel<1024, 4>, 1024},
+        {"smflat 1024 thr D8", smflat_kernel<1024, 8>, 1024},
+    };
+    auto time_sm = [&](const Sm& b, const Chain& c) {
+      return time_graph(st, [&] {
+        for (int i : c.idx) launch_nt(b.k, sms, b.nt, true, st, S.phases[i]);
+      }, 15);
+    };
+    const Bodies flat = {flat_phase_kernel, flat_persist_kernel, 0}, r22 = rows_body<2, 2, 0>(), r42 = rows_body<4, 2, 0>(),
+                 r24 = rows_body<2, 4, 0>();
+    for (int staged : {0, 1}) {
+      for (Phase& ph : S.phases) ph.nin = staged && ph.in ? ph.nch * 16 : 0;
+      std::printf("\n%s, a kernel per phase with PDL\n", staged ? "every block reads x (K / 2 words; smflat: once per SM)"
+                                                              : "no x read");
+      std::printf("whole layers\n");
+      report("flat (grid-strided)", time_per_phase(S, st, sms, flat, all, true), all, flat_gbs);
+      report("rowmajor R2U2", time_per_phase(S, st, sms, r22, all, true), all, flat_gbs);
+      report("rowmajor R4U2", time_per_phase(S, st, sms, r42, all, true), all, flat_gbs);
+      for (const Sm& b : sm_bodies) report(b.name, time_sm(b, all), all, flat_gbs);
+      for (int p = 0; p < 4; ++p) {
+        Chain c;
+        for (int l = 0; l < layers; ++l) c.idx.push_back(l * 4 + p);
+        c.bytes = 16.0 * shapes[p][0] * (shapes[p][1] / 32) * layers;
+        std::printf("%s (%d x %d, %.1f MB)\n", names[p], shapes[p][0], shapes[p][1], c.bytes / layers / 1e6);
+        report("flat (grid-strided)", time_per_phase(S, st, sms, flat, c, true), c, flat_gbs);
+        report("rowmajor R2U2", time_per_phase(S, st, sms, r22, c, true), c, flat_gbs);
+        report("rowmajor R4U2", time_per_phase(S, st, sms, r42, c, true), c, flat_gbs);
+        report("rowmajor R2U4", time_per_phase(S, st, sms, r24, c, true), c, flat_gbs);
+        for (const Sm& b : sm_bodies) report(b.name, time_sm(b, c), c, flat_gbs);
       }
     }
     return 0;
