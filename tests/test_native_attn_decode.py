@@ -3,7 +3,7 @@ cores; csrc/cuda/attention.cu) on the GPU (marked gpu; skipped without one).
 
 Covers: the fp64 oracle of test_native_ops._attention_case under variant 4 for bf16 and int8 KV on the same
 (T, kv_start) grid as test_attention_decode plus the edges of this kernel (a single chunk, tokens whose last
-split is empty, T = 16 across a split boundary); int4 KV on the same grid under variants 4 and 0 against
+split is empty, T = 16 across a split boundary); int4 KV on the same grid under variants 4..6 and 0 against
 an fp64 oracle over the cache the kernel wrote (Cache.oracle), the appended rows within half a step; a long
 cache (kv_start ~70,000, T = 1 and 4) compared with variant 0 on the same cache for all three formats;
 variants 2 and 3 refusing int4; the variant bounds; and a timing probe at 128K (printed with -s, not
@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 NH, NKV, HD, ROT, EPS = 24, 4, 256, 64, 1e-6
 SEC = [11, 11, 10]
 VARIANT = 4
+V4_FAMILY = [4, 5, 6]  # 5 / 6: variant 4 with 3 / 4 warps per block and shallower rings (int8 / int4 KV)
 
 
 class variant:
@@ -48,17 +49,18 @@ class variant:
 GRID = [(1, 0), (1, 5000), (3, 777), (16, 300), (1, 70001), (2, 0), (16, 250), (5, 4093), (1, 33000)]
 
 
+@pytest.mark.parametrize("v", V4_FAMILY)
 @pytest.mark.parametrize("kv_int8", [0, 1])
 @pytest.mark.parametrize("T, kv_start", GRID)
-def test_attention_decode_v4(nat, kv_int8, T, kv_start):
-    with variant(nat, VARIANT):
+def test_attention_decode_v4(nat, kv_int8, T, kv_start, v):
+    with variant(nat, v):
         _attention_case(nat, kv_int8, T, kv_start)
 
 
 def test_variant_bounds(nat):
     prev = nat.get_attn_variant()
     with pytest.raises(ValueError):
-        nat.set_attn_variant(5)
+        nat.set_attn_variant(7)
     with pytest.raises(ValueError):
         nat.set_attn_variant(-1)
     assert nat.get_attn_variant() == prev
@@ -133,7 +135,7 @@ class Cache:
         return (ref * torch.sigmoid(gate)).reshape(T, NH * HD)
 
 
-@pytest.mark.parametrize("v", [VARIANT, 0])
+@pytest.mark.parametrize("v", [*V4_FAMILY, 0])
 @pytest.mark.parametrize("T, kv_start", GRID)
 def test_attention_decode_int4(nat, v, T, kv_start):
     """int4 KV under the default variant (4) and the CUDA-core variant 0 against the fp64 oracle over the
@@ -154,18 +156,19 @@ def test_int4_refused_by_variants_2_and_3(nat, v):
             c.run(nat)
 
 
+@pytest.mark.parametrize("v", V4_FAMILY)
 @pytest.mark.parametrize("kv", [0, 1, 2], ids=["bf16", "int8", "int4"])
 @pytest.mark.parametrize("T, kv_start", [(1, 69_997), (4, 70_013)])
-def test_long_cache_matches_variant0(nat, kv, T, kv_start):
+def test_long_cache_matches_variant0(nat, kv, T, kv_start, v):
     c = Cache(kv, T, kv_start, seed=T + 10 * kv)
     with variant(nat, 0):
         ref = c.run(nat).clone()
-    with variant(nat, VARIANT):
+    with variant(nat, v):
         got = c.run(nat)
     assert not ref.isnan().any()
     assert not got.isnan().any()
     err = rel_err(got, ref)
-    assert err < TOL_ATTN, f"variant {VARIANT} vs 0: rel err {err:.3e}"
+    assert err < TOL_ATTN, f"variant {v} vs 0: rel err {err:.3e}"
 
 
 def _time_call(nat, c, reps):
@@ -182,7 +185,7 @@ def _time_call(nat, c, reps):
 
 def test_attention_decode_timing_probe(nat):
     """Printed with -s, not asserted: ms per attention call (attn_prep + attn_split + attn_combine, one layer)
-    at 128K context, T = 1, variants 2 and 4, int8 and bf16 KV (int4: variants 0 and 4).
+    at 128K context, T = 1, variants 2 and 4..6, int8 and bf16 KV (int4: variants 0 and 4..6).
 
     Byte floor: the split kernel must read the whole K and V of its 4 kv heads once per call:
     131,072 positions x 4 heads x 256 dims x (1 byte int8 | 2 bytes bf16) x 2 (K and V), plus the int8 fp16
@@ -199,7 +202,7 @@ def test_attention_decode_timing_probe(nat):
         gb = L * per_pos / 1e9
         floor_ms = gb / 4.3  # GB / (TB/s) = ms
         name = ("bf16", "int8", "int4")[kv]
-        for v in ((0, VARIANT) if kv == 2 else (2, VARIANT)):
+        for v in ((0, *V4_FAMILY) if kv == 2 else (2, *V4_FAMILY)):
             with variant(nat, v):
                 base = _time_call(nat, c0, reps)
                 t = _time_call(nat, c, reps)

@@ -4,7 +4,8 @@
 //                tiles of 256 positions with an online softmax for the 6 (GQA) query heads of its
 //                kv head, so K and V are read once per token for all of them. Variants (set_attn_variant):
 //                0-3 attn_split_kernel MODE (see there), 4 attn_split_v4_kernel (flash-decode: per-warp
-//                cp.async rings of 16-position chunks, ldmatrix, scores and values on tensor cores).
+//                cp.async rings of 16-position chunks, ldmatrix, scores and values on tensor cores); 5 and 6
+//                the same with 3 / 4 warps per block (int8 and int4 KV).
 //  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
 // The number of positions per split is derived on the device from kv_start + T, so one captured
 // graph serves every context length (blocks past the end exit at once).
@@ -495,12 +496,13 @@ __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
 // -inf.
 // ------------------------------------------------------------------------------------------------
 constexpr int kV4Chunk = 16;  // positions per chunk
-template <int KV> struct V4Cfg {
+// NWo / So (0: the defaults below) override the warps per block and the ring depth (variants 5 and 6).
+template <int KV, int NWo = 0, int So = 0> struct V4Cfg {
   static constexpr bool Q = KV != kKvBf16;  // quantized cache: fp16 mma, group scales in each stage
-  static constexpr int kWarps = Q ? 2 : 1;
+  static constexpr int kWarps = NWo ? NWo : Q ? 2 : 1;
   // int4 stages are half of int8's bytes: 5 of them keep about the bytes in flight per warp of int8's 3
   // (4 x 4352 B vs 2 x 8448 B outstanding while one stage is consumed)
-  static constexpr int kStages = KV == kKvInt4 ? 5 : 3;
+  static constexpr int kStages = So ? So : KV == kKvInt4 ? 5 : 3;
   static constexpr int kRowBytes = row_bytes<KV>();
   static constexpr int kKVBytes = kV4Chunk * kRowBytes;                   // one of K / V per stage
   static constexpr int kStageBytes = 2 * kKVBytes + (Q ? 2 * kV4Chunk * 8 : 0);
@@ -581,9 +583,9 @@ __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, 
   }
 }
 
-template <int KV>
-__global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(SplitArgs a) {
-  using C = V4Cfg<KV>;
+template <int KV, int NWo = 0, int So = 0>
+__global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4_kernel(SplitArgs a) {
+  using C = V4Cfg<KV, NWo, So>;
   constexpr bool Q = C::Q, I4 = KV == kKvInt4;  // Q: int8 or int4
   constexpr int NW = C::kWarps, S = C::kStages;
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
@@ -923,19 +925,20 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV>::kWarps) attn_split_v4_kernel(S
     }
 }
 
-template <int KV>
+template <int KV, int NWo = 0, int So = 0>
 void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t stream) {
-  constexpr int smem = V4Cfg<KV>::kSmem;
+  using C = V4Cfg<KV, NWo, So>;
+  constexpr int smem = C::kSmem;
   static unsigned long long configured = 0;  // one bit per device
   int dev = 0;
   MR_CHECK(cudaGetDevice(&dev), "attn_split");
   const unsigned long long bit = 1ull << (dev & 63);
   if (!(configured & bit)) {
-    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<KV, NWo, So>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "attn_split (shared memory opt-in)");
     configured |= bit;
   }
-  launch_pdl("attn_split", attn_split_v4_kernel<KV>, dim3(T, nkv, kMaxAttnSplits), dim3(32 * V4Cfg<KV>::kWarps), smem,
+  launch_pdl("attn_split", attn_split_v4_kernel<KV, NWo, So>, dim3(T, nkv, kMaxAttnSplits), dim3(32 * C::kWarps), smem,
              stream, a);
 }
 
@@ -970,10 +973,11 @@ int g_attn_mode = 4;
 int get_attn_variant() { return g_attn_mode; }
 
 void set_attn_variant(int v) {
-  if (v < 0 || v > 4)
+  if (v < 0 || v > 6)
     throw std::invalid_argument("attention variant must be 0 (CUDA cores, q in registers), 1 (q in shared memory), "
-                                "2 (scores on tensor cores), 3 (scores and values on tensor cores) or 4 "
-                                "(flash-decode: cp.async rings, ldmatrix, both products on tensor cores)");
+                                "2 (scores on tensor cores), 3 (scores and values on tensor cores), 4 "
+                                "(flash-decode: cp.async rings, ldmatrix, both products on tensor cores), or 5 / 6 "
+                                "(4 with 3 / 4 warps per block and shallower rings, int8 and int4 KV)");
   g_attn_mode = v;
 }
 
@@ -1001,14 +1005,21 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
   const int m = g_attn_mode;
   if (d.kv_fmt == kKvInt4) {
     if (m == 4) launch_attn_split_v4<kKvInt4>(a, T, d.n_kv_heads, stream);
+    else if (m == 5) launch_attn_split_v4<kKvInt4, 3, 4>(a, T, d.n_kv_heads, stream);
+    else if (m == 6) launch_attn_split_v4<kKvInt4, 4, 3>(a, T, d.n_kv_heads, stream);
     else if (m == 1) attn_split_kernel<kKvInt4, 1><<<grid, 128, 0, stream>>>(a);
     else if (m == 0) attn_split_kernel<kKvInt4, 0><<<grid, 128, 0, stream>>>(a);
     else
       throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4; variant " +
                                   std::to_string(m) + " (" + (m == 2 ? "scores on tensor cores" : "scores and values on tensor cores") +
                                   ") is built for bf16 and int8 KV only");
-  } else if (m == 4) {
-    if (d.kv_fmt == kKvInt8) launch_attn_split_v4<kKvInt8>(a, T, d.n_kv_heads, stream);
+  } else if (m >= 4) {
+    // 5 / 6 (session 8): more warps per block on shallower rings, so more warps per SM (the default's 2-warp
+    // blocks at 50 KB of shared memory each leave 8 warps on an SM) with about the same bytes in flight; bf16 KV
+    // runs the default for both
+    if (d.kv_fmt == kKvInt8 && m == 5) launch_attn_split_v4<kKvInt8, 3, 2>(a, T, d.n_kv_heads, stream);
+    else if (d.kv_fmt == kKvInt8 && m == 6) launch_attn_split_v4<kKvInt8, 4, 2>(a, T, d.n_kv_heads, stream);
+    else if (d.kv_fmt == kKvInt8) launch_attn_split_v4<kKvInt8>(a, T, d.n_kv_heads, stream);
     else launch_attn_split_v4<kKvBf16>(a, T, d.n_kv_heads, stream);
   } else if (d.kv_fmt == kKvInt8) {
     if (m == 3) attn_split_kernel<kKvInt8, 3><<<grid, 128, 0, stream>>>(a);

@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 37;  // T = 1 launch variants 1..37 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 33;  // T = 1 launch variants 1..33 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -446,26 +446,36 @@ __device__ __forceinline__ void store_xq_quad(uint4* xs, int2* meta, int c, int 
 }
 
 // x (fp16, perm8 order: storage slot s of an 8-element group holds element 0, 4, 1, 5, 2, 6, 3, 7) ->
-// the integer planes above. Four threads per chunk (thread j: elements 8j..8j+7, one 16-byte load), so the
-// staging holds 8 values per thread and no register array spills under the main loop's register cap; the
-// chunk's absmax and sum go round the quad by shuffles (nt, the block's threads, is a multiple of 32: a quad is
-// all in or all out).
+// the integer planes above. Four threads per chunk (thread j: elements 8j..8j+7, one 16-byte load); the chunk's
+// absmax and sum go round the quad by shuffles (nt, the block's threads, is a multiple of 32: a quad is all in or
+// all out). P: loads per thread issued together before any is used. x sits in L2, but at a phase's start the L2
+// queues fill with every SM's weight requests, so each round of loads is a long round trip that no weight stream
+// of this block overlaps; with P = 1 (before session 8) down's 34 KB of x took 3-4 dependent round trips on a
+// 640-thread block, 9 on a 256-thread one.
+template <int P>
 __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
   const uint4* xg = reinterpret_cast<const uint4*>(x);
   int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
   const unsigned quad = 0xFu << (threadIdx.x & 28);
-  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
-    const int c = t >> 2, j = t & 3;
-    const uint4 v = __ldg(xg + t);
-    const __half2* h2 = reinterpret_cast<const __half2*>(&v);
-    float f[8];
+  for (int t0 = threadIdx.x; t0 < 4 * nch; t0 += P * nt) {
+    uint4 v[P];
 #pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const float2 e = __half22float2(h2[p]);
-      f[2 * p] = e.x;
-      f[2 * p + 1] = e.y;
+    for (int i = 0; i < P; ++i)
+      if (t0 + i * nt < 4 * nch) v[i] = __ldg(xg + t0 + i * nt);
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int t = t0 + i * nt;
+      if (t >= 4 * nch) break;
+      const __half2* h2 = reinterpret_cast<const __half2*>(&v[i]);
+      float f[8];
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const float2 e = __half22float2(h2[p]);
+        f[2 * p] = e.x;
+        f[2 * p + 1] = e.y;
+      }
+      store_xq_quad(xs, meta, t >> 2, t & 3, quad, f);
     }
-    store_xq_quad(xs, meta, c, j, quad, f);
   }
 }
 
@@ -474,22 +484,39 @@ __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
 // from nx * (nw + nadd) as they are loaded, the sum of squares is gathered on the way (then block_sum: a fixed
 // order), and r is returned for the caller to apply to its dot products. A first version normalised before
 // quantizing (two passes over the row: two L2 round trips and a barrier on the critical path) and saved nothing
-// against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between.
+// against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between. P as in stage_xq (each
+// step of a thread loads 64 bytes: 8 residual and 8 norm-weight floats).
+template <int P>
 __device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red) {
   const float4* xg = reinterpret_cast<const float4*>(a.nx);
   const float4* wg = reinterpret_cast<const float4*>(a.nw);
   int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
   const unsigned quad = 0xFu << (threadIdx.x & 28);
   float ss = 0.f;
-  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
-    const int c = t >> 2, j = t & 3;
-    const float4 u0 = __ldg(xg + 2 * t), u1 = __ldg(xg + 2 * t + 1);
-    const float4 w0 = __ldg(wg + 2 * t), w1 = __ldg(wg + 2 * t + 1);
-    ss += u0.x * u0.x + u0.y * u0.y + u0.z * u0.z + u0.w * u0.w + u1.x * u1.x + u1.y * u1.y + u1.z * u1.z + u1.w * u1.w;
-    const float y[8] = {u0.x * (w0.x + a.nadd), u0.y * (w0.y + a.nadd), u0.z * (w0.z + a.nadd), u0.w * (w0.w + a.nadd),
-                        u1.x * (w1.x + a.nadd), u1.y * (w1.y + a.nadd), u1.z * (w1.z + a.nadd), u1.w * (w1.w + a.nadd)};
-    const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
-    store_xq_quad(xs, meta, c, j, quad, f);
+  for (int t0 = threadIdx.x; t0 < 4 * nch; t0 += P * nt) {
+    float4 u[P][2], w[P][2];
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int t = t0 + i * nt;
+      if (t < 4 * nch) {
+        u[i][0] = __ldg(xg + 2 * t);
+        u[i][1] = __ldg(xg + 2 * t + 1);
+        w[i][0] = __ldg(wg + 2 * t);
+        w[i][1] = __ldg(wg + 2 * t + 1);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      const int t = t0 + i * nt;
+      if (t >= 4 * nch) break;
+      const float4 u0 = u[i][0], u1 = u[i][1], w0 = w[i][0], w1 = w[i][1];
+      ss += u0.x * u0.x + u0.y * u0.y + u0.z * u0.z + u0.w * u0.w + u1.x * u1.x + u1.y * u1.y + u1.z * u1.z + u1.w * u1.w;
+      const float y[8] = {u0.x * (w0.x + a.nadd), u0.y * (w0.y + a.nadd), u0.z * (w0.z + a.nadd),
+                          u0.w * (w0.w + a.nadd), u1.x * (w1.x + a.nadd), u1.y * (w1.y + a.nadd),
+                          u1.z * (w1.z + a.nadd), u1.w * (w1.w + a.nadd)};
+      const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
+      store_xq_quad(xs, meta, t >> 2, t & 3, quad, f);
+    }
   }
   return rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);  // NaN in nx: NaN here too
 }
@@ -577,8 +604,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
-    if constexpr (NORM) norm_r = stage_xq_normed(xs, a, nch, WARPS * 32, nred);
-    else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
+    // x loads per thread issued together (stage_xq): with the norm, all of K = 5120 in one round from 512 threads
+    // up (768 threads need only one load each); without it, all of K = 17408 in one round from 544 threads up
+    if constexpr (NORM) norm_r = stage_xq_normed<WARPS >= 24 ? 1 : 2>(xs, a, nch, WARPS * 32, nred);
+    else if (IDOT) stage_xq<4>(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
   }
@@ -639,104 +668,6 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
       for (int i = 0; i < ROWS; ++i) acc[i] *= norm_r;
     }
     store_group<ROWS>(a, g, lane, acc);
-  }
-}
-
-// ---- T = 1, 4-bit: one block per SM streams a contiguous range of whole rows (variants 34..37) ----
-// The row-per-warp kernels above leave the 5120-row shapes (down, gdn_out, the attention output) latency-bound:
-// 39 rows per SM, each warp walking one or two long rows a batch at a time, and the last round of warps half
-// empty (session 8 call 1: a whole-layer probe phase spends 1-4 us in such tails). Here block b (one per SM) owns
-// the row pairs [P b / G, P (b + 1) / G), which in row-major order are one contiguous run of bytes, and its warps
-// take that run's items (row, segment of 32 chunks = 512 bytes of codes) round-robin: warp w takes items w,
-// w + WARPS, ..., lane l chunk 32 seg + l. Every thread keeps D items in flight (a register ring: an item's slot is
-// re-requested right after it is folded), so the SM has WARPS * 32 * D * 16 bytes of codes in flight whatever the
-// row length, and the SMs' shares differ by at most one row pair.
-//   * x: the integer planes of the sx kernels (stage_xq / stage_xq_normed), staged once per SM after the PDL wait;
-//     the first D items of every thread are requested before the wait.
-//   * each item's 32 lane products are warp-summed and parked in shared memory at [row][segment]; after a block
-//     barrier one thread per row (SwiGLU: per pair) adds its segments in a fixed order: deterministic.
-//   * a row's last segment may be partial (K not a multiple of 1024): lanes past the row end add nothing.
-template <int WARPS, int D, bool NORM>
-__global__ void __launch_bounds__(WARPS * 32, 1) qgemv4_smflat_kernel(GemvArgs a) {
-  constexpr int NT = WARPS * 32;
-  extern __shared__ uint4 xs[];  // x planes (K / 32 x 72 bytes), then the parked item sums [rows][nseg] (fp32)
-  __shared__ float nred[NORM ? 32 : 1];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nch = a.K >> 5, nseg = (nch + 31) >> 5;
-  const int ngroups = a.K >> a.gshift;
-  const size_t rowb = (size_t)(a.K >> 1);
-  const long long npairs = (a.N + 1) >> 1;
-  const int r0 = 2 * (int)(npairs * blockIdx.x / gridDim.x);
-  const int nrows = min(a.N, 2 * (int)(npairs * (blockIdx.x + 1) / gridDim.x)) - r0;
-  const int2* xmeta = reinterpret_cast<const int2*>(xs + 4 * nch);
-  float* part = reinterpret_cast<float*>(xs + 4 * nch + ((nch + 1) >> 1));  // after the int2 metadata
-  // cursors over this warp's items (row, seg): item warp + i WARPS, advanced by divmod(WARPS, nseg)
-  const int drow = WARPS / nseg, dseg = WARPS - drow * nseg;
-  auto advance = [&](int& row, int& seg) {
-    row += drow;
-    seg += dseg;
-    if (seg >= nseg) {
-      seg -= nseg;
-      ++row;
-    }
-  };
-  uint4 w[D];
-  float s[D];
-  int lrow = warp / nseg, lseg = warp - (warp / nseg) * nseg;  // the next item to request
-  auto request = [&](int j) {
-    const int c = 32 * lseg + lane;
-    if (lrow < nrows && c < nch) {
-      const int r = r0 + lrow;
-      w[j] = ld_stream16<false>(a.codes + r * rowb + c * 16, 0);
-      s[j] = ld_stream_half(a.scales + (size_t)r * ngroups + ((c * 32) >> a.gshift));
-    }
-    advance(lrow, lseg);
-  };
-#pragma unroll
-  for (int j = 0; j < D; ++j) request(j);
-  pdl_wait();  // pdl.cuh: the first D items of weights are in flight before the wait, x is read after it
-  pdl_trigger();
-  float norm_r = 1.f;
-  if constexpr (NORM) norm_r = stage_xq_normed(xs, a, nch, NT, nred);
-  else stage_xq(xs, a.x, nch, NT);
-  __syncthreads();
-  int crow = warp / nseg, cseg = warp - (warp / nseg) * nseg;  // the next item to fold
-  while (crow < nrows) {
-#pragma unroll
-    for (int j = 0; j < D; ++j) {
-      if (crow >= nrows) break;  // warp-uniform: the cursor is the warp's
-      const int c = 32 * cseg + lane;
-      float p = 0.f;
-      if (c < nch) {
-        uint4 xv[4];
-        load_x_chunk(xs, c, xv);
-        const int2 m = xmeta[c];
-        p = __int2float_rn(chunk_dot_idot(w[j], xv, m.y)) * (s[j] * __int_as_float(m.x));
-      }
-      p = warp_sum(p);
-      if (lane == 0) part[crow * nseg + cseg] = p;
-      request(j);
-      advance(crow, cseg);
-    }
-  }
-  __syncthreads();
-  if (a.epi == GEMV_SWIGLU) {
-    for (int i = threadIdx.x; 2 * i + 1 < nrows; i += NT) {
-      float g = 0.f, u = 0.f;
-      for (int k = 0; k < nseg; ++k) {
-        g += part[(2 * i) * nseg + k];
-        u += part[(2 * i + 1) * nseg + k];
-      }
-      a.out_h[perm8((r0 >> 1) + i)] = __float2half(silu(g * norm_r) * (u * norm_r));
-    }
-  } else {
-    for (int i = threadIdx.x; i < nrows; i += NT) {
-      float y = 0.f;
-      for (int k = 0; k < nseg; ++k) y += part[i * nseg + k];
-      y *= norm_r;
-      if (a.epi == GEMV_STORE) a.out_f32[r0 + i] = y;
-      else a.out_f32[r0 + i] += y;
-    }
   }
 }
 
@@ -824,22 +755,6 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   const int per_sm = occ.get(kern, WARPS * 32, smem);
   launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced)), dim3(WARPS * 32), smem, st,
              a);
-  return true;
-}
-
-// One block per SM (fewer when the row pairs run out); false when x and the parked sums do not fit in one block's
-// shared memory (the caller falls back) or one block of the kernel cannot be resident.
-template <int WARPS, int D, bool NORM>
-bool launch_smflat(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv4_smflat_kernel<WARPS, D, NORM>;
-  const long long npairs = (a.N + 1) >> 1;
-  const int grid = (int)std::min<long long>(sm_count(), npairs);
-  const int nch = a.K / 32, nseg = (nch + 31) / 32;
-  const long long rows_max = 2 * ((npairs + grid - 1) / grid);
-  const size_t smem = (size_t)nch * kXqBytesPerChunk + ((nch & 1) ? 8 : 0) + (size_t)rows_max * nseg * 4;
-  static size_t raised = 48 * 1024;
-  if (!allow_dynamic_smem(kern, smem, raised, "qgemv smem attr")) return false;
-  launch_pdl("qgemv", kern, dim3(grid), dim3(WARPS * 32), smem, st, a);
   return true;
 }
 
@@ -1128,9 +1043,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      pairs = 128 blocks, one round), x staged once per SM: 31 integer dot R2 U2 pipelined, 32 integer dot
     //      R2 U4, 33 the fp16 half2 path R2 U2 pipelined (x staged as fp16, not re-quantized); no gain on whole
     //      steps (session 7 final call: 4.970-5.087 ms against 4.979), kept for route searches
-    //   34..37: qgemv4_smflat_kernel (one block per SM streams a contiguous run of whole rows, items of 512 bytes
-    //      round-robin over its warps, D items in flight per thread, integer dot): 34 16 warps D 8 (64 KB of codes
-    //      in flight per SM), 35 16 warps D 16 (128 KB), 36 32 warps D 4 (64 KB), 37 8 warps D 16 (64 KB)
     // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
@@ -1170,10 +1082,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 31) done = launch_sx<2, 2, 20, 1, true, true, false, true>(a, st, false);
       else if (v == 32) done = launch_sx<2, 4, 20, 1, true, false, false, true>(a, st, false);
       else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
-      else if (v == 34) done = launch_smflat<16, 8, false>(a, st);
-      else if (v == 35) done = launch_smflat<16, 16, false>(a, st);
-      else if (v == 36) done = launch_smflat<32, 4, false>(a, st);
-      else if (v == 37) done = launch_smflat<8, 16, false>(a, st);
       else done = false;
       if (done) return;
       if (v >= 6) {
@@ -1230,13 +1138,13 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
                   x, T, epilogue, out_f32, out_h, ldo};
 }
 
-// The fused norm runs in the integer-dot sx variants 23 and 27, their one-block-per-SM forms 29 and 30 (the
-// route's) and the smflat variants 34..37; for any other variant, width or T the caller runs the norm as its own kernel.
+// The fused norm runs in the integer-dot sx variants 23 and 27 and their one-block-per-SM forms 29 and 30 (the
+// route's); for any other variant, width or T the caller runs the norm as its own kernel.
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   int v = g_variant ? g_variant : shape_variant(a);
   if (!v) v = t1_route<4>(a);
-  return v == 23 || v == 27 || v == 29 || v == 30 || (v >= 34 && v <= 37) ? v : 0;
+  return v == 23 || v == 27 || v == 29 || v == 30 ? v : 0;
 }
 }  // namespace
 
@@ -1260,10 +1168,6 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
       case 23: done = launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false); break;
       case 27: done = launch_sx<8, 1, 8, 2, true, false, false, true, true>(a, stream, false); break;
       case 29: done = launch_sx<4, 2, 24, 1, true, false, false, true, true>(a, stream, false); break;
-      case 34: done = launch_smflat<16, 8, true>(a, stream); break;
-      case 35: done = launch_smflat<16, 16, true>(a, stream); break;
-      case 36: done = launch_smflat<32, 4, true>(a, stream); break;
-      case 37: done = launch_smflat<8, 16, true>(a, stream); break;
       default: done = launch_sx<8, 1, 16, 1, true, false, false, true, true>(a, stream, false); break;  // 30
     }
     if (done) {
