@@ -446,36 +446,28 @@ __device__ __forceinline__ void store_xq_quad(uint4* xs, int2* meta, int c, int 
 }
 
 // x (fp16, perm8 order: storage slot s of an 8-element group holds element 0, 4, 1, 5, 2, 6, 3, 7) ->
-// the integer planes above. Four threads per chunk (thread j: elements 8j..8j+7, one 16-byte load); the chunk's
-// absmax and sum go round the quad by shuffles (nt, the block's threads, is a multiple of 32: a quad is all in or
-// all out). P: loads per thread issued together before any is used. x sits in L2, but at a phase's start the L2
-// queues fill with every SM's weight requests, so each round of loads is a long round trip that no weight stream
-// of this block overlaps; with P = 1 (before session 8) down's 34 KB of x took 3-4 dependent round trips on a
-// 640-thread block, 9 on a 256-thread one.
-template <int P>
+// the integer planes above. Four threads per chunk (thread j: elements 8j..8j+7, one 16-byte load), so the
+// staging holds 8 values per thread and no register array spills under the main loop's register cap; the
+// chunk's absmax and sum go round the quad by shuffles (nt, the block's threads, is a multiple of 32: a quad is
+// all in or all out). (Session 8 call 3 issued each thread's loads of x together, in one round instead of 2-4
+// dependent ones: no gain on whole steps, 5.004 against 4.979-4.983 ms; reverted. So was a one-block-per-SM flat
+// stream of whole rows with 512-byte items round-robin over the warps, call 2: 2-4x slower, compute-latency bound.)
 __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
   const uint4* xg = reinterpret_cast<const uint4*>(x);
   int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
   const unsigned quad = 0xFu << (threadIdx.x & 28);
-  for (int t0 = threadIdx.x; t0 < 4 * nch; t0 += P * nt) {
-    uint4 v[P];
+  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
+    const int c = t >> 2, j = t & 3;
+    const uint4 v = __ldg(xg + t);
+    const __half2* h2 = reinterpret_cast<const __half2*>(&v);
+    float f[8];
 #pragma unroll
-    for (int i = 0; i < P; ++i)
-      if (t0 + i * nt < 4 * nch) v[i] = __ldg(xg + t0 + i * nt);
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int t = t0 + i * nt;
-      if (t >= 4 * nch) break;
-      const __half2* h2 = reinterpret_cast<const __half2*>(&v[i]);
-      float f[8];
-#pragma unroll
-      for (int p = 0; p < 4; ++p) {
-        const float2 e = __half22float2(h2[p]);
-        f[2 * p] = e.x;
-        f[2 * p + 1] = e.y;
-      }
-      store_xq_quad(xs, meta, t >> 2, t & 3, quad, f);
+    for (int p = 0; p < 4; ++p) {
+      const float2 e = __half22float2(h2[p]);
+      f[2 * p] = e.x;
+      f[2 * p + 1] = e.y;
     }
+    store_xq_quad(xs, meta, c, j, quad, f);
   }
 }
 
@@ -484,39 +476,22 @@ __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
 // from nx * (nw + nadd) as they are loaded, the sum of squares is gathered on the way (then block_sum: a fixed
 // order), and r is returned for the caller to apply to its dot products. A first version normalised before
 // quantizing (two passes over the row: two L2 round trips and a barrier on the critical path) and saved nothing
-// against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between. P as in stage_xq (each
-// step of a thread loads 64 bytes: 8 residual and 8 norm-weight floats).
-template <int P>
+// against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between.
 __device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red) {
   const float4* xg = reinterpret_cast<const float4*>(a.nx);
   const float4* wg = reinterpret_cast<const float4*>(a.nw);
   int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
   const unsigned quad = 0xFu << (threadIdx.x & 28);
   float ss = 0.f;
-  for (int t0 = threadIdx.x; t0 < 4 * nch; t0 += P * nt) {
-    float4 u[P][2], w[P][2];
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int t = t0 + i * nt;
-      if (t < 4 * nch) {
-        u[i][0] = __ldg(xg + 2 * t);
-        u[i][1] = __ldg(xg + 2 * t + 1);
-        w[i][0] = __ldg(wg + 2 * t);
-        w[i][1] = __ldg(wg + 2 * t + 1);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      const int t = t0 + i * nt;
-      if (t >= 4 * nch) break;
-      const float4 u0 = u[i][0], u1 = u[i][1], w0 = w[i][0], w1 = w[i][1];
-      ss += u0.x * u0.x + u0.y * u0.y + u0.z * u0.z + u0.w * u0.w + u1.x * u1.x + u1.y * u1.y + u1.z * u1.z + u1.w * u1.w;
-      const float y[8] = {u0.x * (w0.x + a.nadd), u0.y * (w0.y + a.nadd), u0.z * (w0.z + a.nadd),
-                          u0.w * (w0.w + a.nadd), u1.x * (w1.x + a.nadd), u1.y * (w1.y + a.nadd),
-                          u1.z * (w1.z + a.nadd), u1.w * (w1.w + a.nadd)};
-      const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
-      store_xq_quad(xs, meta, t >> 2, t & 3, quad, f);
-    }
+  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
+    const int c = t >> 2, j = t & 3;
+    const float4 u0 = __ldg(xg + 2 * t), u1 = __ldg(xg + 2 * t + 1);
+    const float4 w0 = __ldg(wg + 2 * t), w1 = __ldg(wg + 2 * t + 1);
+    ss += u0.x * u0.x + u0.y * u0.y + u0.z * u0.z + u0.w * u0.w + u1.x * u1.x + u1.y * u1.y + u1.z * u1.z + u1.w * u1.w;
+    const float y[8] = {u0.x * (w0.x + a.nadd), u0.y * (w0.y + a.nadd), u0.z * (w0.z + a.nadd), u0.w * (w0.w + a.nadd),
+                        u1.x * (w1.x + a.nadd), u1.y * (w1.y + a.nadd), u1.z * (w1.z + a.nadd), u1.w * (w1.w + a.nadd)};
+    const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
+    store_xq_quad(xs, meta, c, j, quad, f);
   }
   return rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);  // NaN in nx: NaN here too
 }
@@ -604,10 +579,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
   if (SX) {
-    // x loads per thread issued together (stage_xq): with the norm, all of K = 5120 in one round from 512 threads
-    // up (768 threads need only one load each); without it, all of K = 17408 in one round from 544 threads up
-    if constexpr (NORM) norm_r = stage_xq_normed<WARPS >= 24 ? 1 : 2>(xs, a, nch, WARPS * 32, nred);
-    else if (IDOT) stage_xq<4>(xs, a.x, nch, WARPS * 32);
+    if constexpr (NORM) norm_r = stage_xq_normed(xs, a, nch, WARPS * 32, nred);
+    else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
   }
