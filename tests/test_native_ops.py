@@ -42,9 +42,9 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(34))  # 0 = route by shape, 1..33 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(36))  # 0 = route by shape, 1..35 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
-QGEMV_IDOT_VARIANTS = list(range(20, 33))  # 4-bit integer dot products on x staged as 16-bit integers
+QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35]  # 4-bit integer dot products on x staged as 16-bit integers
 
 
 def gemv_tol(variant: int) -> float:
@@ -297,6 +297,8 @@ def test_rmsnorm(nat, T, add_one):
     (29, 2, 34816, 5120, 1, True),   # 23 and 27 as one block per SM
     (30, 1, 16480, 5120, 1, True),
     (30, 0, 250, 1152, 1, True),
+    (34, 2, 34816, 5120, 1, True),   # 29 / 30 with 22 / 14 warps per SM
+    (35, 0, 14336, 5120, 1, True),
     (0, 0, 5120, 6144, 1, False),    # route 4 (gdn_out's shape): norm kernel, then the GEMV
     (6, 0, 16480, 5120, 1, False),   # a forced variant without the fused norm
     (24, 2, 34816, 5120, 1, False),  # an integer-dot variant without it

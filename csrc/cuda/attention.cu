@@ -942,26 +942,67 @@ void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t strea
              stream, a);
 }
 
-__global__ void __launch_bounds__(kHd) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
+// Merges the splits of one (token, head) for a slice of kCombineDims output dims: block (t, h, slice), 256 threads.
+// Session 8: the previous kernel (one block of 256 threads per (t, h), each thread walking all the splits twice)
+// ran 2 x nsplit dependent L2 round trips on only 24 blocks: ~15-20 us per layer at 128K (128 splits), where the
+// split kernel itself streams the cache in ~72 us (Nsight Compute, bench/results/ncu-attn-s8-call3.txt). Here the
+// splits' maxima and sums are loaded in one round (a thread per split), and thread (dim d, group j) adds splits
+// j, j + 8, ... of dim d, all its loads issued together; the 8 groups are added in a fixed order (deterministic).
+constexpr int kCombineDims = 32;                 // output dims per block
+constexpr int kCombineGroups = 256 / kCombineDims;  // split groups per block
+constexpr int kCombinePerGroup = (kMaxAttnSplits + kCombineGroups - 1) / kCombineGroups;
+static_assert(kMaxAttnSplits <= 256, "one thread per split for the maxima");
+__global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
                                                            const float* gate, int ld_gate, __half* out_h) {
+  __shared__ float w_sh[kMaxAttnSplits];
+  __shared__ float red[32];
+  __shared__ float acc_sh[kCombineGroups][kCombineDims];
   pdl_wait();
   pdl_trigger();
-  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x;
+  const int t = blockIdx.x, h = blockIdx.y, d0 = blockIdx.z * kCombineDims, tid = threadIdx.x;
   const float* base = part + ((size_t)t * d.n_heads + h) * kMaxAttnSplits * (kHd + 2);
   const int L_all = in->kv_start + in->T;
   const int nsplit = min((int)kMaxAttnSplits, (L_all + split_len(L_all) - 1) / split_len(L_all));
-  float M = -INFINITY;
-  for (int s = 0; s < nsplit; ++s) M = fmaxf(M, base[s * (kHd + 2) + kHd]);
-  float num = 0.f, den = 0.f;
-  for (int s = 0; s < nsplit; ++s) {
-    const float m = base[s * (kHd + 2) + kHd];
-    if (m == -INFINITY) continue;
-    const float w = __expf(m - M);
-    num = fmaf(w, base[s * (kHd + 2) + i], num);
-    den = fmaf(w, base[s * (kHd + 2) + kHd + 1], den);
+  // the splits' running maxima (natural-log units; -inf: an empty split) and sums, one thread each
+  float m = -INFINITY, l = 0.f;
+  if (tid < nsplit) {
+    m = base[tid * (kHd + 2) + kHd];
+    l = base[tid * (kHd + 2) + kHd + 1];
   }
-  const float g = gate[(size_t)t * ld_gate + h * 2 * kHd + i];
-  out_h[(size_t)t * d.n_heads * kHd + perm8(h * kHd + i)] = __float2half(num / den * sigmoidf_(g));
+  float M = m;
+  for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+  if ((tid & 31) == 0) red[tid >> 5] = M;
+  __syncthreads();
+  M = red[0];
+  for (int i = 1; i < 8; ++i) M = fmaxf(M, red[i]);
+  const float w = m == -INFINITY ? 0.f : __expf(m - M);
+  if (tid < kMaxAttnSplits) w_sh[tid] = w;
+  __syncthreads();  // red[] is reused by block_sum below
+  const float den = block_sum(w * l, red);
+  // this thread's dim and split group: every load issued before the first product
+  const int dim = tid % kCombineDims, grp = tid / kCombineDims;
+  float v[kCombinePerGroup];
+#pragma unroll
+  for (int k = 0; k < kCombinePerGroup; ++k) {
+    const int sp = grp + k * kCombineGroups;
+    v[k] = sp < nsplit ? base[sp * (kHd + 2) + d0 + dim] : 0.f;
+  }
+  float num = 0.f;
+#pragma unroll
+  for (int k = 0; k < kCombinePerGroup; ++k) {
+    const int sp = grp + k * kCombineGroups;
+    if (sp < nsplit) num = fmaf(w_sh[sp], v[k], num);
+  }
+  acc_sh[grp][dim] = num;
+  __syncthreads();
+  if (tid < kCombineDims) {
+    float y = acc_sh[0][tid];
+#pragma unroll
+    for (int g = 1; g < kCombineGroups; ++g) y += acc_sh[g][tid];
+    const int i = d0 + tid;
+    const float gv = gate[(size_t)t * ld_gate + h * 2 * kHd + i];
+    out_h[(size_t)t * d.n_heads * kHd + perm8(h * kHd + i)] = __float2half(y / den * sigmoidf_(gv));
+  }
 }
 
 // default: flash-decode (variant 4), the fastest on H200 at 128K: 0.087 ms per layer for the context
@@ -1033,8 +1074,8 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     else attn_split_kernel<kKvBf16, 0><<<grid, 128, 0, stream>>>(a);
   }
   MR_CHECK_LAUNCH("attn_split");
-  launch_pdl("attn_combine", attn_combine_kernel, dim3(T, d.n_heads), dim3(kHd), 0, stream, partials, d, in, gate, ld_gate,
-             out_h);
+  launch_pdl("attn_combine", attn_combine_kernel, dim3(T, d.n_heads, kHd / kCombineDims), dim3(256), 0, stream, partials,
+             d, in, gate, ld_gate, out_h);
 }
 
 }  // namespace monorail

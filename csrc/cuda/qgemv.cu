@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 33;  // T = 1 launch variants 1..33 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -1016,6 +1016,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      pairs = 128 blocks, one round), x staged once per SM: 31 integer dot R2 U2 pipelined, 32 integer dot
     //      R2 U4, 33 the fp16 half2 path R2 U2 pipelined (x staged as fp16, not re-quantized); no gain on whole
     //      steps (session 7 final call: 4.970-5.087 ms against 4.979), kept for route searches
+    //   34, 35: 29 with 22 warps and 30 with 14 warps per SM, so that the row groups fill whole rounds on 132 SMs
+    //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
+    //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width
     // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
@@ -1055,6 +1058,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 31) done = launch_sx<2, 2, 20, 1, true, true, false, true>(a, st, false);
       else if (v == 32) done = launch_sx<2, 4, 20, 1, true, false, false, true>(a, st, false);
       else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
+      else if (v == 34) done = launch_sx<4, 2, 22, 1, true, false, false, true>(a, st, false);
+      else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
       else done = false;
       if (done) return;
       if (v >= 6) {
@@ -1112,12 +1117,12 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
 }
 
 // The fused norm runs in the integer-dot sx variants 23 and 27 and their one-block-per-SM forms 29 and 30 (the
-// route's); for any other variant, width or T the caller runs the norm as its own kernel.
+// route's) and 34 / 35; for any other variant, width or T the caller runs the norm as its own kernel.
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   int v = g_variant ? g_variant : shape_variant(a);
   if (!v) v = t1_route<4>(a);
-  return v == 23 || v == 27 || v == 29 || v == 30 ? v : 0;
+  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 ? v : 0;
 }
 }  // namespace
 
@@ -1141,6 +1146,8 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
       case 23: done = launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false); break;
       case 27: done = launch_sx<8, 1, 8, 2, true, false, false, true, true>(a, stream, false); break;
       case 29: done = launch_sx<4, 2, 24, 1, true, false, false, true, true>(a, stream, false); break;
+      case 34: done = launch_sx<4, 2, 22, 1, true, false, false, true, true>(a, stream, false); break;
+      case 35: done = launch_sx<8, 1, 14, 1, true, false, false, true, true>(a, stream, false); break;
       default: done = launch_sx<8, 1, 16, 1, true, false, false, true, true>(a, stream, false); break;  // 30
     }
     if (done) {
