@@ -264,7 +264,8 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
   // 3. per-lane recurrent state and sampling state.
   int64_t nl = d.n_linear();
   b.gdn_state = take_f32(a, "gdn_state", "gdn_state", s.max_lanes * nl * d.lin_v_heads * d.lin_k_dim * d.lin_v_dim);
-  b.conv_state = take_f32(a, "conv_state", "conv_state", s.max_lanes * nl * d.conv_dim() * (d.conv_kernel - 1));
+  // conv state: a ring of conv_kernel slots per channel (the input at position p in slot p mod conv_kernel, gdn.cu)
+  b.conv_state = take_f32(a, "conv_state", "conv_state", s.max_lanes * nl * d.conv_dim() * d.conv_kernel);
   b.token_counts = reinterpret_cast<int32_t*>(a.take("token_counts", "lane_state", s.max_lanes * d.vocab * 4));
   b.lane_meta = a.take("lane_meta", "lane_state", s.max_lanes * kLaneMetaBytes);
 

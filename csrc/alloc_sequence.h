@@ -198,7 +198,7 @@ struct EngineBuffers {
   QMatrix embed, lm_head;
   char* vision_weights = nullptr;
   float* gdn_state = nullptr;   // [lanes, n_linear, v_heads, k_dim, v_dim]
-  float* conv_state = nullptr;  // [lanes, n_linear, conv_dim, kernel - 1]
+  float* conv_state = nullptr;  // [lanes, n_linear, conv_dim, kernel]: a ring, position p in slot p mod kernel
   int32_t* token_counts = nullptr;  // [lanes, vocab] for repetition penalties
   char* lane_meta = nullptr;        // [lanes] LaneMeta
   StepWorkspace ws;

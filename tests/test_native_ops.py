@@ -348,43 +348,67 @@ def test_embed_gather(nat, bits):
     assert rel_err(out, wd[tok.long()]) < TOL_FP32
 
 
-def test_conv_update_carries_state(nat):
+def _ring(hist, p0, Kc):
+    """The conv state ring [C, Kc] for a step at position p0 whose window is hist [Kc - 1, C] (oldest first): the
+    input at position p in slot p mod Kc; the slot of p0 itself holds junk (no step at p0 reads it)."""
+    C = hist.shape[1]
+    ring = torch.randn(C, Kc, device="cuda")
+    for j in range(Kc - 1):
+        ring[:, (p0 - (Kc - 1) + j) % Kc] = hist[j].float()
+    return ring
+
+
+def _window(ring, p0, Kc):
+    """The window [Kc - 1, C] (oldest first) a step at position p0 reads from the ring."""
+    return torch.stack([ring[:, (p0 - (Kc - 1) + j) % Kc] for j in range(Kc - 1)]) if Kc > 1 else ring[:, :0].T
+
+
+@pytest.mark.parametrize("pos_on_device", [False, True])
+def test_conv_update_carries_state(nat, pos_on_device):
+    # the ring carries the last Kc - 1 inputs across calls of several lengths, wrapping (positions 6..), with the
+    # position from the host or (as a captured decode step reads it) from device memory
     C, Kc, ld = 1000, 4, 1100
     w = torch.randn(C, Kc, device="cuda")
-    state = torch.randn(C, Kc - 1, device="cuda")
-    hist = state.double().T.clone()  # [Kc-1, C], oldest first
+    p = 6
+    hist = torch.randn(Kc - 1, C, device="cuda").double()  # oldest first
+    state = _ring(hist, p, Kc)
     for T in (3, 1, 5):
         x = torch.randn(T, ld, device="cuda")
         out = torch.full((T, C), float("nan"), device="cuda")
-        nat.op_conv(x.data_ptr(), ld, T, C, Kc, w.data_ptr(), state.data_ptr(), out.data_ptr())
+        pos_dev = torch.tensor([p], dtype=torch.int32, device="cuda")
+        nat.op_conv(x.data_ptr(), ld, T, C, Kc, w.data_ptr(), state.data_ptr(), -999 if pos_on_device else p,
+                    out.data_ptr(), pos_dev.data_ptr() if pos_on_device else 0)
         seq = torch.cat([hist, x[:, :C].double()])  # [Kc-1+T, C]
         ref = torch.stack([(seq[t:t + Kc] * w.double().T).sum(0) for t in range(T)])
         assert rel_err(out, torch.nn.functional.silu(ref)) < TOL_FP32
+        p += T
         hist = seq[-(Kc - 1):]
-        assert rel_err(state.T, hist) < TOL_FP32
+        assert rel_err(_window(state, p, Kc), hist) < TOL_FP32
 
 
 @pytest.mark.parametrize("Kc", [4, 2])
 def test_conv_prefill_path_equals_token_steps(nat, Kc):
-    """T > 16 takes the token-parallel kernel and a separate window update: its outputs and the window it
+    """T > 16 takes the token-parallel kernel and a separate window update: its outputs and the ring it
     leaves must be bit-identical to feeding the same inputs in steps of at most 16 (the sequential
     kernel), across a mix of long and short calls and a run boundary (T = 100 = 6 runs of 16 + 4)."""
     C, ld = 1000, 1037
     w = torch.randn(C, Kc, device="cuda")
-    s0 = torch.randn(C, Kc - 1, device="cuda")
+    s0 = torch.randn(C, Kc, device="cuda")
     xs = [torch.randn(T, ld, device="cuda") for T in (100, 17, 3, 4096)]
     par_state, seq_state = s0.clone(), s0.clone()
+    p = 3
     for x in xs:
         T = x.shape[0]
         out_par = torch.full((T, C), float("nan"), device="cuda")
-        nat.op_conv(x.data_ptr(), ld, T, C, Kc, w.data_ptr(), par_state.data_ptr(), out_par.data_ptr())
+        nat.op_conv(x.data_ptr(), ld, T, C, Kc, w.data_ptr(), par_state.data_ptr(), p, out_par.data_ptr())
         out_seq = torch.full((T, C), float("nan"), device="cuda")
         for t0 in range(0, T, 16):
             n = min(16, T - t0)
-            nat.op_conv(x[t0:].data_ptr(), ld, n, C, Kc, w.data_ptr(), seq_state.data_ptr(), out_seq[t0:].data_ptr())
+            nat.op_conv(x[t0:].data_ptr(), ld, n, C, Kc, w.data_ptr(), seq_state.data_ptr(), p + t0,
+                        out_seq[t0:].data_ptr())
         assert torch.equal(out_par, out_seq)
-        assert torch.equal(par_state, seq_state)
-
+        p += T
+        assert torch.equal(_window(par_state, p, Kc), _window(seq_state, p, Kc))
 
 
 @pytest.mark.parametrize("T", [1, 2, 4])
@@ -409,6 +433,46 @@ def test_gdn_step(nat, T):
                         norm_w.double(), S0.double().clone(), kh, vh, eps)
     assert rel_err(from_perm8(out.float()), ref) < TOL_FP16_OUT
     assert rel_err(state.transpose(1, 2), S) < TOL_FP32 * 10  # exp/softplus intrinsics in the decay
+
+
+@pytest.mark.parametrize("kh, vh, Kc, p0", [(4, 12, 4, 0), (4, 12, 4, 1001), (2, 2, 4, 7), (4, 8, 2, 5)])
+@pytest.mark.parametrize("pos_on_device", [False, True])
+def test_gdn_conv_step_equals_conv_then_step(nat, kh, vh, Kc, p0, pos_on_device):
+    """The one-token step with the conv inside (gdn_conv_step: several blocks read a key head's q / k window,
+    one writes the new input) is bit-identical to the conv kernel then the GDN step kernel: outputs, the
+    recurrent state and the conv ring, at the first position (empty window) and at wrapped ones; three steps in
+    a row, so each reads what the one before wrote."""
+    gen = torch.Generator(device="cuda").manual_seed(kh * 100 + vh + Kc + p0)
+    conv_dim = 2 * kh * 128 + vh * 128
+    ldp = conv_dim + vh * 128 + 2 * vh + 5
+    eps = 1e-6
+    conv_w = torch.randn(conv_dim, Kc, device="cuda", generator=gen) * 0.5
+    a_log = torch.randn(vh, device="cuda", generator=gen) * 0.5
+    dt_bias = torch.randn(vh, device="cuda", generator=gen) * 0.5
+    norm_w = torch.rand(128, device="cuda", generator=gen) + 0.5
+    ring0 = torch.zeros(conv_dim, Kc, device="cuda") if p0 == 0 else torch.randn(conv_dim, Kc, device="cuda",
+                                                                                 generator=gen)
+    S0 = (torch.randn(vh, 128, 128, device="cuda", generator=gen) * 0.1).contiguous()
+    ring_a, ring_b, S_a, S_b = ring0.clone(), ring0.clone(), S0.clone(), S0.clone()
+    for step in range(3):
+        p = p0 + step
+        x = torch.randn(1, ldp, device="cuda", generator=gen)
+        zp, bp, ap = (x.data_ptr() + off * 4 for off in (conv_dim, conv_dim + vh * 128, conv_dim + vh * 128 + vh))
+        pos_dev = torch.tensor([p], dtype=torch.int32, device="cuda")
+        pos, pdev = (-5, pos_dev.data_ptr()) if pos_on_device else (p, 0)
+        conv_out = torch.full((1, conv_dim), float("nan"), device="cuda")
+        nat.op_conv(x.data_ptr(), ldp, 1, conv_dim, Kc, conv_w.data_ptr(), ring_a.data_ptr(), pos, conv_out.data_ptr(),
+                    pdev)
+        out_a = torch.full((1, vh * 128), float("nan"), device="cuda").half()
+        nat.op_gdn(conv_out.data_ptr(), zp, bp, ap, ldp, 1, kh, vh, eps, a_log.data_ptr(), dt_bias.data_ptr(),
+                   norm_w.data_ptr(), S_a.data_ptr(), out_a.data_ptr())
+        out_b = torch.full((1, vh * 128), float("nan"), device="cuda").half()
+        nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, ldp, kh, vh, eps, Kc, conv_w.data_ptr(), ring_b.data_ptr(), pos,
+                        a_log.data_ptr(), dt_bias.data_ptr(), norm_w.data_ptr(), S_b.data_ptr(), out_b.data_ptr(), pdev)
+        assert not out_b.isnan().any()
+        assert torch.equal(out_a, out_b)
+        assert torch.equal(S_a, S_b)
+        assert torch.equal(ring_a, ring_b)
 
 
 def rope_oracle(x, pos3, inv_freq, sec, rot):

@@ -182,10 +182,27 @@ void register_cuda_bindings(py::module_& m) {
     embed_gather(qmat(codes, high, scales, N, K, bits, group), ptr<int32_t>(tokens), T, ptr<float>(out), 0);
     sync0("embed_gather");
   });
-  m.def("op_conv", [](uintptr_t x, int ldx, int T, int C, int Kc, uintptr_t w, uintptr_t state, uintptr_t out) {
-    conv_update_silu(ptr<float>(x), ldx, T, C, Kc, ptr<float>(w), ptr<float>(state), ptr<float>(out), 0);
+  // state: [C, Kc] ring (ops.h); pos: the position of the first of the T tokens (pos_dev: a device int32 holding it
+  // instead, T <= 16)
+  m.def("op_conv", [](uintptr_t x, int ldx, int T, int C, int Kc, uintptr_t w, uintptr_t state, int pos, uintptr_t out,
+                      uintptr_t pos_dev) {
+    conv_update_silu(ptr<float>(x), ldx, T, C, Kc, ptr<float>(w), ptr<float>(state), pos, ptr<int32_t>(pos_dev),
+                     ptr<float>(out), 0);
     sync0("conv_update_silu");
-  });
+  }, py::arg("x"), py::arg("ldx"), py::arg("T"), py::arg("C"), py::arg("Kc"), py::arg("w"), py::arg("state"),
+     py::arg("pos"), py::arg("out"), py::arg("pos_dev") = 0);
+  // one token: x the raw projection row (conv inputs first), z/b/a addressed from their own pointers
+  m.def("op_gdn_conv", [](uintptr_t x, uintptr_t z, uintptr_t b, uintptr_t a, int ldp, int k_heads, int v_heads,
+                          float eps, int Kc, uintptr_t conv_w, uintptr_t conv_state, int pos, uintptr_t a_log,
+                          uintptr_t dt_bias, uintptr_t norm_w, uintptr_t state, uintptr_t out_h, uintptr_t pos_dev) {
+    GdnDims d{k_heads, v_heads, 128, 128, eps};
+    gdn_conv_step(ptr<float>(x), ptr<float>(z), ptr<float>(b), ptr<float>(a), ldp, d, Kc, ptr<float>(conv_w),
+                  ptr<float>(conv_state), pos, ptr<int32_t>(pos_dev), ptr<float>(a_log), ptr<float>(dt_bias),
+                  ptr<float>(norm_w), ptr<float>(state), ptr<__half>(out_h), 0);
+    sync0("gdn_conv_step");
+  }, py::arg("x"), py::arg("z"), py::arg("b"), py::arg("a"), py::arg("ldp"), py::arg("k_heads"), py::arg("v_heads"),
+     py::arg("eps"), py::arg("Kc"), py::arg("conv_w"), py::arg("conv_state"), py::arg("pos"), py::arg("a_log"),
+     py::arg("dt_bias"), py::arg("norm_w"), py::arg("state"), py::arg("out_h"), py::arg("pos_dev") = 0);
   m.def("op_gdn", [](uintptr_t conv_out, uintptr_t z, uintptr_t b, uintptr_t a, int ldp, int T, int k_heads,
                      int v_heads, float eps, uintptr_t a_log, uintptr_t dt_bias, uintptr_t norm_w, uintptr_t state,
                      uintptr_t out_h) {

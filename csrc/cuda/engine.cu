@@ -258,7 +258,7 @@ void NativeEngine::reset_lane(int lane) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   const int64_t nl = dims_.n_linear();
   const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
-  const int64_t cs = nl * dims_.conv_dim() * (dims_.conv_kernel - 1);
+  const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;  // a ring of conv_kernel slots per channel (gdn.cu)
   MR_CHECK(cudaMemsetAsync(buf_.gdn_state + lane * gs, 0, gs * 4, stream_), "reset_lane");
   MR_CHECK(cudaMemsetAsync(buf_.conv_state + lane * cs, 0, cs * 4, stream_), "reset_lane");
   MR_CHECK(cudaMemsetAsync(buf_.token_counts + lane * dims_.vocab, 0, dims_.vocab * 4, stream_), "reset_lane");
@@ -308,7 +308,7 @@ NativeEngine::LaneLayer NativeEngine::lane_layer(const LayerBuffers& L, int lane
   LaneLayer S;
   if (!L.full) {
     const int64_t gstate_layer = d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
-    const int64_t cstate_layer = d.conv_dim() * (d.conv_kernel - 1);
+    const int64_t cstate_layer = d.conv_dim() * d.conv_kernel;
     S.gdn_state = buf_.gdn_state + (lane * d.n_linear() + L.gdn_index) * gstate_layer;
     S.conv_state = buf_.conv_state + (lane * d.n_linear() + L.gdn_index) * cstate_layer;
     return S;
@@ -347,13 +347,20 @@ void NativeEngine::enqueue_step(int lane, int T) {
       normed_store(L.mixer_in, L.input_norm, T, w.proj, ldp);
       mark("gemv gdn_in");
       const LaneLayer S = lane_layer(L, lane);
-      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
-      mark("conv_update_silu");
       const float* z = w.proj + C;
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;
-      if (!(skip_ & 4)) gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st);
-      mark("gdn_step");
+      const int Kc = (int)d.conv_kernel;
+      if (T == 1 && !(skip_ & 6)) {  // one token: the conv inside the GDN step's kernel (one kernel fewer)
+        gdn_conv_step(w.proj, z, b, a, ldp, gd, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, L.a_log, L.dt_bias,
+                      L.gdn_norm, S.gdn_state, mix, st);
+        mark("gdn_conv_step");
+      } else {  // T > 1, or leave-one-out timings (skip_ bit 2: the conv alone left out, 4: the recurrence)
+        if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, w.conv_out, st);
+        mark("conv_update_silu");
+        if (!(skip_ & 4)) gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st);
+        mark("gdn_step");
+      }
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv gdn_out");
     } else {
@@ -447,7 +454,8 @@ void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
       const int C = (int)d.conv_dim();
       if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
       const LaneLayer S = lane_layer(L, lane);
-      if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, w.conv_out, st);
+      if (!(skip_ & 2))
+        conv_update_silu(w.proj, ldp, T, C, (int)d.conv_kernel, L.conv_w, S.conv_state, kv_start, nullptr, w.conv_out, st);
       const float* z = w.proj + C;
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;

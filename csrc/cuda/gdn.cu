@@ -1,6 +1,12 @@
 // Gated DeltaNet decode: causal depthwise conv update + SiLU, and the delta-rule recurrence with
 // fp32 state followed by the gated RMS norm. T tokens are processed in order inside one launch.
 //
+// Conv state: a ring of Kc slots per channel, the input at position p in slot p mod Kc (ops.h). A step at
+// positions p0.. reads the slots of p0 - Kc + 1 .. p0 - 1 and writes those of p0 .. p0 + T - 1, so for T = 1 no
+// slot is both read and written by one step: several blocks can read a channel's window while one of them
+// writes the new input (gdn_conv_kernel, the T = 1 decode step with the conv inside: one kernel fewer per GDN
+// layer). Before session 8 the state held the last Kc - 1 inputs oldest first, rewritten by every step.
+//
 // gdn_step: one block per value head, 512 threads; thread (j = tid/4, part = tid%4) owns state
 // column j and 32 of its key rows, interleaved in 16-byte pieces (see gdn_kernel). Sums over k are 32
 // in-thread FMAs plus two shuffles.
@@ -11,27 +17,66 @@
 namespace monorail {
 namespace {
 
-__global__ void conv_kernel(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, float* out) {
+// Slot of position p in a ring of Kc (p may be negative: the zeros before position 0).
+__device__ inline int ring_slot(int p, int Kc) {
+  const int r = p % Kc;
+  return r < 0 ? r + Kc : r;
+}
+// The first position of a step: read from the step's inputs when given (a captured graph serves every position).
+__device__ inline int step_pos(int pos_host, const int32_t* pos_dev) { return pos_dev ? *pos_dev : pos_host; }
+
+// y = silu(sum_j w[j] win[j] + w[Kc-1] x): one channel's conv output, the same products in the same order in every
+// kernel below (bit-identical paths). The window's part needs no new input, so a kernel can form it before its PDL
+// wait and keep two floats instead of the 15 of the weights and the window (gdn_kernel<true> runs at its register
+// cap). Loops unrolled to the largest Kc with guards: the arrays stay in registers.
+__device__ inline float conv_window_sum(const float (&wc)[8], const float (&win)[8], int Kc) {
+  float y = 0.f;
+#pragma unroll
+  for (int j = 0; j < 7; ++j)
+    if (j < Kc - 1) y = j == 0 ? wc[0] * win[0] : fmaf(wc[j], win[j], y);
+  return y;
+}
+__device__ inline float conv_finish(float window_sum, float wlast, float xin) { return silu(fmaf(wlast, xin, window_sum)); }
+// The window after one more input: drop the oldest, append xin.
+__device__ inline void conv_shift(float (&win)[8], int Kc, float xin) {
+#pragma unroll
+  for (int j = 0; j < 7; ++j)
+    if (j < Kc - 2) win[j] = win[j + 1];
+#pragma unroll
+  for (int j = 0; j < 7; ++j)
+    if (j == Kc - 2) win[j] = xin;
+}
+// Channel c's weights (wc[0 .. Kc-2], wlast = w[Kc-1]) and the window of the step at p0 (inputs p0 - Kc + 1 ..
+// p0 - 1, oldest first).
+__device__ inline void conv_load(const float* w, const float* state, int c, int Kc, int p0, float (&wc)[8],
+                                 float (&win)[8], float& wlast) {
+#pragma unroll
+  for (int j = 0; j < 7; ++j)
+    if (j < Kc - 1) {
+      win[j] = state[(size_t)c * Kc + ring_slot(p0 - (Kc - 1) + j, Kc)];
+      wc[j] = w[(size_t)c * Kc + j];
+    }
+  wlast = w[(size_t)c * Kc + Kc - 1];
+}
+
+__global__ void conv_kernel(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
+                            const int32_t* pos_dev, float* out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   float win[8];  // Kc - 1 <= 7 previous inputs, oldest first
-  float wc[8];
-  // weights and the window (written by this layer one step earlier) before the wait (pdl.cuh)
-  if (c < C) {
-    for (int j = 0; j < Kc - 1; ++j) win[j] = state[(size_t)c * (Kc - 1) + j];
-    for (int j = 0; j < Kc; ++j) wc[j] = w[(size_t)c * Kc + j];
-  }
+  float wc[8], wlast = 0.f;
+  // weights and the window (written by this layer one step earlier) before the wait (pdl.cuh); the step's
+  // inputs were copied before the graph started
+  const int p0 = step_pos(pos_host, pos_dev);
+  if (c < C) conv_load(w, state, c, Kc, p0, wc, win, wlast);
   pdl_wait();
   pdl_trigger();
   if (c >= C) return;
   for (int t = 0; t < T; ++t) {
     float xin = x[(size_t)t * ldx + c];
-    float y = wc[Kc - 1] * xin;
-    for (int j = 0; j < Kc - 1; ++j) y = fmaf(wc[j], win[j], y);
-    for (int j = 0; j < Kc - 2; ++j) win[j] = win[j + 1];
-    if (Kc > 1) win[Kc - 2] = xin;
-    out[(size_t)t * C + c] = silu(y);
+    out[(size_t)t * C + c] = conv_finish(conv_window_sum(wc, win, Kc), wlast, xin);
+    conv_shift(win, Kc, xin);
+    state[(size_t)c * Kc + ring_slot(p0 + t, Kc)] = xin;
   }
-  for (int j = 0; j < Kc - 1; ++j) state[(size_t)c * (Kc - 1) + j] = win[j];
 }
 
 // Prefill-sized T: the loop above runs T dependent iterations per channel on only C threads (48 layers x
@@ -43,33 +88,35 @@ constexpr int kConvSequentialMaxT = 16;
 constexpr int kConvRun = 16;
 
 __global__ void conv_parallel_kernel(const float* x, int ldx, int T, int C, int Kc, const float* w,
-                                     const float* state, float* out) {
+                                     const float* state, int p0, float* out) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int t0 = blockIdx.y * kConvRun;
   float wc[8], win[8];
-  for (int j = 0; j < Kc; ++j) wc[j] = w[(size_t)c * Kc + j];
-  for (int j = 0; j < Kc - 1; ++j) {  // inputs t0 - (Kc - 1) .. t0 - 1, oldest first
+  const float wlast = w[(size_t)c * Kc + Kc - 1];
+#pragma unroll
+  for (int j = 0; j < 7; ++j) {  // inputs t0 - (Kc - 1) .. t0 - 1, oldest first
     const int s = t0 - (Kc - 1) + j;
-    win[j] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)c * (Kc - 1) + (Kc - 1 + s)];
+    if (j < Kc - 1) {
+      wc[j] = w[(size_t)c * Kc + j];
+      win[j] = s >= 0 ? x[(size_t)s * ldx + c] : state[(size_t)c * Kc + ring_slot(p0 + s, Kc)];
+    }
   }
   const int t1 = min(T, t0 + kConvRun);
   for (int t = t0; t < t1; ++t) {
     const float xin = x[(size_t)t * ldx + c];
-    float y = wc[Kc - 1] * xin;
-    for (int j = 0; j < Kc - 1; ++j) y = fmaf(wc[j], win[j], y);
-    for (int j = 0; j < Kc - 2; ++j) win[j] = win[j + 1];
-    if (Kc > 1) win[Kc - 2] = xin;
-    out[(size_t)t * C + c] = silu(y);
+    out[(size_t)t * C + c] = conv_finish(conv_window_sum(wc, win, Kc), wlast, xin);
+    conv_shift(win, Kc, xin);
   }
 }
 
-// The window after T > Kc - 1 tokens: the last Kc - 1 inputs, oldest first.
-__global__ void conv_state_kernel(const float* x, int ldx, int T, int C, int Kc, float* state) {
+// The ring after T > Kc - 1 tokens: the last Kc - 1 inputs into their slots.
+__global__ void conv_state_kernel(const float* x, int ldx, int T, int C, int Kc, int p0, float* state) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= C * (Kc - 1)) return;
   const int c = i / (Kc - 1), j = i - c * (Kc - 1);
-  state[i] = x[(size_t)(T - (Kc - 1) + j) * ldx + c];
+  const int t = T - (Kc - 1) + j;
+  state[(size_t)c * Kc + ring_slot(p0 + t, Kc)] = x[(size_t)t * ldx + c];
 }
 
 constexpr int kDk = 128, kDv = 128;
@@ -80,10 +127,22 @@ constexpr int kDk = 128, kDv = 128;
 // mapping (rows 32part .. 32part + 31 per thread) touched 32 lines per load instruction and made the
 // kernel L1-wavefront bound (ncu: 12.5 us per layer, DRAM 5 %, 0.09 issues per cycle); it also read
 // ks/qs with a 4-way bank conflict, which this interleave removes.
+// CONV (gdn_conv_step, T = 1): conv_out is the raw projection row and the block runs the conv update + SiLU of the
+// channels it reads (q and k of its key head: threads 0..255, one channel each; v of column j: the 4 threads of the
+// column, redundantly), conv_kernel's arithmetic exactly. Each key head's q / k channels are read by the
+// v_heads / k_heads blocks of its value heads: all read the window, the first of them writes the new input, into a
+// slot no block of this step reads (the ring above).
+struct ConvIn {
+  const float* w;
+  float* state;
+  int Kc, pos_host;
+  const int32_t* pos_dev;
+};
+template <bool CONV>
 __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const float* z, const float* b,
                                                   const float* a, int ldp, int T, GdnDims d, const float* a_log,
                                                   const float* dt_bias, const float* norm_w, float* state,
-                                                  __half* out_h) {
+                                                  __half* out_h, ConvIn cv) {
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
   __shared__ float red[32];
@@ -101,16 +160,39 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
   const float q_scale = rsqrtf((float)kDk);
   const float neg_a = -expf(a_log[h]);
   const float nw = norm_w[j];
+  const int ch_qk = (tid >= 128 ? d.k_heads * kDk : 0) + hk * kDk + (tid & 127);  // tid < 256
+  const int ch_v = 2 * d.k_heads * kDk + h * kDv + j;
+  float ws_qk = 0.f, wl_qk = 0.f, ws_v = 0.f, wl_v = 0.f;  // CONV: the windows' sums and the weights of the new input
+  int p0 = 0;
+  if constexpr (CONV) {  // the conv weights and windows (written one step earlier) before the wait as well
+    p0 = step_pos(cv.pos_host, cv.pos_dev);
+    float wc[8], win[8];
+    if (tid < 256) {
+      conv_load(cv.w, cv.state, ch_qk, cv.Kc, p0, wc, win, wl_qk);
+      ws_qk = conv_window_sum(wc, win, cv.Kc);
+    }
+    conv_load(cv.w, cv.state, ch_v, cv.Kc, p0, wc, win, wl_v);
+    ws_v = conv_window_sum(wc, win, cv.Kc);
+  }
   // the state (this layer's, written one step earlier) and the weights above are read before the wait
   pdl_wait();
   pdl_trigger();
   for (int t = 0; t < T; ++t) {
-    const float* row = conv_out + (size_t)t * conv_dim;
+    const float* row = conv_out + (size_t)t * (CONV ? ldp : conv_dim);
     // every global read of this token is issued before the first barrier, so they share one round trip
     // (and, for t = 0, the state loads' round trip)
     float qk = 0.f;
-    if (tid < 256) qk = row[(tid >= 128 ? d.k_heads * kDk : 0) + hk * kDk + (tid & 127)];
-    const float vj = row[2 * d.k_heads * kDk + h * kDv + j];
+    if (tid < 256) qk = row[ch_qk];
+    float vj = row[ch_v];
+    if constexpr (CONV) {
+      const int slot = ring_slot(p0 + t, cv.Kc);
+      if (tid < 256) {
+        if (h % (d.v_heads / d.k_heads) == 0) cv.state[(size_t)ch_qk * cv.Kc + slot] = qk;
+        qk = conv_finish(ws_qk, wl_qk, qk);
+      }
+      if (part == 0) cv.state[(size_t)ch_v * cv.Kc + slot] = vj;
+      vj = conv_finish(ws_v, wl_v, vj);
+    }
     const float zz = z[(size_t)t * ldp + h * kDv + j];
     float av = 0.f, bv = 0.f;
     if (tid == 0) {
@@ -177,21 +259,22 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
 
 }  // namespace
 
-void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, float* out,
-                      cudaStream_t stream) {
+void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
+                      const int32_t* pos_dev, float* out, cudaStream_t stream) {
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("conv_update_silu: kernel width must be 1..8");
   if (T <= kConvSequentialMaxT) {
     launch_pdl("conv_update_silu", conv_kernel, dim3(ceil_div(C, 256)), dim3(256), 0, stream, x, ldx, T, C, Kc, w, state,
-               out);
+               pos_host, pos_dev, out);
     return;
   }
+  if (pos_dev) throw std::invalid_argument("conv_update_silu: more than 16 tokens take the position from the host");
   // prefill: outputs in parallel over (channel, run of tokens), then the new window from the last inputs
   // (T > 16 >= Kc - 1, so it never depends on the old state, which the first launch is still reading)
   conv_parallel_kernel<<<dim3(ceil_div(C, 256), ceil_div(T, kConvRun)), 256, 0, stream>>>(x, ldx, T, C, Kc, w, state,
-                                                                                          out);
+                                                                                          pos_host, out);
   MR_CHECK_LAUNCH("conv_update_silu");
   if (Kc > 1) {
-    conv_state_kernel<<<ceil_div(C * (Kc - 1), 256), 256, 0, stream>>>(x, ldx, T, C, Kc, state);
+    conv_state_kernel<<<ceil_div(C * (Kc - 1), 256), 256, 0, stream>>>(x, ldx, T, C, Kc, pos_host, state);
     MR_CHECK_LAUNCH("conv_update_silu: state");
   }
 }
@@ -201,8 +284,18 @@ void gdn_step(const float* conv_out, const float* z, const float* b, const float
               __half* out_h, cudaStream_t stream) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_step: v_heads must be a multiple of k_heads");
-  launch_pdl("gdn_step", gdn_kernel, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log, dt_bias,
-             norm_w, state, out_h);
+  launch_pdl("gdn_step", gdn_kernel<false>, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log,
+             dt_bias, norm_w, state, out_h, ConvIn{});
+}
+
+void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
+                   const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
+                   const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream) {
+  if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
+  if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
+  if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
+  launch_pdl("gdn_conv_step", gdn_kernel<true>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, 1, d, a_log,
+             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev});
 }
 
 }  // namespace monorail

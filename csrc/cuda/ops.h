@@ -49,10 +49,12 @@ void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float e
 // out[t, :] = dequantized row tokens[t] of the quantized embedding table (fp32).
 void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cudaStream_t stream);
 
-// Depthwise causal conv (width Kc) + SiLU over T new tokens; state [C, Kc-1] holds the previous inputs
-// (oldest first) and is updated. x rows have stride ldx.
-void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, float* out,
-                      cudaStream_t stream);
+// Depthwise causal conv (width Kc) + SiLU over T new tokens at positions p0 .. p0 + T - 1; x rows have stride ldx.
+// state [C, Kc] is a ring of each channel's inputs: the input at position p sits in slot p mod Kc (all zero before
+// position 0); the new inputs are written into it. p0 = *pos_dev when pos_dev is not null (a captured decode step
+// reads its position from its inputs; T <= 16 only), else pos_host.
+void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
+                      const int32_t* pos_dev, float* out, cudaStream_t stream);
 
 struct GdnDims {
   int k_heads, v_heads, dk, dv;
@@ -64,6 +66,11 @@ struct GdnDims {
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
               __half* out_h, cudaStream_t stream);
+// conv_update_silu then gdn_step for one token in one kernel (bit-identical): x is the raw projection row (its first
+// 2*k_heads*dk + v_heads*dv entries are the conv's inputs), conv_w [C, Kc] and conv_state the ring above.
+void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
+                   const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
+                   const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream);
 
 // KV cache formats of the attention ops (values fixed: the Python test bindings pass them as ints).
 //  kKvBf16: bf16 [slots, kv_heads, 256]
