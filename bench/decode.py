@@ -48,8 +48,9 @@ VARIANTS = {1: "U2", 2: "U4", 3: "U4 persistent", 4: "U2 pipelined", 5: "U2 pipe
             14: "6 capped at 48 registers", 16: "cp.async ring R2 S4", 17: "cp.async ring R2 S8 128 thr",
             18: "cp.async ring R4 S4", 19: "cp.async ring R2 S3 <= 48 regs",
             23: "integer dot (x as 16-bit integers, dp4a) R4 U2", 27: "integer dot R8 U1",
-            29: "23 as one 24-warp block per SM", 30: "27 as one 16-warp block per SM"}
-QUICK_VARIANTS = (1, 4, 6, 29, 30)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
+            29: "23 as one 24-warp block per SM", 30: "27 as one 16-warp block per SM",
+            34: "23 as one 22-warp block per SM"}
+QUICK_VARIANTS = (1, 4, 6, 29, 30, 34)  # the route's variants (csrc/cuda/qgemv.cu t1_route) and variant 1
 
 
 def gemv_components(nat, quick: bool = False) -> tuple[list[dict], int]:
@@ -215,7 +216,8 @@ def main() -> int:
                         row["tok_s_without_pdl"] = round(1e3 / ms_plain, 1)
                 print(f"without PDL ({kv}, depth {depth}): {ms_plain:.3f} ms = {1e3 / ms_plain:.1f} tok/s", flush=True)
         # in-graph cost of each op class: time the captured step with that class left out
-        classes = {1: "rmsnorm", 2: "conv", 4: "gdn_step", 8: "attention", 16: "mlp gemv", 32: "mixer gemv"}
+        # (since session 8 the one-token step runs the conv inside the GDN step's kernel: one class, bits 2 | 4)
+        classes = {1: "rmsnorm", 6: "gdn conv + step", 8: "attention", 16: "mlp gemv", 32: "mixer gemv"}
         for depth in ((0, max(depths)) if (kv == "int8" or not args.quick) else ()):
             base = statistics.median(e.time_steps(0, depth, args.steps) for _ in range(3))
             costs = {"full_step_ms": round(base, 3)}

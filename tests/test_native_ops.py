@@ -289,9 +289,9 @@ def test_rmsnorm(nat, T, add_one):
 
 
 @pytest.mark.parametrize("variant, epi, N, K, T, fused", [
-    (0, 2, 34816, 5120, 1, True),    # gate_up on the route (29): the norm inside the GEMV
+    (0, 2, 34816, 5120, 1, True),    # gate_up on the route (34): the norm inside the GEMV
     (0, 0, 16480, 5120, 1, True),    # gdn_in (30)
-    (0, 0, 24576, 1152, 1, True),    # the route's 29 on a short K
+    (0, 0, 24576, 1152, 1, True),    # the route's 34 on a short K
     (23, 1, 250, 1152, 1, True),     # forced 23 / 27 on small shapes: partial row groups, residual add
     (27, 0, 253, 2048, 1, True),
     (29, 2, 34816, 5120, 1, True),   # 23 and 27 as one block per SM

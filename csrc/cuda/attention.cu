@@ -991,7 +991,8 @@ __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, At
 #pragma unroll
   for (int k = 0; k < kCombinePerGroup; ++k) {
     const int sp = grp + k * kCombineGroups;
-    if (sp < nsplit) num = fmaf(w_sh[sp], v[k], num);
+    // an empty split (m = -inf: w = 0) wrote no values, so its slots hold whatever was there: skip, never multiply
+    if (sp < nsplit && w_sh[sp] > 0.f) num = fmaf(w_sh[sp], v[k], num);
   }
   acc_sh[grp][dim] = num;
   __syncthreads();

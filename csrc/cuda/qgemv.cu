@@ -948,8 +948,10 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   4-bit: chosen on whole decode steps (bench/route_search.py, H200, int8 KV, depth 0; session 5 call 3,
 //          bench/results/route-search-h200.json: 5.439 -> 5.077 ms per step), not on isolated GEMVs, whose
 //          table does not add up to a step (PDL overlaps each GEMV's start with its predecessor's tail, and the
-//          sx kernels stage x after the wait). K > 8192 variant 4 (down); N >= 24576 variant 29 (integer dot,
-//          R4 U2, one 24-warp block per SM: gate_up, lm_head); N >= 12288 variant 30 (integer dot, R8 U1, one
+//          sx kernels stage x after the wait). K > 8192 variant 4 (down); N >= 24576 variant 34 (integer dot,
+//          R4 U2, one 22-warp block per SM: gate_up, lm_head; 29's 24 warps until session 8, whose call 4 measured
+//          4.878 against 4.944 ms a step: 22 warps fill gate_up's last round on 132 SMs, see variant 34; other SM
+//          counts have other best widths, not yet searched); N >= 12288 variant 30 (integer dot, R8 U1, one
 //          16-warp block per SM: gdn_in, the attention qkv); else 4 (gdn_out and the attention output, 5120 x
 //          6144). 29 / 30 replaced 23 / 27 (the same code as 3 / 2 blocks per SM) in session 7: x, 8 bytes an
 //          element with the fused norm, is then staged from L2 once per SM (5.071 -> 4.973 ms a step, call 3).
@@ -960,7 +962,7 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
-  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 29 : a.N >= 12288 ? 30 : 4;
+  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 34 : a.N >= 12288 ? 30 : 4;
   if (BITS == 5) return a.K > 8192 ? 19 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
   return 1;  // 8-bit: generic path
