@@ -110,6 +110,8 @@ def main() -> int:
     ap.add_argument("--shared-peer", help="the shared llama.cpp peer file, for depths not measured in this call")
     ap.add_argument("--fill-peers-only", action="store_true",
                     help="only fill llamacpp_tok_s of an existing --out file from the llama-bench JSON files")
+    ap.add_argument("--peer-call", default="this device call",
+                    help="where the llama-bench files were measured (when not in the benchmark's own device call)")
     args = ap.parse_args()
     if args.fill_peers_only:
         result = json.load(open(args.out))
@@ -121,11 +123,11 @@ def main() -> int:
                     shared["bf16" if r["kv"] == "f16" else "int8"][int(r["depth"])] = r["tok_s"]
         for row in result["rows"]:
             row["llamacpp_tok_s"] = peers[row["kv"]].get(row["depth"])
-            row["llamacpp_source"] = "this device call" if row["llamacpp_tok_s"] is not None else None
+            row["llamacpp_source"] = args.peer_call if row["llamacpp_tok_s"] is not None else None
             if row["llamacpp_tok_s"] is None and row["depth"] in shared[row["kv"]]:
                 row["llamacpp_tok_s"] = shared[row["kv"]][row["depth"]]
                 row["llamacpp_source"] = "shared/peers/llamacpp-h200.json (same build and method, earlier call)"
-        result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh) in the same device call",
+        result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh), " + args.peer_call,
                               "f16": peers["bf16"], "q8_0": peers["int8"]}
         json.dump(result, open(args.out, "w"), indent=1)
         print(json.dumps(result["rows"]))
