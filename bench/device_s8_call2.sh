@@ -3,6 +3,7 @@
 # grid-strided flat stream and the row-per-warp patterns); GEMV variants 34..37 (the same pattern with the integer
 # dot): their tests, the isolated table, and whole steps with them routed in.
 set -uo pipefail
+echo "record of session 8 call 2: GEMV variants 34..37 were the smflat kernel, removed after it; today 34 / 35 are other kernels (bench/NOTES.md)"; exit 2
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/bp bench/boundary_probe.cu && timeout 150 /tmp/bp --smflat > $out/smflat.txt 2>&1; cat $out/smflat.txt
 source bench/device_setup.sh

@@ -1052,13 +1052,14 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     else if (m == 1) attn_split_kernel<kKvInt4, 1><<<grid, 128, 0, stream>>>(a);
     else if (m == 0) attn_split_kernel<kKvInt4, 0><<<grid, 128, 0, stream>>>(a);
     else
-      throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4; variant " +
+      throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4..6; variant " +
                                   std::to_string(m) + " (" + (m == 2 ? "scores on tensor cores" : "scores and values on tensor cores") +
                                   ") is built for bf16 and int8 KV only");
   } else if (m >= 4) {
-    // 5 / 6 (session 8): more warps per block on shallower rings, so more warps per SM (the default's 2-warp
-    // blocks at 50 KB of shared memory each leave 8 warps on an SM) with about the same bytes in flight; bf16 KV
-    // runs the default for both
+    // 5 / 6 (session 8): more warps per block on shallower rings, meant to put more warps on an SM; but the kernel
+    // takes ~250 registers a thread, which holds an SM to 8 warps whatever the block shape, so at 128K int8 they
+    // are no faster (0.111 / 0.094 ms against 0.090; int4 0.111 / 0.080 against 0.088, one timing run; bench/NOTES.md
+    // session 8 call 3). bf16 KV runs the default for both
     if (d.kv_fmt == kKvInt8 && m == 5) launch_attn_split_v4<kKvInt8, 3, 2>(a, T, d.n_kv_heads, stream);
     else if (d.kv_fmt == kKvInt8 && m == 6) launch_attn_split_v4<kKvInt8, 4, 2>(a, T, d.n_kv_heads, stream);
     else if (d.kv_fmt == kKvInt8) launch_attn_split_v4<kKvInt8>(a, T, d.n_kv_heads, stream);

@@ -4,8 +4,8 @@
 // Conv state: a ring of Kc slots per channel, the input at position p in slot p mod Kc (ops.h). A step at
 // positions p0.. reads the slots of p0 - Kc + 1 .. p0 - 1 and writes those of p0 .. p0 + T - 1, so for T = 1 no
 // slot is both read and written by one step: several blocks can read a channel's window while one of them
-// writes the new input (gdn_conv_kernel, the T = 1 decode step with the conv inside: one kernel fewer per GDN
-// layer). Before session 8 the state held the last Kc - 1 inputs oldest first, rewritten by every step.
+// writes the new input (gdn_conv_step, i.e. gdn_kernel<true>: the T = 1 decode step with the conv inside, one
+// kernel fewer per GDN layer). Before session 8 the state held the last Kc - 1 inputs oldest first, rewritten by every step.
 //
 // gdn_step: one block per value head, 512 threads; thread (j = tid/4, part = tid%4) owns state
 // column j and 32 of its key rows, interleaved in 16-byte pieces (see gdn_kernel). Sums over k are 32

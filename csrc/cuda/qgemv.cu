@@ -450,8 +450,7 @@ __device__ __forceinline__ void store_xq_quad(uint4* xs, int2* meta, int c, int 
 // staging holds 8 values per thread and no register array spills under the main loop's register cap; the
 // chunk's absmax and sum go round the quad by shuffles (nt, the block's threads, is a multiple of 32: a quad is
 // all in or all out). (Session 8 call 3 issued each thread's loads of x together, in one round instead of 2-4
-// dependent ones: no gain on whole steps, 5.004 against 4.979-4.983 ms; reverted. So was a one-block-per-SM flat
-// stream of whole rows with 512-byte items round-robin over the warps, call 2: 2-4x slower, compute-latency bound.)
+// dependent ones: no gain on whole steps, 5.004 against 4.979-4.983 ms; reverted.)
 __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
   const uint4* xg = reinterpret_cast<const uint4*>(x);
   int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
@@ -1020,7 +1019,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      steps (session 7 final call: 4.970-5.087 ms against 4.979), kept for route searches
     //   34, 35: 29 with 22 warps and 30 with 14 warps per SM, so that the row groups fill whole rounds on 132 SMs
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
-    //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width
+    //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
+    //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
+    // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
+    // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
+    // its own x reads; the ids 34..37 then were that kernel)
     // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
