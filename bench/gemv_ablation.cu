@@ -1,0 +1,357 @@
+// Where do the 5120-row GEMVs lose their time? An ablation of the engine's variant 4 (qgemv_kernel<4, 1, 2, false,
+// true>: a warp per row pair, U = 2 chunks per row in flight, the next batch loaded while the current one is folded,
+// x read as fp16 through L1, one fp16 scale per 64 weights) on the shapes it runs in a decode step: down
+// (5120 x 17408), gdn_out / the attention output (5120 x 6144), and gate_up (34816 x 5120) as the shape the sx
+// kernels run well.
+//
+// Standalone (no engine, no Python):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -Icsrc/cuda -o /tmp/ga bench/gemv_ablation.cu && /tmp/ga
+//
+// Why: the isolated GEMV table (bench/results/gemv-probe-h200-s*.txt) puts down at 20-28 us (2.1 TB/s) and gdn_out at
+// 9.4-13 us (1.6 TB/s) on every variant tried in sessions 4-8, while boundary_probe's bare read pattern (codes only,
+// no scales, no x, an XOR for arithmetic) streams down in ~12 us and gdn_out in ~5 us. Each configuration here adds or
+// removes one ingredient of the real kernel, on the same grid (640 blocks of 4 warps for 5120 rows, one row group per
+// warp, as variant 4 launches), so the difference between rows is that ingredient's cost:
+//   SC  the scale loads (2 bytes per lane per row and chunk, a separate array)
+//   XM  x: 0 none (a register value), 1 fp16 through L1 (__ldg, as variant 4), 2 staged once per block in shared
+//       memory (fp16, the sx kernels' swizzle)
+//   AR  arithmetic: 0 an XOR fold of the codes (keeps the loads live), 1 variant 4's half2 magic-number dot
+//   NA  weights loaded with ld.global.nc.L1::no_allocate (else __ldg, which allocates in L1 and can evict x)
+//   R / U / PIPE  rows per warp, chunks per row per batch, software pipeline
+// Every matrix has enough copies that the timed launches cycle past the 50 MB L2 (every byte from DRAM). Printed: us
+// per launch (median), GB/s over codes + scales, registers, and the flat stream of the same bytes for reference.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "ptx.cuh"
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+using monorail::and_or;
+
+struct Args {
+  const uint8_t* codes;  // N x K/2
+  const __half* scales;  // N x K/64
+  const __half* x;       // K (fp16, perm8 order as the engine's; the order does not matter for timing)
+  float* out;            // N
+  int N, K;
+};
+
+__device__ __forceinline__ uint4 ld_na(const uint8_t* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// variant 4's arithmetic (qgemv.cu chunk_dot<4>)
+__device__ __forceinline__ float dot_half2(const uint4& w, const uint4 (&xv)[4]) {
+  const __half2* x2 = reinterpret_cast<const __half2*>(xv);
+  const __half2 bias_lo = __floats2half2_rn(1032.f, 1032.f);
+  const __half2 sixteenth = __floats2half2_rn(1.f / 16.f, 1.f / 16.f);
+  const __half2 bias_hi = __floats2half2_rn(-72.f, -72.f);
+  float s = 0.f;
+#pragma unroll
+  for (int jj = 0; jj < 4; jj += 2) {
+    __half2 acc = __floats2half2_rn(0.f, 0.f);
+#pragma unroll
+    for (int j = jj; j < jj + 2; ++j) {
+      const uint32_t cw = (&w.x)[j];
+      const uint32_t w8 = cw >> 8;
+      uint32_t b0 = and_or<0x000F000Fu, 0x64006400u>(cw);
+      uint32_t b1 = and_or<0x00F000F0u, 0x64006400u>(cw);
+      uint32_t b2 = and_or<0x000F000Fu, 0x64006400u>(w8);
+      uint32_t b3 = and_or<0x00F000F0u, 0x64006400u>(w8);
+      __half2 v0 = __hsub2(*reinterpret_cast<__half2*>(&b0), bias_lo);
+      __half2 v1 = __hfma2(*reinterpret_cast<__half2*>(&b1), sixteenth, bias_hi);
+      __half2 v2 = __hsub2(*reinterpret_cast<__half2*>(&b2), bias_lo);
+      __half2 v3 = __hfma2(*reinterpret_cast<__half2*>(&b3), sixteenth, bias_hi);
+      acc = __hfma2(v0, x2[4 * j + 0], acc);
+      acc = __hfma2(v1, x2[4 * j + 1], acc);
+      acc = __hfma2(v2, x2[4 * j + 2], acc);
+      acc = __hfma2(v3, x2[4 * j + 3], acc);
+    }
+    float2 f = __half22float2(acc);
+    s += f.x + f.y;
+  }
+  return s;
+}
+
+__device__ __forceinline__ int xs_slot(int c, int p) { return 4 * c + (p ^ ((c >> 1) & 3)); }
+
+template <int R, int U, bool PIPE, bool SC, int XM, int AR, bool NA>
+__global__ void __launch_bounds__(128) abl_kernel(Args a) {
+  extern __shared__ uint4 xs[];
+  const int lane = threadIdx.x & 31;
+  const int nch = a.K >> 5;
+  const int ngroups = a.K >> 6;
+  const size_t rowb = (size_t)(a.K >> 1);
+  if (XM == 2) {  // the whole block stages x once (fp16, swizzled)
+    const uint4* xg = reinterpret_cast<const uint4*>(a.x);
+    for (int q = threadIdx.x; q < 4 * nch; q += 128) xs[xs_slot(q >> 2, q & 3)] = __ldg(xg + q);
+    __syncthreads();
+  }
+  const int g = blockIdx.x * 4 + (threadIdx.x >> 5);
+  if (g * R >= a.N) return;
+  uint4 w[R][U], wn[R][U];
+  float s[R][U], sn[R][U];
+  auto load = [&](int cb, uint4 (&ww)[R][U], float (&ss)[R][U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = cb + 32 * u;
+      if (c < nch) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          const uint8_t* p = a.codes + (size_t)(g * R + i) * rowb + c * 16;
+          ww[i][u] = NA ? ld_na(p) : __ldg(reinterpret_cast<const uint4*>(p));
+          ss[i][u] = SC ? __half2float(a.scales[(size_t)(g * R + i) * ngroups + (c >> 1)]) : 1.f;
+        }
+      }
+    }
+  };
+  float acc[R];
+  uint32_t fold[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    acc[i] = 0.f;
+    fold[i] = 0u;
+  }
+  if (PIPE) load(lane, w, s);
+  for (int cb = lane; cb < nch; cb += 32 * U) {
+    if (PIPE) {
+      if (cb + 32 * U < nch) load(cb + 32 * U, wn, sn);
+    } else {
+      load(cb, w, s);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = cb + 32 * u;
+      if (c >= nch) break;
+      uint4 xv[4];
+      if (XM == 1) {
+        const uint4* xp = reinterpret_cast<const uint4*>(a.x + c * 32);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+      } else if (XM == 2) {
+        const uint4* xr = xs + 4 * c;
+        const int sw = (c >> 1) & 3;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = xr[p ^ sw];
+      } else {
+        const uint32_t k = 0x3C003C00u + (uint32_t)c;  // ~1.0 in fp16, varied so nothing folds
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = make_uint4(k, k ^ 1u, k ^ 2u, k ^ 3u);
+      }
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        if (AR) {
+          acc[i] = fmaf(s[i][u], dot_half2(w[i][u], xv), acc[i]);
+        } else {
+          fold[i] ^= w[i][u].x ^ w[i][u].y ^ w[i][u].z ^ w[i][u].w ^ xv[0].x ^ xv[3].w;
+          acc[i] += s[i][u];
+        }
+      }
+    }
+    if (PIPE) {
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+          w[i][u] = wn[i][u];
+          s[i][u] = sn[i][u];
+        }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float v = warp_sum(acc[i] + (float)(fold[i] & 1u));
+    if (lane == i) a.out[g * R + i] = v;
+  }
+}
+
+// Reference: one flat stream over the same bytes (codes, then scales), every thread 4 x 16 bytes in flight.
+__global__ void __launch_bounds__(256) flat_kernel(const uint4* p, long long n16, unsigned* sink) {
+  uint32_t f = 0;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    uint4 v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = ld_na(reinterpret_cast<const uint8_t*>(p + i + j * stride));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) f ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  for (; i < n16; i += stride) {
+    uint4 v = ld_na(reinterpret_cast<const uint8_t*>(p + i));
+    f ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (f == 0x12345678u) sink[0] = f;
+}
+
+struct Shape {
+  const char* name;
+  int N, K;
+  int copies;
+  std::vector<uint8_t*> codes;
+  std::vector<__half*> scales;
+  __half* x;
+  float* out;
+  double bytes() const { return (double)N * K / 2 + (double)N * (K / 64) * 2; }
+};
+
+__global__ void fill_kernel(uint32_t* p, long long n, uint32_t seed) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    p[i] = h;
+  }
+}
+// fp16 in [0.5, 1) for scales and x: finite, no subnormals
+__global__ void fill_half_kernel(__half* p, long long n, uint32_t seed) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15;
+    p[i] = __float2half(0.5f + (h & 1023) / 2048.f);
+  }
+}
+
+template <typename F>
+float time_ms(cudaStream_t st, F launch_all, int reps) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  launch_all();
+  CK(cudaStreamSynchronize(st));
+  std::vector<float> ms;
+  for (int r = 0; r < reps; ++r) {
+    CK(cudaEventRecord(a, st));
+    launch_all();
+    CK(cudaEventRecord(b, st));
+    CK(cudaEventSynchronize(b));
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  CK(cudaGetLastError());
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms[ms.size() / 2];
+}
+
+struct Config {
+  const char* label;
+  void (*kern)(Args);
+  int R;
+  int XM;
+};
+
+template <int R, int U, bool PIPE, bool SC, int XM, int AR, bool NA>
+Config cfg(const char* label) {
+  return {label, abl_kernel<R, U, PIPE, SC, XM, AR, NA>, R, XM};
+}
+
+int main() {
+  cudaStream_t st;
+  CK(cudaStreamCreate(&st));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  std::vector<Shape> shapes = {{"down 5120x17408", 5120, 17408, 10}, {"gdn_out 5120x6144", 5120, 6144, 26},
+                               {"gate_up 34816x5120", 34816, 5120, 5}};
+  uint32_t seed = 1;
+  for (Shape& s : shapes) {
+    for (int c = 0; c < s.copies; ++c) {
+      uint8_t* p;
+      __half* q;
+      const long long nc = (long long)s.N * s.K / 2, ns = (long long)s.N * (s.K / 64);
+      CK(cudaMalloc(&p, nc));
+      CK(cudaMalloc(&q, ns * 2));
+      fill_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint32_t*>(p), nc / 4, seed++);
+      fill_half_kernel<<<1024, 256, 0, st>>>(q, ns, seed++);
+      s.codes.push_back(p);
+      s.scales.push_back(q);
+    }
+    CK(cudaMalloc(&s.x, (size_t)s.K * 2));
+    fill_half_kernel<<<64, 256, 0, st>>>(s.x, s.K, seed++);
+    CK(cudaMalloc(&s.out, (size_t)s.N * 4));
+  }
+  unsigned* sink;
+  CK(cudaMalloc(&sink, 4));
+  CK(cudaStreamSynchronize(st));
+
+  std::vector<Config> configs = {
+      // R, U, PIPE, SC, XM, AR, NA
+      cfg<2, 2, true, true, 1, 1, false>("v4: R2 U2 pipe, scales, x L1, half2, ldg"),
+      cfg<2, 2, true, true, 1, 0, false>("  - arithmetic (XOR fold)"),
+      cfg<2, 2, true, true, 0, 1, false>("  - x (register x)"),
+      cfg<2, 2, true, false, 1, 1, false>("  - scales"),
+      cfg<2, 2, true, true, 1, 1, true>("  weights no_allocate"),
+      cfg<2, 2, true, true, 2, 1, true>("  x in smem, weights no_allocate"),
+      cfg<2, 2, true, false, 0, 0, true>("bare: codes only, no_allocate"),
+      cfg<2, 2, true, true, 0, 0, true>("bare + scales"),
+      cfg<2, 2, true, false, 1, 0, true>("bare + x L1"),
+      cfg<2, 2, true, false, 0, 1, true>("bare + arithmetic"),
+      cfg<2, 4, false, false, 0, 0, true>("bare R2 U4 no pipe"),
+      cfg<2, 4, true, false, 0, 0, true>("bare R2 U4 pipe"),
+      cfg<2, 4, false, true, 1, 1, true>("full R2 U4 no pipe, no_allocate"),
+      cfg<2, 4, true, true, 1, 1, true>("full R2 U4 pipe, no_allocate"),
+      cfg<1, 4, true, true, 1, 1, true>("full R1 U4 pipe, no_allocate"),
+      cfg<1, 2, true, true, 1, 1, true>("full R1 U2 pipe, no_allocate"),
+      cfg<4, 2, true, true, 2, 1, true>("full R4 U2 pipe, x smem, no_allocate"),
+      cfg<2, 6, false, true, 1, 1, true>("full R2 U6 no pipe, no_allocate"),
+  };
+
+  std::printf("GPU: %d SMs. us per launch (median of 15 rounds over every copy), GB/s over codes + scales\n", sms);
+  for (Shape& s : shapes) {
+    std::printf("\n%s: %.1f MB per launch, %d copies\n", s.name, s.bytes() / 1e6, s.copies);
+    // flat reference over one copy's codes (the scales are 1/16 as many bytes: the same rate)
+    {
+      const long long n16 = (long long)s.N * s.K / 2 / 16;
+      const float ms = time_ms(st, [&] {
+        for (int c = 0; c < s.copies; ++c) flat_kernel<<<sms * 8, 256, 0, st>>>(reinterpret_cast<const uint4*>(s.codes[c]), n16, sink);
+      }, 15);
+      const double us = ms * 1e3 / s.copies;
+      std::printf("  %-44s %7.2f us %6.0f GB/s (codes only)\n", "flat stream", us, (double)s.N * s.K / 2 / (us * 1e3));
+    }
+    for (const Config& c : configs) {
+      cudaFuncAttributes fa;
+      CK(cudaFuncGetAttributes(&fa, c.kern));
+      const size_t smem = c.XM == 2 ? (size_t)s.K * 2 : 0;
+      if (smem > 48 * 1024) CK(cudaFuncSetAttribute(c.kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+      int occ = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kern, 128, smem));
+      const int blocks = (s.N / c.R + 3) / 4;
+      const float ms = time_ms(st, [&] {
+        for (int k = 0; k < s.copies; ++k) {
+          Args a{s.codes[k], s.scales[k], s.x, s.out, s.N, s.K};
+          c.kern<<<blocks, 128, smem, st>>>(a);
+        }
+      }, 15);
+      const double us = ms * 1e3 / s.copies;
+      std::printf("  %-44s %7.2f us %6.0f GB/s  %3d regs %2d blocks/SM %5d blocks\n", c.label, us, s.bytes() / (us * 1e3),
+                  fa.numRegs, occ, blocks);
+    }
+  }
+  return 0;
+}
