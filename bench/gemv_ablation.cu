@@ -12,7 +12,9 @@
 // no scales, no x, an XOR for arithmetic) streams down in ~12 us and gdn_out in ~5 us. Each configuration here adds or
 // removes one ingredient of the real kernel, on the same grid (640 blocks of 4 warps for 5120 rows, one row group per
 // warp, as variant 4 launches), so the difference between rows is that ingredient's cost:
-//   SC  the scale loads (2 bytes per lane per row and chunk, a separate array)
+//   SC  the scales: 0 none; 1 a separate array, 2 bytes per lane per row and chunk (the engine); 2 interleaved with
+//       the codes (544-byte superblocks: 32 chunks of codes, then their 16 scales); 3 the separate array, each warp
+//       copying its rows' scales to shared memory in one coalesced pass first (session 9 call 2)
 //   XM  x: 0 none (a register value), 1 fp16 through L1 (__ldg, as variant 4), 2 staged once per block in shared
 //       memory (fp16, the sx kernels' swizzle)
 //   AR  arithmetic: 0 an XOR fold of the codes (keeps the loads live), 1 variant 4's half2 magic-number dot
@@ -20,6 +22,8 @@
 //   R / U / PIPE  rows per warp, chunks per row per batch, software pipeline
 // Every matrix has enough copies that the timed launches cycle past the 50 MB L2 (every byte from DRAM). Printed: us
 // per launch (median), GB/s over codes + scales, registers, and the flat stream of the same bytes for reference.
+// Results: bench/results/gemv-ablation-h200-s9-call1.txt (first configurations), -call2.txt (scale layouts, x staged
+// per block, block sizes); bench/NOTES.md, session 9.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -98,20 +102,34 @@ __device__ __forceinline__ float dot_half2(const uint4& w, const uint4 (&xv)[4])
 
 __device__ __forceinline__ int xs_slot(int c, int p) { return 4 * c + (p ^ ((c >> 1) & 3)); }
 
-template <int R, int U, bool PIPE, bool SC, int XM, int AR, bool NA>
-__global__ void __launch_bounds__(128) abl_kernel(Args a) {
+// SC: 0 no scales; 1 a separate array, each lane loading its chunk's scale with its codes (the engine today);
+//     2 interleaved: each row is a run of 544-byte superblocks (512 bytes of codes = 32 chunks, then their 16 scales),
+//       so a warp's scale request sits next to its codes; 3 a separate array, but each warp copies its rows' scales to
+//       shared memory in one coalesced pass first and reads them from there.
+template <int R, int U, bool PIPE, int SC, int XM, int AR, bool NA, int WARPS = 4>
+__global__ void __launch_bounds__(WARPS * 32) abl_kernel(Args a) {
   extern __shared__ uint4 xs[];
-  const int lane = threadIdx.x & 31;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> 6;
-  const size_t rowb = (size_t)(a.K >> 1);
+  const size_t rowb = SC == 2 ? (size_t)(a.K >> 10) * 544 : (size_t)(a.K >> 1);
+  const int g = blockIdx.x * WARPS + warp;
+  const bool active = g * R < a.N;
+  __half* ws = reinterpret_cast<__half*>(xs + (XM == 2 ? 4 * nch : 0)) + warp * R * ngroups;  // SC 3
+  if (SC == 3 && active) {  // the warp's rows' scales, 16 bytes a lane, in one pass
+    const int pieces = ngroups / 8;  // per row
+    for (int q = lane; q < R * pieces; q += 32) {
+      const int i = q / pieces, j = q % pieces;
+      reinterpret_cast<uint4*>(ws + i * ngroups)[j] =
+          __ldg(reinterpret_cast<const uint4*>(a.scales + (size_t)(g * R + i) * ngroups) + j);
+    }
+  }
   if (XM == 2) {  // the whole block stages x once (fp16, swizzled)
     const uint4* xg = reinterpret_cast<const uint4*>(a.x);
-    for (int q = threadIdx.x; q < 4 * nch; q += 128) xs[xs_slot(q >> 2, q & 3)] = __ldg(xg + q);
-    __syncthreads();
+    for (int q = threadIdx.x; q < 4 * nch; q += WARPS * 32) xs[xs_slot(q >> 2, q & 3)] = __ldg(xg + q);
   }
-  const int g = blockIdx.x * 4 + (threadIdx.x >> 5);
-  if (g * R >= a.N) return;
+  if (XM == 2 || SC == 3) __syncthreads();
+  if (!active) return;
   uint4 w[R][U], wn[R][U];
   float s[R][U], sn[R][U];
   auto load = [&](int cb, uint4 (&ww)[R][U], float (&ss)[R][U]) {
@@ -121,9 +139,13 @@ __global__ void __launch_bounds__(128) abl_kernel(Args a) {
       if (c < nch) {
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-          const uint8_t* p = a.codes + (size_t)(g * R + i) * rowb + c * 16;
+          const uint8_t* row = a.codes + (size_t)(g * R + i) * rowb;
+          const uint8_t* p = SC == 2 ? row + (c >> 5) * 544 + (c & 31) * 16 : row + c * 16;
           ww[i][u] = NA ? ld_na(p) : __ldg(reinterpret_cast<const uint4*>(p));
-          ss[i][u] = SC ? __half2float(a.scales[(size_t)(g * R + i) * ngroups + (c >> 1)]) : 1.f;
+          if (SC == 1) ss[i][u] = __half2float(a.scales[(size_t)(g * R + i) * ngroups + (c >> 1)]);
+          else if (SC == 2) ss[i][u] = __half2float(*reinterpret_cast<const __half*>(row + (c >> 5) * 544 + 512 + ((c & 31) >> 1) * 2));
+          else if (SC == 3) ss[i][u] = 1.f;  // read from shared memory at use
+          else ss[i][u] = 1.f;
         }
       }
     }
@@ -163,11 +185,13 @@ __global__ void __launch_bounds__(128) abl_kernel(Args a) {
       }
 #pragma unroll
       for (int i = 0; i < R; ++i) {
+        const float sc = SC == 3 ? __half2float(ws[i * ngroups + (c >> 1)]) : s[i][u];
         if (AR) {
-          acc[i] = fmaf(s[i][u], dot_half2(w[i][u], xv), acc[i]);
+          acc[i] = fmaf(sc, dot_half2(w[i][u], xv), acc[i]);
         } else {
-          fold[i] ^= w[i][u].x ^ w[i][u].y ^ w[i][u].z ^ w[i][u].w ^ xv[0].x ^ xv[3].w;
-          acc[i] += s[i][u];
+          fold[i] ^= w[i][u].x ^ w[i][u].y ^ w[i][u].z ^ w[i][u].w;
+          if (XM) fold[i] ^= xv[0].x ^ xv[1].y ^ xv[2].z ^ xv[3].w;
+          acc[i] += sc;
         }
       }
     }
@@ -212,6 +236,7 @@ struct Shape {
   int N, K;
   int copies;
   std::vector<uint8_t*> codes;
+  std::vector<uint8_t*> inter;  // the same bytes in the interleaved superblock layout (SC 2)
   std::vector<__half*> scales;
   __half* x;
   float* out;
@@ -263,13 +288,12 @@ float time_ms(cudaStream_t st, F launch_all, int reps) {
 struct Config {
   const char* label;
   void (*kern)(Args);
-  int R;
-  int XM;
+  int R, XM, SC, WARPS;
 };
 
-template <int R, int U, bool PIPE, bool SC, int XM, int AR, bool NA>
+template <int R, int U, bool PIPE, int SC, int XM, int AR, bool NA, int WARPS = 4>
 Config cfg(const char* label) {
-  return {label, abl_kernel<R, U, PIPE, SC, XM, AR, NA>, R, XM};
+  return {label, abl_kernel<R, U, PIPE, SC, XM, AR, NA, WARPS>, R, XM, SC, WARPS};
 }
 
 int main() {
@@ -290,6 +314,10 @@ int main() {
       fill_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint32_t*>(p), nc / 4, seed++);
       fill_half_kernel<<<1024, 256, 0, st>>>(q, ns, seed++);
       s.codes.push_back(p);
+      uint8_t* r;
+      CK(cudaMalloc(&r, nc + ns * 2));
+      fill_kernel<<<1024, 256, 0, st>>>(reinterpret_cast<uint32_t*>(r), (nc + ns * 2) / 4, seed++);
+      s.inter.push_back(r);
       s.scales.push_back(q);
     }
     CK(cudaMalloc(&s.x, (size_t)s.K * 2));
@@ -301,26 +329,28 @@ int main() {
   CK(cudaStreamSynchronize(st));
 
   std::vector<Config> configs = {
-      // R, U, PIPE, SC, XM, AR, NA
-      cfg<2, 2, true, true, 1, 1, false>("v4: R2 U2 pipe, scales, x L1, half2, ldg"),
-      cfg<2, 2, true, true, 1, 0, false>("  - arithmetic (XOR fold)"),
-      cfg<2, 2, true, true, 0, 1, false>("  - x (register x)"),
-      cfg<2, 2, true, false, 1, 1, false>("  - scales"),
-      cfg<2, 2, true, true, 1, 1, true>("  weights no_allocate"),
-      cfg<2, 2, true, true, 2, 1, true>("  x in smem, weights no_allocate"),
-      cfg<2, 2, true, false, 0, 0, true>("bare: codes only, no_allocate"),
-      cfg<2, 2, true, true, 0, 0, true>("bare + scales"),
-      cfg<2, 2, true, false, 1, 0, true>("bare + x L1"),
-      cfg<2, 2, true, false, 0, 1, true>("bare + arithmetic"),
-      cfg<2, 4, false, false, 0, 0, true>("bare R2 U4 no pipe"),
-      cfg<2, 4, true, false, 0, 0, true>("bare R2 U4 pipe"),
-      cfg<2, 4, false, true, 1, 1, true>("full R2 U4 no pipe, no_allocate"),
-      cfg<2, 4, true, true, 1, 1, true>("full R2 U4 pipe, no_allocate"),
-      cfg<1, 4, true, true, 1, 1, true>("full R1 U4 pipe, no_allocate"),
-      cfg<1, 2, true, true, 1, 1, true>("full R1 U2 pipe, no_allocate"),
-      cfg<4, 2, true, true, 2, 1, true>("full R4 U2 pipe, x smem, no_allocate"),
-      cfg<2, 6, false, true, 1, 1, true>("full R2 U6 no pipe, no_allocate"),
+      // R, U, PIPE, SC, XM, AR, NA[, WARPS]
+      cfg<2, 2, true, 1, 1, 1, false>("v4: R2 U2 pipe, scales, x L1, half2, ldg"),
+      cfg<2, 2, true, 1, 2, 1, true>("x smem, NA, scales 1 (separate)"),
+      cfg<2, 2, true, 2, 2, 1, true>("x smem, NA, scales 2 (interleaved)"),
+      cfg<2, 2, true, 3, 2, 1, true>("x smem, NA, scales 3 (warp-staged)"),
+      cfg<2, 2, true, 0, 2, 1, true>("x smem, NA, no scales"),
+      cfg<2, 2, true, 0, 0, 0, true>("bare: codes only, NA"),
+      cfg<2, 2, true, 1, 0, 0, true>("bare + scales 1"),
+      cfg<2, 2, true, 2, 0, 0, true>("bare + scales 2"),
+      cfg<2, 2, true, 3, 0, 0, true>("bare + scales 3"),
+      cfg<2, 2, true, 0, 1, 0, true>("bare + x L1 (all pieces used)"),
+      cfg<2, 2, true, 0, 2, 0, true>("bare + x smem"),
+      cfg<2, 4, false, 3, 2, 1, true>("R2 U4 no pipe, x smem, scales 3"),
+      cfg<2, 4, false, 2, 2, 1, true>("R2 U4 no pipe, x smem, scales 2"),
+      cfg<2, 1, true, 3, 2, 1, true>("R2 U1 pipe, x smem, scales 3"),
+      cfg<4, 2, true, 3, 2, 1, true>("R4 U2 pipe, x smem, scales 3"),
+      cfg<4, 1, true, 3, 2, 1, true>("R4 U1 pipe, x smem, scales 3"),
+      cfg<2, 2, true, 3, 2, 1, true, 8>("8 warps: R2 U2 pipe, x smem, scales 3"),
+      cfg<2, 2, true, 2, 2, 1, true, 8>("8 warps: R2 U2 pipe, x smem, scales 2"),
+      cfg<2, 2, true, 3, 1, 1, true>("x L1, NA, scales 3"),
   };
+
 
   std::printf("GPU: %d SMs. us per launch (median of 15 rounds over every copy), GB/s over codes + scales\n", sms);
   for (Shape& s : shapes) {
@@ -337,15 +367,15 @@ int main() {
     for (const Config& c : configs) {
       cudaFuncAttributes fa;
       CK(cudaFuncGetAttributes(&fa, c.kern));
-      const size_t smem = c.XM == 2 ? (size_t)s.K * 2 : 0;
+      const size_t smem = (c.XM == 2 ? (size_t)s.K * 2 : 0) + (c.SC == 3 ? (size_t)c.WARPS * c.R * (s.K / 64) * 2 : 0);
       if (smem > 48 * 1024) CK(cudaFuncSetAttribute(c.kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
       int occ = 0;
-      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kern, 128, smem));
-      const int blocks = (s.N / c.R + 3) / 4;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, c.kern, 32 * c.WARPS, smem));
+      const int blocks = (s.N / c.R + c.WARPS - 1) / c.WARPS;
       const float ms = time_ms(st, [&] {
         for (int k = 0; k < s.copies; ++k) {
-          Args a{s.codes[k], s.scales[k], s.x, s.out, s.N, s.K};
-          c.kern<<<blocks, 128, smem, st>>>(a);
+          Args a{c.SC == 2 ? s.inter[k] : s.codes[k], s.scales[k], s.x, s.out, s.N, s.K};
+          c.kern<<<blocks, 32 * c.WARPS, smem, st>>>(a);
         }
       }, 15);
       const double us = ms * 1e3 / s.copies;
