@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 38;  // T = 1 launch variants 1..38 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -1021,6 +1021,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
+    //   36..38: for the 5120-row shapes, fp16 x staged in shared memory by every 4-warp block, weights past L1, one row
+    //      group per warp (down: 640 blocks of 4 warps, ~4.85 per SM; 6..15 use 8-warp blocks on a one-wave grid, which
+    //      leaves down's 320 blocks at 2 or 3 per SM). Session 9's ablation (bench/gemv_ablation.cu) timed variant 4's
+    //      own loop with x from shared memory at 17.5 against 21.7 us on down and 8.5 against 10.3 on gdn_out: x
+    //      through L1 costs variant 4 ~4 us on down (each LDG.128 of x touches 16 lines: lanes are 64 bytes apart).
+    //      36 R2 U2 pipelined <= 96 regs (5 blocks per SM), 37 R4 U2 pipelined <= 128, 38 R2 U2 pipelined <= 80 (6)
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
@@ -1065,6 +1071,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
       else if (v == 34) done = launch_sx<4, 2, 22, 1, true, false, false, true>(a, st, false);
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
+      else if (v == 36) done = launch_sx<2, 2, 4, 5, true, true, false>(a, st, false);
+      else if (v == 37) done = launch_sx<4, 2, 4, 4, true, true, false>(a, st, false);
+      else if (v == 38) done = launch_sx<2, 2, 4, 6, true, true, false>(a, st, false);
       else done = false;
       if (done) return;
       if (v >= 6) {
