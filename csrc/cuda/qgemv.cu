@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 38;  // T = 1 launch variants 1..38 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 39;  // T = 1 launch variants 1..39 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -207,11 +207,33 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
   }
 }
 
+// Weights and scales streamed past L1 (ld.global.nc.L1::no_allocate; EVICT: also an L2 evict-first policy): read
+// once, they need not evict what L1 holds for reuse (x in qgemv_kernel, read through L1 by every warp of the SM).
+template <bool EVICT>
+__device__ inline uint4 ld_stream16(const uint8_t* p, uint64_t pol) {
+  uint4 v;
+  if (EVICT)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ inline float ld_stream_half(const __half* p) {
+  unsigned short h;
+  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
+  return __half2float(__ushort_as_half(h));
+}
+
 // Variants (chosen per launch; bench/decode.py times them side by side):
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
+//   NA     (4-bit) the weights and scales are loaded past L1, so x keeps its L1 lines (variant 39; session 9's ablation,
+//          bench/gemv_ablation.cu: variant 4's own loop on down 21.6 -> 18.8 us, gdn_out 10.3 -> 9.4)
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
@@ -242,10 +264,18 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
       for (int u = 0; u < U; ++u) {
         const int c = cb + 32 * u;
         if (c < nch) {
-          load_chunk<BITS>(a, r0, c, ww[0][u]);
-          load_chunk<BITS>(a, r1, c, ww[1][u]);
-          ss[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
-          ss[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
+          if constexpr (NA && BITS == 4) {
+            const size_t rowb = (size_t)(a.K >> 1);
+            ww[0][u].lo = ld_stream16<false>(a.codes + r0 * rowb + c * 16, 0);
+            ww[1][u].lo = ld_stream16<false>(a.codes + r1 * rowb + c * 16, 0);
+            ss[0][u] = ld_stream_half(a.scales + (size_t)r0 * ngroups + ((c * 32) >> a.gshift));
+            ss[1][u] = ld_stream_half(a.scales + (size_t)r1 * ngroups + ((c * 32) >> a.gshift));
+          } else {
+            load_chunk<BITS>(a, r0, c, ww[0][u]);
+            load_chunk<BITS>(a, r1, c, ww[1][u]);
+            ss[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
+            ss[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
+          }
         }
       }
     };
@@ -316,9 +346,9 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, NA>;
   int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
@@ -345,24 +375,6 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 //     strides over row groups by the number of warps in the grid (persistent: one resident wave).
 //   * PIPE: the next batch (U chunks of each row) is loaded before the current one is used, across
 //     row-group boundaries too, and the first batch is in flight while x is being staged.
-template <bool EVICT>
-__device__ inline uint4 ld_stream16(const uint8_t* p, uint64_t pol) {
-  uint4 v;
-  if (EVICT)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
-  else
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-__device__ inline float ld_stream_half(const __half* p) {
-  unsigned short h;
-  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
-  return __half2float(__ushort_as_half(h));
-}
-
 __device__ inline int xs_slot(int c, int p) { return 4 * c + (p ^ ((c >> 1) & 3)); }
 
 // x (nch chunks of 64 bytes) -> xs in the swizzled order, by NT threads, 4 loads in flight per thread.
@@ -1027,6 +1039,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      own loop with x from shared memory at 17.5 against 21.7 us on down and 8.5 against 10.3 on gdn_out: x
     //      through L1 costs variant 4 ~4 us on down (each LDG.128 of x touches 16 lines: lanes are 64 bytes apart).
     //      36 R2 U2 pipelined <= 96 regs (5 blocks per SM), 37 R4 U2 pipelined <= 128, 38 R2 U2 pipelined <= 80 (6)
+    //   39: variant 4 with its weights and scales loaded past L1 (qgemv_kernel NA), so x keeps its L1 lines
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
@@ -1076,6 +1089,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 38) done = launch_sx<2, 2, 4, 6, true, true, false>(a, st, false);
       else done = false;
       if (done) return;
+      if (v == 39) {
+        launch<BITS, 1, 2, false, true, true>(a, st);
+        return;
+      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
