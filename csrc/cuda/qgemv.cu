@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 39;  // T = 1 launch variants 1..39 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 40;  // T = 1 launch variants 1..40 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -233,7 +233,10 @@ __device__ inline float ld_stream_half(const __half* p) {
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
 //   NA     (4-bit) the weights and scales are loaded past L1, so x keeps its L1 lines (variant 39; session 9's ablation,
 //          bench/gemv_ablation.cu: variant 4's own loop on down 21.6 -> 18.8 us, gdn_out 10.3 -> 9.4)
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false>
+//   ROT    each row pair starts its walk over K at batch (pair mod batches) and wraps round (variant 40): at any
+//          moment the warps of the grid read different parts of x, instead of every warp of every SM asking L2 for
+//          the same x lines at once, first of all right after the PDL wait (the sums' order is fixed per row)
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false, bool ROT = false>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
@@ -279,10 +282,17 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
         }
       }
     };
-    if (PIPE) load_batch(lane, w, s);
-    for (int cb = lane; cb < nch; cb += 32 * U) {
+    constexpr int span = 32 * U;  // chunks per batch of the warp
+    // ROT: every lane walks all nb batches from batch rot on, wrapping (a lane past the row's end in the last batch
+    // skips its chunks there); else batch 0 on while the lane's chunks last (the loop as it was before ROT)
+    const int nb = (nch + span - 1) / span;
+    int cb = lane + (ROT ? (pair % nb) * span : 0);
+    if (PIPE) load_batch(cb, w, s);
+    for (int i = 0; ROT ? i < nb : cb < nch; ++i) {
+      int ncb = cb + span;
+      if (ROT && ncb >= nb * span) ncb -= nb * span;
       if (PIPE) {
-        if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
+        if (ROT ? i + 1 < nb : ncb < nch) load_batch(ncb, wn, sn);
       } else {
         load_batch(cb, w, s);
       }
@@ -310,6 +320,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
           s[1][u] = sn[1][u];
         }
       }
+      cb = ncb;
     }
     wait_once();  // lanes that loaded no chunk (K < 32 T) still write outputs
 #pragma unroll
@@ -346,9 +357,9 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false, bool ROT = false>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, NA>;
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, NA, ROT>;
   int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
@@ -1040,6 +1051,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      through L1 costs variant 4 ~4 us on down (each LDG.128 of x touches 16 lines: lanes are 64 bytes apart).
     //      36 R2 U2 pipelined <= 96 regs (5 blocks per SM), 37 R4 U2 pipelined <= 128, 38 R2 U2 pipelined <= 80 (6)
     //   39: variant 4 with its weights and scales loaded past L1 (qgemv_kernel NA), so x keeps its L1 lines
+    //   40: variant 4 with each row pair's walk over K rotated (qgemv_kernel ROT)
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
@@ -1089,8 +1101,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 38) done = launch_sx<2, 2, 4, 6, true, true, false>(a, st, false);
       else done = false;
       if (done) return;
-      if (v == 39) {
-        launch<BITS, 1, 2, false, true, true>(a, st);
+      if (v == 39 || v == 40) {
+        if (v == 39) launch<BITS, 1, 2, false, true, true>(a, st);
+        else launch<BITS, 1, 2, false, true, false, true>(a, st);
         return;
       }
       if (v >= 6) {
