@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 40;  // T = 1 launch variants 1..40 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -207,36 +207,11 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
   }
 }
 
-// Weights and scales streamed past L1 (ld.global.nc.L1::no_allocate; EVICT: also an L2 evict-first policy): read
-// once, they need not evict what L1 holds for reuse (x in qgemv_kernel, read through L1 by every warp of the SM).
-template <bool EVICT>
-__device__ inline uint4 ld_stream16(const uint8_t* p, uint64_t pol) {
-  uint4 v;
-  if (EVICT)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
-  else
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-__device__ inline float ld_stream_half(const __half* p) {
-  unsigned short h;
-  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
-  return __half2float(__ushort_as_half(h));
-}
-
 // Variants (chosen per launch; bench/decode.py times them side by side):
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
-//   NA     (4-bit) the weights and scales are loaded past L1, so x keeps its L1 lines (variant 39; session 9's ablation,
-//          bench/gemv_ablation.cu: variant 4's own loop on down 21.6 -> 18.8 us, gdn_out 10.3 -> 9.4)
-//   ROT    each row pair starts its walk over K at batch (pair mod batches) and wraps round (variant 40): at any
-//          moment the warps of the grid read different parts of x, instead of every warp of every SM asking L2 for
-//          the same x lines at once, first of all right after the PDL wait (the sums' order is fixed per row)
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false, bool ROT = false>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
@@ -267,32 +242,17 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
       for (int u = 0; u < U; ++u) {
         const int c = cb + 32 * u;
         if (c < nch) {
-          if constexpr (NA && BITS == 4) {
-            const size_t rowb = (size_t)(a.K >> 1);
-            ww[0][u].lo = ld_stream16<false>(a.codes + r0 * rowb + c * 16, 0);
-            ww[1][u].lo = ld_stream16<false>(a.codes + r1 * rowb + c * 16, 0);
-            ss[0][u] = ld_stream_half(a.scales + (size_t)r0 * ngroups + ((c * 32) >> a.gshift));
-            ss[1][u] = ld_stream_half(a.scales + (size_t)r1 * ngroups + ((c * 32) >> a.gshift));
-          } else {
-            load_chunk<BITS>(a, r0, c, ww[0][u]);
-            load_chunk<BITS>(a, r1, c, ww[1][u]);
-            ss[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
-            ss[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
-          }
+          load_chunk<BITS>(a, r0, c, ww[0][u]);
+          load_chunk<BITS>(a, r1, c, ww[1][u]);
+          ss[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
+          ss[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
         }
       }
     };
-    constexpr int span = 32 * U;  // chunks per batch of the warp
-    // ROT: every lane walks all nb batches from batch rot on, wrapping (a lane past the row's end in the last batch
-    // skips its chunks there); else batch 0 on while the lane's chunks last (the loop as it was before ROT)
-    const int nb = (nch + span - 1) / span;
-    int cb = lane + (ROT ? (pair % nb) * span : 0);
-    if (PIPE) load_batch(cb, w, s);
-    for (int i = 0; ROT ? i < nb : cb < nch; ++i) {
-      int ncb = cb + span;
-      if (ROT && ncb >= nb * span) ncb -= nb * span;
+    if (PIPE) load_batch(lane, w, s);
+    for (int cb = lane; cb < nch; cb += 32 * U) {
       if (PIPE) {
-        if (ROT ? i + 1 < nb : ncb < nch) load_batch(ncb, wn, sn);
+        if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
       } else {
         load_batch(cb, w, s);
       }
@@ -320,7 +280,6 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
           s[1][u] = sn[1][u];
         }
       }
-      cb = ncb;
     }
     wait_once();  // lanes that loaded no chunk (K < 32 T) still write outputs
 #pragma unroll
@@ -357,9 +316,9 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool NA = false, bool ROT = false>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, NA, ROT>;
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
   int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
@@ -386,6 +345,24 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 //     strides over row groups by the number of warps in the grid (persistent: one resident wave).
 //   * PIPE: the next batch (U chunks of each row) is loaded before the current one is used, across
 //     row-group boundaries too, and the first batch is in flight while x is being staged.
+template <bool EVICT>
+__device__ inline uint4 ld_stream16(const uint8_t* p, uint64_t pol) {
+  uint4 v;
+  if (EVICT)
+    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(pol));
+  else
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+__device__ inline float ld_stream_half(const __half* p) {
+  unsigned short h;
+  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
+  return __half2float(__ushort_as_half(h));
+}
+
 __device__ inline int xs_slot(int c, int p) { return 4 * c + (p ^ ((c >> 1) & 3)); }
 
 // x (nch chunks of 64 bytes) -> xs in the swizzled order, by NT threads, 4 loads in flight per thread.
@@ -1044,14 +1021,13 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
-    //   36..38: for the 5120-row shapes, fp16 x staged in shared memory by every 4-warp block, weights past L1, one row
-    //      group per warp (down: 640 blocks of 4 warps, ~4.85 per SM; 6..15 use 8-warp blocks on a one-wave grid, which
-    //      leaves down's 320 blocks at 2 or 3 per SM). Session 9's ablation (bench/gemv_ablation.cu) timed variant 4's
-    //      own loop with x from shared memory at 17.5 against 21.7 us on down and 8.5 against 10.3 on gdn_out: x
-    //      through L1 costs variant 4 ~4 us on down (each LDG.128 of x touches 16 lines: lanes are 64 bytes apart).
-    //      36 R2 U2 pipelined <= 96 regs (5 blocks per SM), 37 R4 U2 pipelined <= 128, 38 R2 U2 pipelined <= 80 (6)
-    //   39: variant 4 with its weights and scales loaded past L1 (qgemv_kernel NA), so x keeps its L1 lines
-    //   40: variant 4 with each row pair's walk over K rotated (qgemv_kernel ROT)
+    // (session 9, measured on whole steps and removed, bench/NOTES.md: an ablation of variant 4's loop
+    // (bench/gemv_ablation.cu) put ~4 us of down's 21.7 on x read through L1 (lanes 64 bytes apart: 16 lines per
+    // LDG.128) and ~2 us on the scale loads, so for down / gdn_out / o: 36..38, the sx kernel with fp16 x staged by
+    // every 4-warp block, one row group per warp (alone 20.1 / 9.1 us against 22.2 / 10.4; steps 4.980 against 4.908
+    // ms: the staging sits after the PDL wait); 39, variant 4 with weights and scales past L1 (21.6 us alone; steps
+    // 5.020 against 4.903); 40, variant 4 with each row pair's walk over K rotated so the grid does not read the same
+    // x lines at once (steps 5.181). Variant 4's lazy x, read chunk by chunk as the walk needs it, wins in the step)
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
@@ -1096,16 +1072,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
       else if (v == 34) done = launch_sx<4, 2, 22, 1, true, false, false, true>(a, st, false);
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
-      else if (v == 36) done = launch_sx<2, 2, 4, 5, true, true, false>(a, st, false);
-      else if (v == 37) done = launch_sx<4, 2, 4, 4, true, true, false>(a, st, false);
-      else if (v == 38) done = launch_sx<2, 2, 4, 6, true, true, false>(a, st, false);
       else done = false;
       if (done) return;
-      if (v == 39 || v == 40) {
-        if (v == 39) launch<BITS, 1, 2, false, true, true>(a, st);
-        else launch<BITS, 1, 2, false, true, false, true>(a, st);
-        return;
-      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
