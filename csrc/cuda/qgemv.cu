@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -730,6 +730,116 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   return true;
 }
 
+// ---- T = 1, 4-bit, the 5120-row shapes: x staged per block one batch at a time (variant 36) ----
+// Variant 4 reads x chunk by chunk through L1 as its walk over K needs it, so right after the PDL wait a warp waits
+// for one round trip of x only; but a lane's 64 bytes of x sit 64 bytes from its neighbour's, so each LDG.128 of x
+// touches 16 lines, and session 9's ablation (bench/gemv_ablation.cu) put ~4 us of down's 21.7 on that. Staging all
+// of x per block first (36..38 then) fixed the pattern but put the whole staging after the wait, and lost on steps.
+// Here the block's 4 warps walk the batches in step (a barrier per batch) and stage only the next batch's x: 64
+// chunks x 64 bytes = 4 KB, two coalesced 16-byte loads per thread, loaded before the current batch is folded and
+// stored (swizzled, as xs_slot) after it, into the other of two buffers. After the wait the block stages batch 0
+// only: one round trip, as variant 4. Otherwise variant 4: a warp per row pair, U = 2, the next batch of weights
+// loaded while the current one is folded, half2 arithmetic, the same sums in the same order.
+constexpr int kXbU = 2;                        // chunks per row per batch (a lane's)
+constexpr int kXbChunks = 32 * kXbU;           // chunks per batch
+constexpr int kXbPieces = 4 * kXbChunks;       // 16-byte pieces of x per batch
+constexpr int kXbPerThread = kXbPieces / (kWarps * 32);
+static_assert(kXbPieces % (kWarps * 32) == 0, "whole pieces per thread");
+
+__global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs a) {
+  __shared__ uint4 xb[2][kXbPieces];
+  const int lane = threadIdx.x & 31;
+  const int npairs = (a.N + 1) >> 1;
+  const int nch = a.K >> 5;
+  const int ngroups = a.K >> a.gshift;
+  const int nb = (nch + kXbChunks - 1) / kXbChunks;
+  const int pair = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const bool active = pair < npairs;  // a warp past the last pair still takes part in every barrier
+  const int r0 = 2 * min(pair, npairs - 1);
+  const int r1 = min(r0 + 1, a.N - 1);
+  const size_t rowb = (size_t)(a.K >> 1);
+  uint4 w[2][kXbU], wn[2][kXbU];
+  float s[2][kXbU], sn[2][kXbU];
+  auto load_batch = [&](int b, uint4 (&ww)[2][kXbU], float (&ss)[2][kXbU]) {
+#pragma unroll
+    for (int u = 0; u < kXbU; ++u) {
+      const int c = b * kXbChunks + lane + 32 * u;
+      if (active && c < nch) {
+        ww[0][u] = ld_stream16<false>(a.codes + r0 * rowb + c * 16, 0);
+        ww[1][u] = ld_stream16<false>(a.codes + r1 * rowb + c * 16, 0);
+        ss[0][u] = ld_stream_half(a.scales + (size_t)r0 * ngroups + ((c * 32) >> a.gshift));
+        ss[1][u] = ld_stream_half(a.scales + (size_t)r1 * ngroups + ((c * 32) >> a.gshift));
+      }
+    }
+  };
+  // x pieces of batch b: thread q takes pieces q, q + 128 (piece p of local chunk cl: cl = p >> 2, part p & 3)
+  const uint4* xg = reinterpret_cast<const uint4*>(a.x);
+  uint4 xr[kXbPerThread];
+  auto load_x = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < kXbPerThread; ++j) {
+      const int q = threadIdx.x + j * kWarps * 32;
+      const int c = b * kXbChunks + (q >> 2);
+      xr[j] = c < nch ? __ldg(xg + (size_t)c * 4 + (q & 3)) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto store_x = [&](int buf) {
+#pragma unroll
+    for (int j = 0; j < kXbPerThread; ++j) {
+      const int q = threadIdx.x + j * kWarps * 32;
+      xb[buf][xs_slot(q >> 2, q & 3)] = xr[j];
+    }
+  };
+  load_batch(0, w, s);  // before the wait: weights depend on no earlier kernel
+  pdl_wait();
+  pdl_trigger();
+  load_x(0);
+  store_x(0);
+  float acc0 = 0.f, acc1 = 0.f;
+  for (int b = 0; b < nb; ++b) {
+    if (b + 1 < nb) load_batch(b + 1, wn, sn);
+    __syncthreads();  // batch b's x is in xb[b & 1]; every warp is done with xb[(b + 1) & 1]
+    if (b + 1 < nb) load_x(b + 1);
+#pragma unroll
+    for (int u = 0; u < kXbU; ++u) {
+      const int cl = lane + 32 * u;
+      if (b * kXbChunks + cl < nch) {
+        uint4 xv[4];
+        const uint4* xp = xb[b & 1] + 4 * cl;
+        const int sw = (cl >> 1) & 3;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = xp[p ^ sw];
+        acc0 = fmaf(s[0][u], chunk_dot<4>(Chunk<4>{w[0][u], {}, {}}, xv), acc0);
+        acc1 = fmaf(s[1][u], chunk_dot<4>(Chunk<4>{w[1][u], {}, {}}, xv), acc1);
+      }
+    }
+    if (b + 1 < nb) store_x((b + 1) & 1);
+#pragma unroll
+    for (int u = 0; u < kXbU; ++u) {
+      w[0][u] = wn[0][u];
+      w[1][u] = wn[1][u];
+      s[0][u] = sn[0][u];
+      s[1][u] = sn[1][u];
+    }
+  }
+  acc0 = warp_sum(acc0);
+  acc1 = warp_sum(acc1);
+  if (!active || lane != 0) return;
+  if (a.epi == GEMV_STORE) {
+    a.out_f32[r0] = acc0;
+    if (r0 + 1 < a.N) a.out_f32[r0 + 1] = acc1;
+  } else if (a.epi == GEMV_ADD) {
+    a.out_f32[r0] += acc0;
+    if (r0 + 1 < a.N) a.out_f32[r0 + 1] += acc1;
+  } else {
+    a.out_h[perm8(pair)] = __float2half(silu(acc0) * acc1);
+  }
+}
+
+void launch_xbatch(const GemvArgs& a, cudaStream_t st) {
+  launch_pdl("qgemv", qgemv4_xbatch_kernel, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
+}
+
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
 // Variants 1..15 hold the weight bytes in flight in registers (U chunks x ROWS rows x 16 B per lane):
 // 2-4 KB per warp, and every such byte costs occupancy. Here each warp owns a ring of S stages in
@@ -1021,6 +1131,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
+    //   36: for the 5120-row shapes, variant 4 with x staged per block one batch at a time (qgemv4_xbatch_kernel;
+    //      written in session 9, whose id 36 before it was one of the removed kernels below)
     // (session 9, measured on whole steps and removed, bench/NOTES.md: an ablation of variant 4's loop
     // (bench/gemv_ablation.cu) put ~4 us of down's 21.7 on x read through L1 (lanes 64 bytes apart: 16 lines per
     // LDG.128) and ~2 us on the scale loads, so for down / gdn_out / o: 36..38, the sx kernel with fp16 x staged by
@@ -1072,6 +1184,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
       else if (v == 34) done = launch_sx<4, 2, 22, 1, true, false, false, true>(a, st, false);
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
+      else if (v == 36) launch_xbatch(a, st);
       else done = false;
       if (done) return;
       if (v >= 6) {
