@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Session 9, call 6 (the last device time): GEMV variant 36 (variant 4 with x staged per block one batch at a time):
-# its oracle tests, then whole decode steps with 36 routed to down and to gdn_out / o.
+# Session 9, call 6 (refused: too little device time left; the next session's first call): GEMV variants 36 / 37
+# (variant 4 with x staged per block one batch at a time, U = 2 / 1): their oracle tests, then whole decode steps with
+# them routed to down and to gdn_out / o.
 #   bash bench/device_s9_call6.sh     (carry .whl)
 set -uo pipefail
 source bench/device_setup.sh
-timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 50 tests/test_native_ops.py -k "launch_variants and 36" \
+timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 50 tests/test_native_ops.py -k "launch_variants and (36 or 37)" \
   > $out/tests.log 2>&1; echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -8
 D=5120x17408; O=5120x6144
-timeout 90 python3 bench/step_probe.py --kv int8 --depths 0 --routes "$D=36;$O=36;$D=36,$O=36" 2>&1 | grep -E "step|route" | tee $out/steps.txt
+timeout 150 python3 bench/step_probe.py --kv int8 --depths 0 --routes "$D=36;$D=37;$O=36;$O=37;$D=36,$O=36;$D=37,$O=37" 2>&1 | grep -E "step|route" | tee $out/steps.txt
 echo "total $(( $(date +%s) - t0 )) s"

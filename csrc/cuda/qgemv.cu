@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 37;  // T = 1 launch variants 1..37 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -739,14 +739,15 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
 // chunks x 64 bytes = 4 KB, two coalesced 16-byte loads per thread, loaded before the current batch is folded and
 // stored (swizzled, as xs_slot) after it, into the other of two buffers. After the wait the block stages batch 0
 // only: one round trip, as variant 4. Otherwise variant 4: a warp per row pair, U = 2, the next batch of weights
-// loaded while the current one is folded, half2 arithmetic, the same sums in the same order.
-constexpr int kXbU = 2;                        // chunks per row per batch (a lane's)
-constexpr int kXbChunks = 32 * kXbU;           // chunks per batch
-constexpr int kXbPieces = 4 * kXbChunks;       // 16-byte pieces of x per batch
-constexpr int kXbPerThread = kXbPieces / (kWarps * 32);
-static_assert(kXbPieces % (kWarps * 32) == 0, "whole pieces per thread");
-
+// loaded while the current one is folded, half2 arithmetic, the same sums in the same order. Variant 37 is the same
+// with U = 1 (2 KB of x per batch, one load per thread, twice the barriers).
+template <int U>  // chunks per row per batch (a lane's): 2 for variant 36, 1 for 37 (half the x per barrier)
 __global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs a) {
+  constexpr int kXbU = U;
+  constexpr int kXbChunks = 32 * kXbU;      // chunks per batch
+  constexpr int kXbPieces = 4 * kXbChunks;  // 16-byte pieces of x per batch
+  constexpr int kXbPerThread = kXbPieces / (kWarps * 32);
+  static_assert(kXbPieces % (kWarps * 32) == 0, "whole pieces per thread");
   __shared__ uint4 xb[2][kXbPieces];
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
@@ -772,7 +773,7 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs 
       }
     }
   };
-  // x pieces of batch b: thread q takes pieces q, q + 128 (piece p of local chunk cl: cl = p >> 2, part p & 3)
+  // x pieces of batch b: thread q takes pieces q, q + 128, ... (piece p of local chunk cl = p >> 2, part p & 3)
   const uint4* xg = reinterpret_cast<const uint4*>(a.x);
   uint4 xr[kXbPerThread];
   auto load_x = [&](int b) {
@@ -836,8 +837,9 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs 
   }
 }
 
+template <int U>
 void launch_xbatch(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv4_xbatch_kernel, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
+  launch_pdl("qgemv", qgemv4_xbatch_kernel<U>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
 }
 
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
@@ -1131,8 +1133,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
-    //   36: for the 5120-row shapes, variant 4 with x staged per block one batch at a time (qgemv4_xbatch_kernel;
-    //      written in session 9, whose id 36 before it was one of the removed kernels below)
+    //   36, 37: for the 5120-row shapes, variant 4 with x staged per block one batch at a time (qgemv4_xbatch_kernel,
+    //      U = 2 / 1; written in session 9, whose ids 36 / 37 before them were removed kernels, below)
     // (session 9, measured on whole steps and removed, bench/NOTES.md: an ablation of variant 4's loop
     // (bench/gemv_ablation.cu) put ~4 us of down's 21.7 on x read through L1 (lanes 64 bytes apart: 16 lines per
     // LDG.128) and ~2 us on the scale loads, so for down / gdn_out / o: 36..38, the sx kernel with fp16 x staged by
@@ -1184,7 +1186,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
       else if (v == 34) done = launch_sx<4, 2, 22, 1, true, false, false, true>(a, st, false);
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
-      else if (v == 36) launch_xbatch(a, st);
+      else if (v == 36) launch_xbatch<2>(a, st);
+      else if (v == 37) launch_xbatch<1>(a, st);
       else done = false;
       if (done) return;
       if (v >= 6) {
