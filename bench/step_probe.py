@@ -3,6 +3,7 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
 
     python3 bench/step_probe.py [--kv int8] [--depths 0,131072] [--steps 50] [--pdl 1,0]
     python3 bench/step_probe.py --routes "34816x5120=23;34816x5120=23,16480x5120=24"   # per-shape GEMV routes
+    python3 bench/step_probe.py --kv int8,int4 --depths 131072 --attn-variants 4,5,6    # attention split variants
 
 --routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
 (set_qgemv_shape_variant); the built-in route is always timed first.
@@ -23,6 +24,9 @@ def main() -> None:
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
+    ap.add_argument("--attn-variants", default="",
+                    help="attention split variants to time after the GEMV runs, one run each (csrc/cuda/attention.cu; "
+                         "bf16 KV runs variant 4's code for 5 and 6)")
     args = ap.parse_args()
     routes = [parse_route(r) for r in args.routes.split(";") if r.strip()]
     if args.route_from:
@@ -55,6 +59,14 @@ def main() -> None:
                 print(f"step kv {kv} route {format_route(route)} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
                       flush=True)
         apply_route(nat, e, {})
+        for v in [int(x) for x in args.attn_variants.split(",") if x.strip()]:
+            nat.set_attn_variant(v)
+            e.reset_graphs()
+            for d in depths:
+                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
+                print(f"step kv {kv} attention variant {v} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+        nat.set_attn_variant(4)  # the engine's default (attention.cu g_attn_mode)
+        e.reset_graphs()
         del model, e
 
 
