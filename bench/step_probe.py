@@ -59,13 +59,14 @@ def main() -> None:
                 print(f"step kv {kv} route {format_route(route)} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
                       flush=True)
         apply_route(nat, e, {})
+        default_attn = nat.get_attn_variant()
         for v in [int(x) for x in args.attn_variants.split(",") if x.strip()]:
             nat.set_attn_variant(v)
             e.reset_graphs()
             for d in depths:
                 ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
                 print(f"step kv {kv} attention variant {v} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
-        nat.set_attn_variant(4)  # the engine's default (attention.cu g_attn_mode)
+        nat.set_attn_variant(default_attn)
         e.reset_graphs()
         del model, e
 

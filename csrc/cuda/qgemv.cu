@@ -743,8 +743,7 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
 // with U = 1 (2 KB of x per batch, one load per thread, twice the barriers).
 template <int U>  // chunks per row per batch (a lane's): 2 for variant 36, 1 for 37 (half the x per barrier)
 __global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs a) {
-  constexpr int kXbU = U;
-  constexpr int kXbChunks = 32 * kXbU;      // chunks per batch
+  constexpr int kXbChunks = 32 * U;         // chunks per batch
   constexpr int kXbPieces = 4 * kXbChunks;  // 16-byte pieces of x per batch
   constexpr int kXbPerThread = kXbPieces / (kWarps * 32);
   static_assert(kXbPieces % (kWarps * 32) == 0, "whole pieces per thread");
@@ -759,11 +758,11 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs 
   const int r0 = 2 * min(pair, npairs - 1);
   const int r1 = min(r0 + 1, a.N - 1);
   const size_t rowb = (size_t)(a.K >> 1);
-  uint4 w[2][kXbU], wn[2][kXbU];
-  float s[2][kXbU], sn[2][kXbU];
-  auto load_batch = [&](int b, uint4 (&ww)[2][kXbU], float (&ss)[2][kXbU]) {
+  uint4 w[2][U], wn[2][U];
+  float s[2][U], sn[2][U];
+  auto load_batch = [&](int b, uint4 (&ww)[2][U], float (&ss)[2][U]) {
 #pragma unroll
-    for (int u = 0; u < kXbU; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int c = b * kXbChunks + lane + 32 * u;
       if (active && c < nch) {
         ww[0][u] = ld_stream16<false>(a.codes + r0 * rowb + c * 16, 0);
@@ -802,7 +801,7 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs 
     __syncthreads();  // batch b's x is in xb[b & 1]; every warp is done with xb[(b + 1) & 1]
     if (b + 1 < nb) load_x(b + 1);
 #pragma unroll
-    for (int u = 0; u < kXbU; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int cl = lane + 32 * u;
       if (b * kXbChunks + cl < nch) {
         uint4 xv[4];
@@ -816,7 +815,7 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs 
     }
     if (b + 1 < nb) store_x((b + 1) & 1);
 #pragma unroll
-    for (int u = 0; u < kXbU; ++u) {
+    for (int u = 0; u < U; ++u) {
       w[0][u] = wn[0][u];
       w[1][u] = wn[1][u];
       s[0][u] = sn[0][u];
