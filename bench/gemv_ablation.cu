@@ -16,7 +16,8 @@
 //       the codes (544-byte superblocks: 32 chunks of codes, then their 16 scales); 3 the separate array, each warp
 //       copying its rows' scales to shared memory in one coalesced pass first (session 9 call 2)
 //   XM  x: 0 none (a register value), 1 fp16 through L1 (__ldg, as variant 4), 2 staged once per block in shared
-//       memory (fp16, the sx kernels' swizzle)
+//       memory (fp16, the sx kernels' swizzle), 3 through L1 in the lanes layout (csrc/cuda/common.cuh lanes_pos;
+//       session 10)
 //   AR  arithmetic: 0 an XOR fold of the codes (keeps the loads live), 1 variant 4's half2 magic-number dot
 //   NA  weights loaded with ld.global.nc.L1::no_allocate (else __ldg, which allocates in L1 and can evict x)
 //   R / U / PIPE  rows per warp, chunks per row per batch, software pipeline
@@ -173,6 +174,11 @@ __global__ void __launch_bounds__(WARPS * 32) abl_kernel(Args a) {
         const uint4* xp = reinterpret_cast<const uint4*>(a.x + c * 32);
 #pragma unroll
         for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+      } else if (XM == 3) {  // the lanes layout (csrc/cuda/common.cuh lanes_pos): each load of the warp contiguous
+        const int run = c >> 5, run_chunks = min(32, nch - 32 * run);
+        const uint4* xp = reinterpret_cast<const uint4*>(a.x) + run * 128 + (c & 31);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
       } else if (XM == 2) {
         const uint4* xr = xs + 4 * c;
         const int sw = (c >> 1) & 3;
@@ -331,6 +337,8 @@ int main() {
   std::vector<Config> configs = {
       // R, U, PIPE, SC, XM, AR, NA[, WARPS]
       cfg<2, 2, true, 1, 1, 1, false>("v4: R2 U2 pipe, scales, x L1, half2, ldg"),
+      cfg<2, 2, true, 1, 3, 1, false>("v4 with x in the lanes layout (L1)"),
+      cfg<2, 2, true, 0, 3, 0, true>("bare + x L1 lanes layout"),
       cfg<2, 2, true, 1, 2, 1, true>("x smem, NA, scales 1 (separate)"),
       cfg<2, 2, true, 2, 2, 1, true>("x smem, NA, scales 2 (interleaved)"),
       cfg<2, 2, true, 3, 2, 1, true>("x smem, NA, scales 3 (warp-staged)"),

@@ -53,6 +53,29 @@ def from_perm8(x):
     return x[:, perm8_index(x.shape[1]).to(x.device)]
 
 
+def lanes_index(k: int):
+    """Buffer position of each element in the lanes layout (csrc/cuda/common.cuh lanes_pos, written here again from
+    its definition): each run of 32 chunks of 32 elements stored piece-major, piece p of chunk c at
+    run * 1024 + (p * run_chunks + c % 32) * 8, the 8 elements of a piece in perm8 order."""
+    import torch
+    idx = torch.arange(k)
+    chunk, run = idx >> 5, idx >> 10
+    run_chunks = torch.clamp((k >> 5) - 32 * run, max=32)
+    piece = (idx >> 3) & 3
+    return run * 1024 + (piece * run_chunks + (chunk & 31)) * 8 + (perm8_index(k) & 7)
+
+
+def to_lanes(x):
+    """[T, K] tensor -> the same values in the lanes layout (what qgemv's variant 4 reads with x_layout 1)."""
+    out = x.clone()
+    out[:, lanes_index(x.shape[1]).to(x.device)] = x
+    return out
+
+
+def from_lanes(x):
+    return x[:, lanes_index(x.shape[1]).to(x.device)]
+
+
 def step_inputs(tokens, rope_pos, kv_start: int, lane: int = 0):
     """An int32 CUDA tensor laid out as the native StepInputs struct."""
     import torch

@@ -256,3 +256,33 @@ def test_programmatic_dependent_launch_changes_no_bit():
         m.engine.reset_graphs()
     assert torch.isfinite(plain).all()
     assert torch.equal(plain, overlapped)
+
+
+def test_lanes_layout_of_the_mlp_changes_no_bit():
+    """In a decode step gate_up's SwiGLU epilogue writes its output in the order down's GEMV reads fastest
+    (csrc/cuda/ops.h GEMV_X_LANES, where down runs variant 4); the logits must equal the perm8 step's bit for bit."""
+    from engine.native import load_native
+    from engine.native_backend import NativeModel
+    nat = load_native()
+    m = NativeModel.from_checkpoint(full_width_source(), kv_dtype="int8", max_context=64, vram_budget_bytes=8 << 30)
+    assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == 1  # the layout is in use for 4-bit down weights
+    tokens = torch.randint(0, 2000, (12,), generator=torch.Generator().manual_seed(5))
+
+    def decode_all():
+        s = m.new_state(64)
+        out = torch.cat([m.forward(tokens[i:i + 1], s).logits for i in range(len(tokens))])
+        m.release(s)
+        return out
+
+    try:
+        nat.set_qgemv_lanes(False)
+        m.engine.reset_graphs()
+        perm8 = decode_all()
+        nat.set_qgemv_lanes(True)
+        m.engine.reset_graphs()
+        lanes = decode_all()
+    finally:
+        nat.set_qgemv_lanes(True)
+        m.engine.reset_graphs()
+    assert torch.isfinite(perm8).all()
+    assert torch.equal(perm8, lanes)

@@ -10,8 +10,8 @@ import math
 
 import pytest
 
-from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_IDOT, TOL_GEMV_Q4, from_perm8, gdn_oracle, quantized, rel_err,
-                            requires_gpu, split_qkv_f64, step_inputs, to_perm8)
+from native_helpers import (TOL_ATTN, TOL_FP16_OUT, TOL_FP32, TOL_GEMV_IDOT, TOL_GEMV_Q4, from_lanes, from_perm8, gdn_oracle,
+                            quantized, rel_err, requires_gpu, split_qkv_f64, step_inputs, to_lanes, to_perm8)
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -42,7 +42,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(38))  # 0 = route by shape, 1..37 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(36))  # 0 = route by shape, 1..35 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35]  # 4-bit integer dot products on x staged as 16-bit integers
 
@@ -336,6 +336,124 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
         bad = resid.clone()
         bad[0, 77] = float("nan")
         assert run(bad).isnan().all()
+
+
+# ---- the lanes input layout (ops.h GEMV_X_LANES): read by variant 4, written by the SwiGLU epilogue ----
+X_PERM8, X_LANES = 0, 1
+
+
+@pytest.mark.parametrize("epi, N, K", [(1, 5120, 17408),  # down: 17 runs of 32 chunks
+                                       (0, 5120, 6144),   # gdn_out / attention output
+                                       (0, 253, 1152),    # a last run of 4 chunks, an odd last row
+                                       (2, 96, 512),      # one run of 16 chunks: half the lanes idle
+                                       (0, 64, 32)])      # one chunk
+def test_qgemv_lanes_input_equals_perm8(nat, epi, N, K):
+    # variant 4 on x in the lanes layout runs the same sums in the same order as on perm8 x: equal bit for bit, and
+    # right against fp64
+    gen = torch.Generator(device="cuda").manual_seed(N + K + epi)
+    codes, scales, wd = _random_q4(N, K, gen)
+    x = torch.randn(1, K, device="cuda", generator=gen).half()
+
+    def call(xbuf, layout):
+        out, args, before = _gemv_out(epi, N, gen)
+        with forced_qgemv_variant(nat, 4):
+            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, xbuf.data_ptr(), 1, epi, *args,
+                         x_layout=layout)
+        return _gemv_result(out, before, epi)
+
+    got = call(to_lanes(x), X_LANES)
+    assert not got.isnan().any()
+    assert torch.equal(got, call(to_perm8(x), X_PERM8))
+    y = (wd @ x.double().T).T
+    if epi == 2:
+        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < TOL_GEMV_Q4 + TOL_FP16_OUT
+    else:
+        assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
+
+
+def test_qgemv_x_layout_follows_the_route(nat):
+    assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_LANES  # down: routed to variant 4
+    assert nat.qgemv_x_layout(5120, 6144, 4, 32, 1) == X_LANES   # gdn_out / o: variant 4 too
+    assert nat.qgemv_x_layout(34816, 5120, 4, 64, 1) == X_PERM8  # gate_up: an integer-dot sx kernel
+    assert nat.qgemv_x_layout(5120, 17408, 4, 64, 2) == X_PERM8  # T > 1
+    assert nat.qgemv_x_layout(5120, 17408, 6, 64, 1) == X_PERM8  # 6-bit: the ring kernel
+    with forced_qgemv_variant(nat, 6):
+        assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8
+    nat.set_qgemv_lanes(False)
+    try:
+        assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8
+    finally:
+        nat.set_qgemv_lanes(True)
+
+
+def test_qgemv_lanes_layout_rejected_where_not_read(nat):
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    N, K = 64, 512
+    codes, scales, wd = _random_q4(N, K, gen)
+    x = torch.zeros(2, K, device="cuda").half()
+    out = torch.zeros(2, N, device="cuda")
+    half = torch.zeros(2, N // 2, device="cuda").half()
+    with forced_qgemv_variant(nat, 6), pytest.raises(ValueError, match="lanes"):  # a kernel that reads perm8
+        nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, x.data_ptr(), 1, 0, out.data_ptr(), 0, N,
+                     x_layout=X_LANES)
+    with pytest.raises(ValueError, match="lanes"):  # T > 1
+        nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, x.data_ptr(), 2, 0, out.data_ptr(), 0, N,
+                     x_layout=X_LANES)
+    with pytest.raises(ValueError, match="SwiGLU"):  # the lanes output is the SwiGLU epilogue's only
+        nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, x.data_ptr(), 1, 0, out.data_ptr(), 0, N,
+                     out_layout=X_LANES)
+    with pytest.raises(ValueError, match="multiple of 32"):  # N / 2 = 24 outputs: no whole chunk
+        nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), 48, K, 4, 64, x.data_ptr(), 1, 2, 0, half.data_ptr(),
+                     24, out_layout=X_LANES)
+    with pytest.raises(ValueError, match="layout"):
+        nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, x.data_ptr(), 1, 0, out.data_ptr(), 0, N,
+                     x_layout=2)
+
+
+@pytest.mark.parametrize("variant, T", [(0, 1), (1, 1), (4, 1), (6, 1), (16, 1), (34, 1), (0, 3)])
+def test_qgemv_swiglu_lanes_output(nat, variant, T):
+    # every kernel's SwiGLU epilogue writes the same values in the lanes order when asked (T > 1: the generic kernel)
+    gen = torch.Generator(device="cuda").manual_seed(variant + 31 * T)
+    N, K = 2 * 1088, 1024  # 1088 outputs: 34 chunks, a last run of 2
+    codes, scales, wd = _random_q4(N, K, gen)
+    x = to_perm8(torch.randn(T, K, device="cuda", generator=gen).half())
+
+    def call(layout):
+        out = torch.full((T, N // 2), float("nan"), device="cuda").half()
+        with forced_qgemv_variant(nat, variant):
+            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, x.data_ptr(), T, 2, 0, out.data_ptr(),
+                         N // 2, out_layout=layout)
+        return out
+
+    lanes = call(X_LANES)
+    assert not lanes.isnan().any()
+    assert torch.equal(from_lanes(lanes), from_perm8(call(X_PERM8)))
+
+
+def test_mlp_chain_in_lanes_layout_changes_no_bit(nat):
+    # the decode step's MLP (engine.cu): the fused-norm gate_up writes its SwiGLU output in the layout down reads
+    # (qgemv_x_layout), and down reads it; the same bits as the perm8 chain
+    gen = torch.Generator(device="cuda").manual_seed(17)
+    H, I = 1024, 9216  # down's K = I > 8192: routed to variant 4, like the 27B's 17408
+    assert nat.qgemv_x_layout(H, I, 4, 64, 1) == X_LANES
+    gu, gu_s, _ = _random_q4(2 * I, H, gen)
+    dn, dn_s, _ = _random_q4(H, I, gen)
+    resid = torch.randn(1, H, device="cuda", generator=gen)
+    nw = torch.randn(H, device="cuda", generator=gen) * 0.2
+    xin = torch.empty(1, H, device="cuda").half()
+
+    def chain(layout):
+        act = torch.full((1, I), float("nan"), device="cuda").half()
+        out = resid.clone()
+        nat.op_qgemv_normed(gu.data_ptr(), 0, gu_s.data_ptr(), 2 * I, H, 4, 64, resid.data_ptr(), nw.data_ptr(), 1e-6,
+                            True, 1, 2, 0, act.data_ptr(), I, xin.data_ptr(), out_layout=layout)
+        nat.op_qgemv(dn.data_ptr(), 0, dn_s.data_ptr(), H, I, 4, 64, act.data_ptr(), 1, 1, out.data_ptr(), 0, H,
+                     x_layout=layout)
+        return out
+
+    lanes = chain(X_LANES)
+    assert torch.isfinite(lanes).all()
+    assert torch.equal(lanes, chain(X_PERM8))
 
 
 @pytest.mark.parametrize("bits", [4, 8])

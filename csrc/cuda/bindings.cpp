@@ -129,18 +129,27 @@ void register_cuda_bindings(py::module_& m) {
 
   // ---- op-level entry points (default stream, synchronised) for the device tests ----
   m.def("op_qgemv", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group,
-                       uintptr_t x, int T, int epi, uintptr_t out_f32, uintptr_t out_h, int ldo) {
+                       uintptr_t x, int T, int epi, uintptr_t out_f32, uintptr_t out_h, int ldo, int x_layout,
+                       int out_layout) {
     qgemv(qmat(codes, high, scales, N, K, bits, group), ptr<const __half>(x), T, epi, ptr<float>(out_f32),
-          ptr<__half>(out_h), ldo, 0);
+          ptr<__half>(out_h), ldo, 0, x_layout, out_layout);
     sync0("qgemv");
-  });
+  }, py::arg("codes"), py::arg("high"), py::arg("scales"), py::arg("N"), py::arg("K"), py::arg("bits"),
+     py::arg("group"), py::arg("x"), py::arg("T"), py::arg("epi"), py::arg("out_f32"), py::arg("out_h"),
+     py::arg("ldo"), py::arg("x_layout") = 0, py::arg("out_layout") = 0);
   m.def("op_qgemv_normed", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
                               int group, uintptr_t resid, uintptr_t norm_w, float eps, bool add_one, int T, int epi,
-                              uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t xin) {
+                              uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t xin, int out_layout) {
     qgemv_normed(qmat(codes, high, scales, N, K, bits, group), ptr<const float>(resid), ptr<const float>(norm_w), eps,
-                 add_one, T, epi, ptr<float>(out_f32), ptr<__half>(out_h), ldo, ptr<__half>(xin), 0);
+                 add_one, T, epi, ptr<float>(out_f32), ptr<__half>(out_h), ldo, ptr<__half>(xin), 0, out_layout);
     sync0("qgemv_normed");
-  });
+  }, py::arg("codes"), py::arg("high"), py::arg("scales"), py::arg("N"), py::arg("K"), py::arg("bits"),
+     py::arg("group"), py::arg("resid"), py::arg("norm_w"), py::arg("eps"), py::arg("add_one"), py::arg("T"),
+     py::arg("epi"), py::arg("out_f32"), py::arg("out_h"), py::arg("ldo"), py::arg("xin"), py::arg("out_layout") = 0);
+  m.def("qgemv_x_layout", [](int64_t N, int64_t K, int bits, int group, int T) {
+    return qgemv_x_layout(qmat(0, 0, 0, N, K, bits, group), T);
+  }, "the input order (0 perm8, 1 lanes) a GEMV of this shape reads on the current route");
+  m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_fuses_norm(qmat(0, 0, 0, N, K, bits, group), T);
   }, "whether qgemv_normed of this shape runs the norm inside the GEMV (else as its own kernel first)");

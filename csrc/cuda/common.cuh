@@ -30,6 +30,19 @@ inline void cuda_check(cudaError_t e, const char* op) {
 // and pair them with one half2 load of x. Producers write through perm8().
 __host__ __device__ inline int perm8(int k) { return (k & ~7) | ((k & 3) << 1) | ((k >> 2) & 1); }
 
+// The "lanes" layout of a GEMV input of K elements (K a multiple of 32), read by qgemv's variant 4 (ops.h
+// GEMV_X_LANES). Variant 4's lane l walks chunks c = l, l + 32, ... of 32 elements (64 bytes, four 16-byte pieces);
+// in perm8 order a lane's pieces sit 64 bytes from its neighbour's, so each 16-byte load of the warp touches 16
+// cache lines. Here each run of 32 chunks (1024 elements; fewer in the last run) is stored piece-major: piece p of
+// chunk c sits at run * 1024 + (p * run_chunks + c % 32) * 8, so the warp's p-th load is one contiguous 512 bytes.
+// Within a piece the 8 elements keep their perm8 order.
+__host__ __device__ inline int lanes_pos(int k, int K) {
+  const int c = k >> 5, run = c >> 5;
+  const int left = (K >> 5) - 32 * run;
+  const int run_chunks = left < 32 ? left : 32;
+  return run * 1024 + (((k >> 3) & 3) * run_chunks + (c & 31)) * 8 + (perm8(k) & 7);
+}
+
 __device__ inline float silu(float x) { return x / (1.f + __expf(-x)); }
 __device__ inline float sigmoidf_(float x) { return 1.f / (1.f + __expf(-x)); }
 

@@ -376,15 +376,17 @@ void NativeEngine::enqueue_step(int lane, int T) {
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
       mark("gemv attn_o");
     }
+    // the SwiGLU output in the order down's GEMV reads fastest (ops.h GemvXLayout)
+    const int act_layout = qgemv_x_layout(L.down, T);
     if (!(skip_ & 16) && !(skip_ & 1)) {  // qgemv_normed fuses the norm where it can, else runs it first
-      qgemv_normed(L.gate_up, w.resid, L.post_norm, eps_, true, T, GEMV_SWIGLU, nullptr, act, I, xin, st);
+      qgemv_normed(L.gate_up, w.resid, L.post_norm, eps_, true, T, GEMV_SWIGLU, nullptr, act, I, xin, st, act_layout);
     } else {  // leave-one-out timings (skip_): the norm or the GEMV alone
       if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
       mark("rmsnorm");
-      if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st);
+      if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st, GEMV_X_PERM8, act_layout);
     }
     mark("gemv gate_up");
-    if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st);
+    if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st, act_layout);
     mark("gemv down");
   }
   qgemv_normed(buf_.lm_head, w.resid, buf_.final_norm, eps_, true, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, xin,

@@ -21,10 +21,23 @@ enum GemvEpilogue : int {
   GEMV_SWIGLU = 2,  // rows interleaved (gate_p, up_p): out_h[t, perm8(p)] = silu(gate) * up
 };
 
+// Element order of a GEMV's fp16 input (x, and the SwiGLU output that feeds the next GEMV): GEMV_X_PERM8 (perm8(),
+// every kernel reads it) or GEMV_X_LANES (common.cuh lanes_pos(): read by the T = 1 4-bit variant 4 only, whose
+// x loads it makes contiguous across the warp). qgemv_x_layout says which one a GEMV of W wants.
+enum GemvXLayout : int { GEMV_X_PERM8 = 0, GEMV_X_LANES = 1 };
+
 // y = W x for T tokens. Numerics: codes are combined with x in fp16 over 16 products (every width at
 // T = 1, 4-bit at T > 1), every other sum is fp32. ldo: row stride of the output in elements.
+// x_layout: the order of x (GEMV_X_LANES only where qgemv_x_layout says so, else invalid_argument); out_layout:
+// the order the SwiGLU epilogue writes out_h in (the next GEMV's qgemv_x_layout).
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
-           cudaStream_t stream);
+           cudaStream_t stream, int x_layout = GEMV_X_PERM8, int out_layout = GEMV_X_PERM8);
+// The input order a GEMV of W over T tokens reads fastest on the current route: GEMV_X_LANES where that is variant 4
+// (T = 1, 4-bit) and set_qgemv_lanes is on, else GEMV_X_PERM8. The engine asks it when it builds a step, so the
+// producer of x (a SwiGLU epilogue) writes what the consumer reads.
+int qgemv_x_layout(const QMatrix& W, int T);
+// Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
+void set_qgemv_lanes(bool on);
 
 // Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..33 force one (qgemv.cu;
 // 1..15 and 20..33 are 4-bit kernels (20..32: integer dot products), 16..19 the cp.async ring kernel for every
@@ -39,7 +52,8 @@ void clear_qgemv_shape_variants();
 // integer-dot route (qgemv_fuses_norm) every block of the GEMV computes the norm of resid itself while it stages x
 // (one kernel, and x is never rounded to fp16); otherwise the norm runs first, into xin ([T, K] fp16 scratch).
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
-                  int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream);
+                  int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
+                  int out_layout = GEMV_X_PERM8);
 bool qgemv_fuses_norm(const QMatrix& W, int T);
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].

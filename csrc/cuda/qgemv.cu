@@ -29,7 +29,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 37;  // T = 1 launch variants 1..37 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -46,7 +46,14 @@ struct GemvArgs {
   const float* nx = nullptr;
   const float* nw = nullptr;
   float neps = 0.f, nadd = 0.f;
+  int x_lanes = 0;    // x in the lanes layout (variant 4 only; ops.h GEMV_X_LANES)
+  int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
 };
+
+// Where the SwiGLU epilogue stores pair p of its N / 2 outputs (a row of the next GEMV's x).
+__device__ inline int swiglu_pos(const GemvArgs& a, int pair) {
+  return a.out_lanes ? lanes_pos(pair, a.N >> 1) : perm8(pair);
+}
 
 template <int BITS>
 struct Chunk {
@@ -211,7 +218,8 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
+//   XL     x in the lanes layout (common.cuh lanes_pos): the warp's p-th 16-byte load of x is one contiguous 512 bytes
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
@@ -264,8 +272,19 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
           if (t < a.T) {
-            const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K + c * 32);
-            uint4 xv[4] = {__ldg(xp), __ldg(xp + 1), __ldg(xp + 2), __ldg(xp + 3)};
+            const uint4* xt = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K);
+            uint4 xv[4];
+            if (XL) {  // piece p of chunk c: run * 128 + p * run_chunks + c % 32 (in 16-byte pieces)
+              const int run = c >> 5;
+              const int run_chunks = min(32, nch - 32 * run);
+              const uint4* xp = xt + run * 128 + (c & 31);
+#pragma unroll
+              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
+            } else {
+              const uint4* xp = xt + c * 4;
+#pragma unroll
+              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+            }
             acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
             acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
           }
@@ -299,7 +318,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
         o[r0] += acc[0][t];
         if (r0 + 1 < a.N) o[r0 + 1] += acc[1][t];
       } else {
-        a.out_h[(size_t)t * a.ldo + perm8(pair)] = __float2half(silu(acc[0][t]) * acc[1][t]);
+        a.out_h[(size_t)t * a.ldo + swiglu_pos(a, pair)] = __float2half(silu(acc[0][t]) * acc[1][t]);
       }
     }
   }
@@ -316,9 +335,9 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE>;
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, XL>;
   int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
@@ -523,7 +542,7 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 #pragma unroll
     for (int j = 0; j < ROWS / 2; ++j) {
       const int pair = g * (ROWS / 2) + j;
-      if (lane == j && 2 * pair + 1 < a.N) a.out_h[perm8(pair)] = __float2half(silu(acc[2 * j]) * acc[2 * j + 1]);
+      if (lane == j && 2 * pair + 1 < a.N) a.out_h[swiglu_pos(a, pair)] = __float2half(silu(acc[2 * j]) * acc[2 * j + 1]);
     }
   } else {
 #pragma unroll
@@ -728,117 +747,6 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced)), dim3(WARPS * 32), smem, st,
              a);
   return true;
-}
-
-// ---- T = 1, 4-bit, the 5120-row shapes: x staged per block one batch at a time (variant 36) ----
-// Variant 4 reads x chunk by chunk through L1 as its walk over K needs it, so right after the PDL wait a warp waits
-// for one round trip of x only; but a lane's 64 bytes of x sit 64 bytes from its neighbour's, so each LDG.128 of x
-// touches 16 lines, and session 9's ablation (bench/gemv_ablation.cu) put ~4 us of down's 21.7 on that. Staging all
-// of x per block first (36..38 then) fixed the pattern but put the whole staging after the wait, and lost on steps.
-// Here the block's 4 warps walk the batches in step (a barrier per batch) and stage only the next batch's x: 64
-// chunks x 64 bytes = 4 KB, two coalesced 16-byte loads per thread, loaded before the current batch is folded and
-// stored (swizzled, as xs_slot) after it, into the other of two buffers. After the wait the block stages batch 0
-// only: one round trip, as variant 4. Otherwise variant 4: a warp per row pair, U = 2, the next batch of weights
-// loaded while the current one is folded, half2 arithmetic, the same sums in the same order. Variant 37 is the same
-// with U = 1 (2 KB of x per batch, one load per thread, twice the barriers).
-template <int U>  // chunks per row per batch (a lane's): 2 for variant 36, 1 for 37 (half the x per barrier)
-__global__ void __launch_bounds__(kWarps * 32, 5) qgemv4_xbatch_kernel(GemvArgs a) {
-  constexpr int kXbChunks = 32 * U;         // chunks per batch
-  constexpr int kXbPieces = 4 * kXbChunks;  // 16-byte pieces of x per batch
-  constexpr int kXbPerThread = kXbPieces / (kWarps * 32);
-  static_assert(kXbPieces % (kWarps * 32) == 0, "whole pieces per thread");
-  __shared__ uint4 xb[2][kXbPieces];
-  const int lane = threadIdx.x & 31;
-  const int npairs = (a.N + 1) >> 1;
-  const int nch = a.K >> 5;
-  const int ngroups = a.K >> a.gshift;
-  const int nb = (nch + kXbChunks - 1) / kXbChunks;
-  const int pair = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const bool active = pair < npairs;  // a warp past the last pair still takes part in every barrier
-  const int r0 = 2 * min(pair, npairs - 1);
-  const int r1 = min(r0 + 1, a.N - 1);
-  const size_t rowb = (size_t)(a.K >> 1);
-  uint4 w[2][U], wn[2][U];
-  float s[2][U], sn[2][U];
-  auto load_batch = [&](int b, uint4 (&ww)[2][U], float (&ss)[2][U]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int c = b * kXbChunks + lane + 32 * u;
-      if (active && c < nch) {
-        ww[0][u] = ld_stream16<false>(a.codes + r0 * rowb + c * 16, 0);
-        ww[1][u] = ld_stream16<false>(a.codes + r1 * rowb + c * 16, 0);
-        ss[0][u] = ld_stream_half(a.scales + (size_t)r0 * ngroups + ((c * 32) >> a.gshift));
-        ss[1][u] = ld_stream_half(a.scales + (size_t)r1 * ngroups + ((c * 32) >> a.gshift));
-      }
-    }
-  };
-  // x pieces of batch b: thread q takes pieces q, q + 128, ... (piece p of local chunk cl = p >> 2, part p & 3)
-  const uint4* xg = reinterpret_cast<const uint4*>(a.x);
-  uint4 xr[kXbPerThread];
-  auto load_x = [&](int b) {
-#pragma unroll
-    for (int j = 0; j < kXbPerThread; ++j) {
-      const int q = threadIdx.x + j * kWarps * 32;
-      const int c = b * kXbChunks + (q >> 2);
-      xr[j] = c < nch ? __ldg(xg + (size_t)c * 4 + (q & 3)) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  auto store_x = [&](int buf) {
-#pragma unroll
-    for (int j = 0; j < kXbPerThread; ++j) {
-      const int q = threadIdx.x + j * kWarps * 32;
-      xb[buf][xs_slot(q >> 2, q & 3)] = xr[j];
-    }
-  };
-  load_batch(0, w, s);  // before the wait: weights depend on no earlier kernel
-  pdl_wait();
-  pdl_trigger();
-  load_x(0);
-  store_x(0);
-  float acc0 = 0.f, acc1 = 0.f;
-  for (int b = 0; b < nb; ++b) {
-    if (b + 1 < nb) load_batch(b + 1, wn, sn);
-    __syncthreads();  // batch b's x is in xb[b & 1]; every warp is done with xb[(b + 1) & 1]
-    if (b + 1 < nb) load_x(b + 1);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int cl = lane + 32 * u;
-      if (b * kXbChunks + cl < nch) {
-        uint4 xv[4];
-        const uint4* xp = xb[b & 1] + 4 * cl;
-        const int sw = (cl >> 1) & 3;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) xv[p] = xp[p ^ sw];
-        acc0 = fmaf(s[0][u], chunk_dot<4>(Chunk<4>{w[0][u], {}, {}}, xv), acc0);
-        acc1 = fmaf(s[1][u], chunk_dot<4>(Chunk<4>{w[1][u], {}, {}}, xv), acc1);
-      }
-    }
-    if (b + 1 < nb) store_x((b + 1) & 1);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      w[0][u] = wn[0][u];
-      w[1][u] = wn[1][u];
-      s[0][u] = sn[0][u];
-      s[1][u] = sn[1][u];
-    }
-  }
-  acc0 = warp_sum(acc0);
-  acc1 = warp_sum(acc1);
-  if (!active || lane != 0) return;
-  if (a.epi == GEMV_STORE) {
-    a.out_f32[r0] = acc0;
-    if (r0 + 1 < a.N) a.out_f32[r0 + 1] = acc1;
-  } else if (a.epi == GEMV_ADD) {
-    a.out_f32[r0] += acc0;
-    if (r0 + 1 < a.N) a.out_f32[r0 + 1] += acc1;
-  } else {
-    a.out_h[perm8(pair)] = __float2half(silu(acc0) * acc1);
-  }
-}
-
-template <int U>
-void launch_xbatch(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv4_xbatch_kernel<U>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
 }
 
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
@@ -1078,13 +986,23 @@ int t1_route(const GemvArgs& a) {
   return 1;  // 8-bit: generic path
 }
 
+// The T = 1 variant a launch of a runs: forced (set_qgemv_variant), per shape (set_qgemv_shape_variant), or routed.
+template <int BITS>
+int t1_variant(const GemvArgs& a) {
+  const int v = g_variant ? g_variant : shape_variant(a);
+  return v ? v : t1_route<BITS>(a);
+}
+
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T > 1 and the generic T = 1 path of 5/6/8-bit decode per element (code_of), instantiated for T = 1 and
   // T <= 16 only (compile time).
   if (a.T <= 1) {
-    int v = g_variant ? g_variant : shape_variant(a);
-    if (!v) v = t1_route<BITS>(a);
+    const int v = t1_variant<BITS>(a);
+    if (a.x_lanes) {  // the lanes layout is read by variant 4 only (qgemv checks that v is 4 before it gets here)
+      if constexpr (BITS == 4) launch<BITS, 1, 2, false, true, true>(a, st);
+      return;
+    }
     // 16..19 (qgemv_ring_kernel, every width; persistent grid; cp.async ring of S stages per warp, S <= S_MAX
     // chosen at launch from the shared-memory budget; per-warp in-flight bytes (S - 1) x R x 512 B of codes):
     //   16 R2, S_MAX 4, 256 thr, balanced grid (3 KB of codes in flight per warp)
@@ -1132,8 +1050,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
-    //   36, 37: for the 5120-row shapes, variant 4 with x staged per block one batch at a time (qgemv4_xbatch_kernel,
-    //      U = 2 / 1; written in session 9, whose ids 36 / 37 before them were removed kernels, below)
+    // (session 10, measured on whole steps and removed: 36 / 37, variant 4 with x staged per block one batch at a
+    // time, double-buffered, a barrier per batch (U = 2 / 1): down 4.973 / 5.006 ms a step against 4.899, gdn_out / o
+    // 4.880 / 4.890 (bench/results/step-routes-h200-s10-call1.txt). Variant 4 with x in the lanes layout
+    // (GEMV_X_LANES) keeps its lazy walk and fixes the pattern instead)
     // (session 9, measured on whole steps and removed, bench/NOTES.md: an ablation of variant 4's loop
     // (bench/gemv_ablation.cu) put ~4 us of down's 21.7 on x read through L1 (lanes 64 bytes apart: 16 lines per
     // LDG.128) and ~2 us on the scale loads, so for down / gdn_out / o: 36..38, the sx kernel with fp16 x staged by
@@ -1185,8 +1105,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 33) done = launch_sx<2, 2, 20, 1, true, true, false, false>(a, st, false);
       else if (v == 34) done = launch_sx<4, 2, 22, 1, true, false, false, true>(a, st, false);
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
-      else if (v == 36) launch_xbatch<2>(a, st);
-      else if (v == 37) launch_xbatch<1>(a, st);
       else done = false;
       if (done) return;
       if (v >= 6) {
@@ -1234,24 +1152,38 @@ void set_qgemv_shape_variant(int N, int K, int v) {
 void clear_qgemv_shape_variants() { g_shape_variants.clear(); }
 
 namespace {
-GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo) {
+GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
+                   int x_layout = GEMV_X_PERM8, int out_layout = GEMV_X_PERM8) {
+  if ((x_layout != GEMV_X_PERM8 && x_layout != GEMV_X_LANES) || (out_layout != GEMV_X_PERM8 && out_layout != GEMV_X_LANES))
+    throw std::invalid_argument("qgemv: the x / out layout must be 0 (perm8) or 1 (lanes)");
+  if (out_layout == GEMV_X_LANES && (epilogue != GEMV_SWIGLU || W.rows % 64 != 0))
+    throw std::invalid_argument("qgemv: the lanes output layout needs the SwiGLU epilogue and N / 2 a multiple of 32");
   if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
   if (W.cols % 32 != 0 || W.cols % W.q.group != 0) throw std::invalid_argument("qgemv: K must be a multiple of 32 and of the group");
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
   return GemvArgs{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
                   reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-                  x, T, epilogue, out_f32, out_h, ldo};
+                  x, T, epilogue, out_f32, out_h, ldo, nullptr, nullptr, 0.f, 0.f,
+                  x_layout == GEMV_X_LANES, out_layout == GEMV_X_LANES};
 }
 
 // The fused norm runs in the integer-dot sx variants 23 and 27 and their one-block-per-SM forms 29 and 30 (the
 // route's) and 34 / 35; for any other variant, width or T the caller runs the norm as its own kernel.
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
-  int v = g_variant ? g_variant : shape_variant(a);
-  if (!v) v = t1_route<4>(a);
+  const int v = t1_variant<4>(a);
   return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 ? v : 0;
 }
 }  // namespace
+
+static bool g_lanes = true;  // set_qgemv_lanes
+
+int qgemv_x_layout(const QMatrix& W, int T) {
+  if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
+  return t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) == 4 ? GEMV_X_LANES : GEMV_X_PERM8;
+}
+
+void set_qgemv_lanes(bool on) { g_lanes = on; }
 
 bool qgemv_fuses_norm(const QMatrix& W, int T) {
   if (W.q.bits != 4 || T != 1) return false;
@@ -1259,8 +1191,9 @@ bool qgemv_fuses_norm(const QMatrix& W, int T) {
 }
 
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
-                  int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream) {
-  GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo);
+                  int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
+                  int out_layout) {
+  GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo, GEMV_X_PERM8, out_layout);
   const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;  // float4 loads
   const int v = W.q.bits == 4 && aligned ? fused_norm_variant(a) : 0;
   if (v) {
@@ -1283,12 +1216,14 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     }
   }
   rmsnorm_to_gemv_input(resid, T, (int)W.cols, norm_w, eps, add_one, xin, stream);
-  qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream);
+  qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
 }
 
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
-           cudaStream_t stream) {
-  const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo);
+           cudaStream_t stream, int x_layout, int out_layout) {
+  const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
+  if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variant 4 only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
