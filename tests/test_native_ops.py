@@ -595,6 +595,33 @@ def test_gdn_conv_step_equals_conv_then_step(nat, kh, vh, Kc, p0, pos_on_device)
         assert rel_err(out_b.float(), out_a.float()) < TOL_FP16_OUT
 
 
+def test_gdn_conv_step_writes_the_lanes_layout(nat):
+    # with out_layout 1 the step writes the same values in the order gdn_out's GEMV reads (ops.h GEMV_X_LANES)
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    kh, vh, Kc, p = 4, 12, 4, 9
+    conv_dim = 2 * kh * 128 + vh * 128
+    ldp = conv_dim + vh * 128 + 2 * vh
+    conv_w = torch.randn(conv_dim, Kc, device="cuda", generator=gen) * 0.5
+    a_log, dt_bias = (torch.randn(vh, device="cuda", generator=gen) * 0.5 for _ in range(2))
+    norm_w = torch.rand(128, device="cuda", generator=gen) + 0.5
+    ring0 = torch.randn(conv_dim, Kc, device="cuda", generator=gen)
+    S0 = (torch.randn(vh, 128, 128, device="cuda", generator=gen) * 0.1).contiguous()
+    x = torch.randn(1, ldp, device="cuda", generator=gen)
+    zp, bp, ap = (x.data_ptr() + off * 4 for off in (conv_dim, conv_dim + vh * 128, conv_dim + vh * 128 + vh))
+
+    def step(layout):
+        ring, S = ring0.clone(), S0.clone()
+        out = torch.full((1, vh * 128), float("nan"), device="cuda").half()
+        nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, ldp, kh, vh, 1e-6, Kc, conv_w.data_ptr(), ring.data_ptr(), p,
+                        a_log.data_ptr(), dt_bias.data_ptr(), norm_w.data_ptr(), S.data_ptr(), out.data_ptr(),
+                        out_layout=layout)
+        return out
+
+    lanes = step(X_LANES)
+    assert not lanes.isnan().any()
+    assert torch.equal(from_lanes(lanes), from_perm8(step(X_PERM8)))
+
+
 def rope_oracle(x, pos3, inv_freq, sec, rot):
     """x [..., hd] fp64, pos3 (t, h, w); NeoX partial rope with interleaved mRoPE."""
     half = rot // 2

@@ -953,7 +953,8 @@ constexpr int kCombineGroups = 256 / kCombineDims;  // split groups per block
 constexpr int kCombinePerGroup = (kMaxAttnSplits + kCombineGroups - 1) / kCombineGroups;
 static_assert(kMaxAttnSplits <= 256, "one thread per split for the maxima");
 __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
-                                                           const float* gate, int ld_gate, __half* out_h) {
+                                                           const float* gate, int ld_gate, __half* out_h,
+                                                           int out_lanes) {
   __shared__ float w_sh[kMaxAttnSplits];
   __shared__ float red[32];
   __shared__ float acc_sh[kCombineGroups][kCombineDims];
@@ -1002,7 +1003,8 @@ __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, At
     for (int g = 1; g < kCombineGroups; ++g) y += acc_sh[g][tid];
     const int i = d0 + tid;
     const float gv = gate[(size_t)t * ld_gate + h * 2 * kHd + i];
-    out_h[(size_t)t * d.n_heads * kHd + perm8(h * kHd + i)] = __float2half(y / den * sigmoidf_(gv));
+    const int k = h * kHd + i, K = d.n_heads * kHd;  // out_lanes: the output GEMV reads the lanes layout
+    out_h[(size_t)t * K + (out_lanes ? lanes_pos(k, K) : perm8(k))] = __float2half(y / den * sigmoidf_(gv));
   }
 }
 
@@ -1036,7 +1038,7 @@ void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float*
 
 void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in, const char* k_cache,
                  const char* v_cache, const char* k_scales, const char* v_scales, float* partials,
-                 const float* gate, int ld_gate, __half* out_h, cudaStream_t stream) {
+                 const float* gate, int ld_gate, __half* out_h, cudaStream_t stream, int out_layout) {
   if (d.head_dim != kHd) throw std::invalid_argument("attn_decode: head_dim must be 256");
   if (d.n_heads % d.n_kv_heads || d.n_heads / d.n_kv_heads > kGroup)
     throw std::invalid_argument("attn_decode: at most 6 query heads per kv head");
@@ -1077,7 +1079,7 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
   }
   MR_CHECK_LAUNCH("attn_split");
   launch_pdl("attn_combine", attn_combine_kernel, dim3(T, d.n_heads, kHd / kCombineDims), dim3(256), 0, stream, partials,
-             d, in, gate, ld_gate, out_h);
+             d, in, gate, ld_gate, out_h, out_layout == GEMV_X_LANES);
 }
 
 }  // namespace monorail

@@ -351,17 +351,19 @@ void NativeEngine::enqueue_step(int lane, int T) {
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;
       const int Kc = (int)d.conv_kernel;
+      const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order gdn_out's GEMV reads fastest
       if (T == 1 && !(skip_ & 6)) {  // one token: the conv inside the GDN step's kernel (one kernel fewer)
         gdn_conv_step(w.proj, z, b, a, ldp, gd, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, L.a_log, L.dt_bias,
-                      L.gdn_norm, S.gdn_state, mix, st);
+                      L.gdn_norm, S.gdn_state, mix, st, mix_layout);
         mark("gdn_conv_step");
       } else {  // T > 1, or leave-one-out timings (skip_ bit 2: the conv alone left out, 4: the recurrence)
         if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, w.conv_out, st);
         mark("conv_update_silu");
-        if (!(skip_ & 4)) gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st);
+        if (!(skip_ & 4))
+          gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st, mix_layout);
         mark("gdn_step");
       }
-      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
       mark("gemv gdn_out");
     } else {
       const int ldp = (int)d.attn_qkv_rows();
@@ -371,9 +373,11 @@ void NativeEngine::enqueue_step(int lane, int T) {
       char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
       if (!(skip_ & 8)) attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
       mark("attn_prep");
-      if (!(skip_ & 8)) attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st);
+      const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order the output GEMV reads fastest
+      if (!(skip_ & 8))
+        attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st, mix_layout);
       mark("attn_decode");
-      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st);
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
       mark("gemv attn_o");
     }
     // the SwiGLU output in the order down's GEMV reads fastest (ops.h GemvXLayout)

@@ -142,7 +142,7 @@ template <bool CONV>
 __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const float* z, const float* b,
                                                   const float* a, int ldp, int T, GdnDims d, const float* a_log,
                                                   const float* dt_bias, const float* norm_w, float* state,
-                                                  __half* out_h, ConvIn cv) {
+                                                  __half* out_h, ConvIn cv, int out_lanes) {
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
   __shared__ float red[32];
@@ -249,7 +249,10 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
     __syncthreads();  // red[] reuse
     const float ss = block_sum(part == 0 ? o * o : 0.f, red);
     const float r = rsqrtf(ss / kDv + d.eps);
-    if (part == 0) out_h[(size_t)t * d.v_heads * kDv + perm8(h * kDv + j)] = __float2half(o * r * nw * silu(zz));
+    if (part == 0) {
+      const int k = h * kDv + j, K = d.v_heads * kDv;  // out_lanes: the output GEMV reads the lanes layout
+      out_h[(size_t)t * K + (out_lanes ? lanes_pos(k, K) : perm8(k))] = __float2half(o * r * nw * silu(zz));
+    }
     __syncthreads();
   }
 #pragma unroll
@@ -281,21 +284,22 @@ void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float
 
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
-              __half* out_h, cudaStream_t stream) {
+              __half* out_h, cudaStream_t stream, int out_layout) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_step: v_heads must be a multiple of k_heads");
   launch_pdl("gdn_step", gdn_kernel<false>, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log,
-             dt_bias, norm_w, state, out_h, ConvIn{});
+             dt_bias, norm_w, state, out_h, ConvIn{}, out_layout == GEMV_X_LANES);
 }
 
 void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
-                   const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream) {
+                   const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
+                   int out_layout) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
   launch_pdl("gdn_conv_step", gdn_kernel<true>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, 1, d, a_log,
-             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev});
+             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
 }
 
 }  // namespace monorail

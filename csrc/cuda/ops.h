@@ -77,15 +77,17 @@ struct GdnDims {
 // Gated DeltaNet recurrence for T tokens with fp32 state [v_heads, dv, dk] (v-major), followed by
 // the gated RMS norm: out_h[t, perm8(h*dv + j)] = rmsnorm(o)[j] * norm_w[j] * silu(z[t, h*dv + j]).
 // conv_out: [T, 2*k_heads*dk + v_heads*dv] (q | k | v after conv+SiLU); z/b/a rows have stride ldp.
+// out_layout: the order of out_h (GemvXLayout: the output GEMV's qgemv_x_layout).
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
-              __half* out_h, cudaStream_t stream);
+              __half* out_h, cudaStream_t stream, int out_layout = GEMV_X_PERM8);
 // conv_update_silu then gdn_step for one token in one kernel (the same arithmetic; the state matched the two-kernel
 // path to the last bits only up to the compiler, session 8): x is the raw projection row (its first
 // 2*k_heads*dk + v_heads*dv entries are the conv's inputs), conv_w [C, Kc] and conv_state the ring above.
 void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
-                   const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream);
+                   const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
+                   int out_layout = GEMV_X_PERM8);
 
 // KV cache formats of the attention ops (values fixed: the Python test bindings pass them as ints).
 //  kKvBf16: bf16 [slots, kv_heads, 256]
@@ -116,10 +118,11 @@ void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float*
                char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream);
 
 // Causal attention of T query tokens over cache slots [0, kv_start + t], split over up to
-// kMaxAttnSplits chunks; the combine multiplies by sigmoid(gate) and writes fp16 perm8 [T, heads*hd].
+// kMaxAttnSplits chunks; the combine multiplies by sigmoid(gate) and writes fp16 [T, heads*hd] in out_layout's
+// order (GemvXLayout: the output GEMV's qgemv_x_layout).
 void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in, const char* k_cache,
                  const char* v_cache, const char* k_scales, const char* v_scales, float* partials,
-                 const float* gate, int ld_gate, __half* out_h, cudaStream_t stream);
+                 const float* gate, int ld_gate, __half* out_h, cudaStream_t stream, int out_layout = GEMV_X_PERM8);
 
 // Attention split-kernel variant: 0 CUDA cores (query heads in registers), 1 query heads in shared
 // memory, 2 scores on tensor cores (default), 3 scores and values on tensor cores, 4 flash-decode (attention.cu).
