@@ -99,7 +99,7 @@ def teacher_forced(native_model, ref_model, tokens, tol):
     return worst, checked, agree
 
 
-@pytest.mark.parametrize("attn_variant", [0, 2, 3, 4])
+@pytest.mark.parametrize("attn_variant", [0, 2, 3, 4, -1])  # -1: the route by KV format (int8: variant 6)
 @pytest.mark.parametrize("kv, tol", [("bf16", TOL_MODEL_BF16KV), ("int8", TOL_MODEL_INT8KV)])
 def test_tiny_model_64_teacher_forced_steps(tiny_native_ckpt, kv, tol, attn_variant):
     from engine.native import load_native

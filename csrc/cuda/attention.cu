@@ -1008,17 +1008,22 @@ __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, At
   }
 }
 
-// default: flash-decode (variant 4), the fastest on H200 at 128K: 0.087 ms per layer for the context
-// part with int8 KV against 0.361 for variant 2 (bench/NOTES.md, session 2 call 2)
-int g_attn_mode = 4;
+// -1: the route by KV format (attn_route); else a forced variant (set_attn_variant)
+int g_attn_mode = -1;
+
+// Flash-decode (variant 4), the fastest on H200 at 128K: 0.087 ms per layer for the context part with int8 KV
+// against 0.361 for variant 2 (bench/NOTES.md, session 2 call 2). int8 KV on variant 6 (4 warps a block, 2 ring
+// stages): whole decode steps at 128K 6.085 against 6.248 ms (session 10 call 1; isolated, session 8 had it no
+// faster); int4 KV stays on 4 (5.856 against 5.901 for 6).
+int attn_route(int kv_fmt) { return kv_fmt == kKvInt8 ? 6 : 4; }
 
 }  // namespace
 
 int get_attn_variant() { return g_attn_mode; }
 
 void set_attn_variant(int v) {
-  if (v < 0 || v > 6)
-    throw std::invalid_argument("attention variant must be 0 (CUDA cores, q in registers), 1 (q in shared memory), "
+  if (v < -1 || v > 6)
+    throw std::invalid_argument("attention variant must be -1 (the route by KV format), 0 (CUDA cores, q in registers), 1 (q in shared memory), "
                                 "2 (scores on tensor cores), 3 (scores and values on tensor cores), 4 "
                                 "(flash-decode: cp.async rings, ldmatrix, both products on tensor cores), or 5 / 6 "
                                 "(4 with 3 / 4 warps per block and shallower rings, int8 and int4 KV)");
@@ -1046,7 +1051,7 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     throw std::invalid_argument("attn_decode: kv format must be 0 (bf16), 1 (int8) or 2 (int4), got " + std::to_string(d.kv_fmt));
   SplitArgs a{q, d, in, k_cache, v_cache, k_scales, v_scales, partials};
   dim3 grid(kMaxAttnSplits, d.n_kv_heads, T);
-  const int m = g_attn_mode;
+  const int m = g_attn_mode >= 0 ? g_attn_mode : attn_route(d.kv_fmt);
   if (d.kv_fmt == kKvInt4) {
     if (m == 4) launch_attn_split_v4<kKvInt4>(a, T, d.n_kv_heads, stream);
     else if (m == 5) launch_attn_split_v4<kKvInt4, 3, 4>(a, T, d.n_kv_heads, stream);

@@ -124,8 +124,10 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
                  const char* v_cache, const char* k_scales, const char* v_scales, float* partials,
                  const float* gate, int ld_gate, __half* out_h, cudaStream_t stream, int out_layout = GEMV_X_PERM8);
 
-// Attention split-kernel variant: 0 CUDA cores (query heads in registers), 1 query heads in shared
-// memory, 2 scores on tensor cores (default), 3 scores and values on tensor cores, 4 flash-decode (attention.cu).
+// Attention split-kernel variant: -1 the route by KV format (default: flash-decode, variant 6's block shape for
+// int8, 4's for bf16 and int4), or one forced: 0 CUDA cores (query heads in registers), 1 query heads in shared
+// memory, 2 scores on tensor cores, 3 scores and values on tensor cores, 4 flash-decode, 5 / 6 flash-decode with
+// 3 / 4 warps a block (attention.cu).
 void set_attn_variant(int v);
 int get_attn_variant();
 
