@@ -7,7 +7,7 @@
 #   bash bench/device_s10_call2.sh     (carry .whl)
 set -uo pipefail
 source bench/device_setup.sh
-timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py \
+timeout 220 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py \
   -k "lanes or x_layout or swiglu or normed or gdn_conv or (launch_variants and not epilogues) or teacher_forced or variant_bounds" \
   tests/test_native_model.py tests/test_native_attn_decode.py \
   > $out/tests.log 2>&1; echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -12
