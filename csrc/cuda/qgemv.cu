@@ -3,8 +3,8 @@
 // Work split: one warp owns a pair of output rows (so a SwiGLU pair gate/up lands in one warp);
 // lane l reads chunk c = l, l+32, ... of 32 consecutive weights of each row: 16 bytes of codes per
 // row per chunk (4-bit), coalesced as 512 contiguous bytes per warp; U chunks of both rows are
-// loaded before any is used. x (fp16, perm8 order) is read through L1, where every warp of the SM
-// shares it. Launch variants for T = 1 (persistent grid, software pipelining) are listed below;
+// loaded before any is used. x (fp16, perm8 order; for variant 4 the lanes layout where the producer writes it, see
+// common.cuh lanes_pos) is read through L1, where every warp of the SM shares it. Launch variants for T = 1 (persistent grid, software pipelining) are listed below;
 // variants 6..15 (qgemv4_sx_kernel) stage x once per block in shared memory instead and stream the
 // weights past L1; variants 16..19 (qgemv_ring_kernel, every width, the 5/6/8-bit T = 1 default) also
 // land the weights in a per-warp cp.async ring in shared memory instead of registers; variants 20..28 run the sx
