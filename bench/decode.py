@@ -104,9 +104,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
     ap.add_argument("--quick", action="store_true",
-                    help="final-run mode: the GEMV route by shape only, attention variants 0 (the gate's reference) and 4 "
-                         "only, "
-                         "leave-one-out and profile at depth 0 and the deepest depth for int8 only")
+                    help="final-run mode: the GEMV route by shape only, attention variants 0 (the gate's reference), 4 and "
+                         "6 only, leave-one-out and profile at depth 0 and the deepest depth for int8 only")
     ap.add_argument("--shared-peer", help="the shared llama.cpp peer file, for depths not measured in this call")
     ap.add_argument("--fill-peers-only", action="store_true",
                     help="only fill llamacpp_tok_s of an existing --out file from the llama-bench JSON files")
@@ -174,7 +173,7 @@ def main() -> int:
         # values on tensor cores): the fastest at the deepest depth among those whose logits match variant 0
         vt = {}
         ref_logits = None
-        for v in ((0, 4) if args.quick else (0, 1, 2, 3, 4)):
+        for v in ((0, 4, 6) if args.quick else (0, 1, 2, 3, 4, 5, 6)):  # 6: the engine's route for int8 KV
             nat.set_attn_variant(v)
             e.reset_graphs()
             # gate: the same token on the same state must give the same logits as variant 0
@@ -263,6 +262,7 @@ def main() -> int:
               "gemv_route": {k: ("by shape" if v == 0 else VARIANTS[v]) for k, v in gemv_route.items()}, "profiles": profiles,
               "leave_one_out": leave_out, "attention_variant": attn_variant, "attention_variant_logit_rel_err": attn_check,
               "pdl": bool(nat.pdl_supported()),
+              "gemv_x_layout_down": "lanes" if nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == 1 else "perm8",
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV; kernels "
                         "launched with programmatic dependent launch where the GPU supports it (sm_90+), the rows' "
                         "*_without_pdl fields time the same step launched plainly (what sm_86/89 cards run)"}
