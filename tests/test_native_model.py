@@ -226,63 +226,50 @@ def test_over_budget_launch_allocates_nothing(tiny_native_ckpt):
     assert nat.device_memory()[0] == free_before
 
 
+def _step_logits_off_and_on(switch, n_tokens, seed):
+    """The logits of n_tokens decode steps of the full-width model with switch(False), then with switch(True) (each
+    with freshly captured graphs); switch(True) is restored afterwards, also on failure."""
+    from engine.native_backend import NativeModel
+    m = NativeModel.from_checkpoint(full_width_source(), kv_dtype="int8", max_context=64, vram_budget_bytes=8 << 30)
+    tokens = torch.randint(0, 2000, (n_tokens,), generator=torch.Generator().manual_seed(seed))
+
+    def decode_all(on):
+        switch(on)
+        m.engine.reset_graphs()
+        s = m.new_state(64)
+        out = torch.cat([m.forward(tokens[i:i + 1], s).logits for i in range(len(tokens))])
+        m.release(s)
+        return out
+
+    try:
+        off = decode_all(False)
+        on = decode_all(True)
+    finally:
+        switch(True)
+        m.engine.reset_graphs()
+    assert torch.isfinite(off).all()
+    return off, on
+
+
 def test_programmatic_dependent_launch_changes_no_bit():
     """Inside a decode step each kernel may start during its predecessor's tail and prefetch weights or its
     layer's state before griddepcontrol.wait (csrc/cuda/pdl.cuh). A kernel that read or wrote a predecessor's
     data before its wait would race: the logits of PDL-launched steps must equal plain launches bit for bit."""
     from engine.native import load_native
-    from engine.native_backend import NativeModel
     nat = load_native()
     if not nat.pdl_supported():
         pytest.skip("programmatic dependent launch needs compute capability 9.0 or newer")
-    m = NativeModel.from_checkpoint(full_width_source(), kv_dtype="int8", max_context=64, vram_budget_bytes=8 << 30)
-    tokens = torch.randint(0, 2000, (24,), generator=torch.Generator().manual_seed(4))
-
-    def decode_all():
-        s = m.new_state(64)
-        out = torch.cat([m.forward(tokens[i:i + 1], s).logits for i in range(len(tokens))])
-        m.release(s)
-        return out
-
-    try:
-        nat.set_pdl(False)
-        m.engine.reset_graphs()
-        plain = decode_all()
-        nat.set_pdl(True)
-        m.engine.reset_graphs()
-        overlapped = decode_all()
-    finally:
-        nat.set_pdl(True)
-        m.engine.reset_graphs()
-    assert torch.isfinite(plain).all()
+    plain, overlapped = _step_logits_off_and_on(nat.set_pdl, 24, 4)
     assert torch.equal(plain, overlapped)
 
 
-def test_lanes_layout_of_the_mlp_changes_no_bit():
-    """In a decode step gate_up's SwiGLU epilogue writes its output in the order down's GEMV reads fastest
-    (csrc/cuda/ops.h GEMV_X_LANES, where down runs variant 4); the logits must equal the perm8 step's bit for bit."""
+def test_lanes_layout_changes_no_bit():
+    """In a decode step the producers of down's, gdn_out's and the attention output's inputs (gate_up's SwiGLU
+    epilogue, the GDN step, the attention combine) write them in the order those GEMVs read fastest (csrc/cuda/ops.h
+    GEMV_X_LANES, where they run variant 4); the logits must equal the perm8 step's bit for bit."""
     from engine.native import load_native
-    from engine.native_backend import NativeModel
     nat = load_native()
-    m = NativeModel.from_checkpoint(full_width_source(), kv_dtype="int8", max_context=64, vram_budget_bytes=8 << 30)
     assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == 1  # the layout is in use for 4-bit down weights
-    tokens = torch.randint(0, 2000, (12,), generator=torch.Generator().manual_seed(5))
-
-    def decode_all():
-        s = m.new_state(64)
-        out = torch.cat([m.forward(tokens[i:i + 1], s).logits for i in range(len(tokens))])
-        m.release(s)
-        return out
-
-    try:
-        nat.set_qgemv_lanes(False)
-        m.engine.reset_graphs()
-        perm8 = decode_all()
-        nat.set_qgemv_lanes(True)
-        m.engine.reset_graphs()
-        lanes = decode_all()
-    finally:
-        nat.set_qgemv_lanes(True)
-        m.engine.reset_graphs()
-    assert torch.isfinite(perm8).all()
+    assert nat.qgemv_x_layout(5120, 6144, 4, 64, 1) == 1   # and for gdn_out / the attention output
+    perm8, lanes = _step_logits_off_and_on(nat.set_qgemv_lanes, 12, 5)
     assert torch.equal(perm8, lanes)
