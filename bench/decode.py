@@ -111,6 +111,7 @@ def main() -> int:
                     help="only fill llamacpp_tok_s of an existing --out file from the llama-bench JSON files")
     ap.add_argument("--peer-call", default="this device call",
                     help="where the llama-bench files were measured (when not in the benchmark's own device call)")
+    ap.add_argument("--peer-call-f16", help="where the f16 file was measured, when not where --peer-call says")
     args = ap.parse_args()
     if args.fill_peers_only:
         result = json.load(open(args.out))
@@ -120,13 +121,15 @@ def main() -> int:
             for r in json.load(open(args.shared_peer))["rows"]:
                 if r["test"].startswith("tg"):
                     shared["bf16" if r["kv"] == "f16" else "int8"][int(r["depth"])] = r["tok_s"]
+        label = {"bf16": args.peer_call_f16 or args.peer_call, "int8": args.peer_call}
         for row in result["rows"]:
             row["llamacpp_tok_s"] = peers[row["kv"]].get(row["depth"])
-            row["llamacpp_source"] = args.peer_call if row["llamacpp_tok_s"] is not None else None
+            row["llamacpp_source"] = label[row["kv"]] if row["llamacpp_tok_s"] is not None else None
             if row["llamacpp_tok_s"] is None and row["depth"] in shared[row["kv"]]:
                 row["llamacpp_tok_s"] = shared[row["kv"]][row["depth"]]
                 row["llamacpp_source"] = "shared/peers/llamacpp-h200.json (same build and method, earlier call)"
-        result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh), " + args.peer_call,
+        result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh)",
+                              "f16_call": label["bf16"], "q8_0_call": label["int8"],
                               "f16": peers["bf16"], "q8_0": peers["int8"]}
         json.dump(result, open(args.out, "w"), indent=1)
         print(json.dumps(result["rows"]))
