@@ -42,11 +42,16 @@ def perm8_index(k: int):
     return (idx & ~7) | ((idx & 3) << 1) | ((idx >> 2) & 1)
 
 
+def _to_buffer(x, position):
+    """[T, K] tensor -> its buffer in an element order: buffer column position[k] holds element k."""
+    out = x.clone()
+    out[:, position.to(x.device)] = x
+    return out
+
+
 def to_perm8(x):
     """[T, K] tensor -> the same values in perm8 order (what the GEMV kernels read)."""
-    out = x.clone()
-    out[:, perm8_index(x.shape[1]).to(x.device)] = x
-    return out
+    return _to_buffer(x, perm8_index(x.shape[1]))
 
 
 def from_perm8(x):
@@ -67,9 +72,7 @@ def lanes_index(k: int):
 
 def to_lanes(x):
     """[T, K] tensor -> the same values in the lanes layout (what qgemv's variant 4 reads with x_layout 1)."""
-    out = x.clone()
-    out[:, lanes_index(x.shape[1]).to(x.device)] = x
-    return out
+    return _to_buffer(x, lanes_index(x.shape[1]))
 
 
 def from_lanes(x):
