@@ -1013,8 +1013,9 @@ int g_attn_mode = -1;
 
 // Flash-decode (variant 4), the fastest on H200 at 128K: 0.087 ms per layer for the context part with int8 KV
 // against 0.361 for variant 2 (bench/NOTES.md, session 2 call 2). int8 KV on variant 6 (4 warps a block, 2 ring
-// stages): whole decode steps at 128K 6.085 against 6.248 ms (session 10 call 1; isolated, session 8 had it no
-// faster); int4 KV stays on 4 (5.856 against 5.901 for 6).
+// stages): whole decode steps 4.997 against 5.144 ms at 8K, 5.217 against 5.306 at 32K, 6.127 against 6.231 at 128K
+// (session 10 call 2, bench/results/step-routes-h200-s10-call2.txt; isolated, session 8 had it no faster); int4 KV
+// stays on 4 (5.856 against 5.901 ms at 128K for 6, call 1).
 int attn_route(int kv_fmt) { return kv_fmt == kKvInt8 ? 6 : 4; }
 
 }  // namespace

@@ -34,7 +34,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout = GEMV_X_PERM8, int out_layout = GEMV_X_PERM8);
 // The input order a GEMV of W over T tokens reads fastest on the current route: GEMV_X_LANES where that is variant 4
 // (T = 1, 4-bit) and set_qgemv_lanes is on, else GEMV_X_PERM8. The engine asks it when it builds a step, so the
-// producer of x (a SwiGLU epilogue) writes what the consumer reads.
+// producer of x (gate_up's SwiGLU epilogue, the GDN step, the attention combine) writes what the consumer reads.
 int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
