@@ -38,14 +38,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                    \
-  do {                                                                                           \
-    cudaError_t e_ = (x);                                                                        \
-    if (e_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      std::exit(1);                                                                              \
-    }                                                                                            \
-  } while (0)
+#include "probe_common.cuh"
 
 struct Phase {
   const uint4* w;    // rows x nch chunks of 16 bytes (nch a multiple of 32: P = nch / 32 pieces of 512 bytes per row)
@@ -395,24 +388,10 @@ float time_graph(cudaStream_t st, F enqueue, int reps) {
   CK(cudaGraphInstantiate(&ge, g, 0));
   for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
   CK(cudaStreamSynchronize(st));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a, st));
-    CK(cudaGraphLaunch(ge, st));
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
+  const float ms = median_ms(st, reps, [&] { CK(cudaGraphLaunch(ge, st)); });
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
-  return ms[ms.size() / 2];
+  return ms;
 }
 
 struct Setup {

@@ -34,18 +34,11 @@
 #include <cstdlib>
 #include <vector>
 
-#include "ptx.cuh"
+#include "probe_common.cuh"
+#include "q4_half2.cuh"  // variant 4's arithmetic (chunk_dot<4>) and the sx kernels' x swizzle
 
-#define CK(x)                                                                                  \
-  do {                                                                                         \
-    cudaError_t e_ = (x);                                                                      \
-    if (e_ != cudaSuccess) {                                                                   \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
-
-using monorail::and_or;
+using monorail::dot_q4_half2;
+using monorail::xs_slot;
 
 struct Args {
   const uint8_t* codes;  // N x K/2
@@ -68,40 +61,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-// variant 4's arithmetic (qgemv.cu chunk_dot<4>)
-__device__ __forceinline__ float dot_half2(const uint4& w, const uint4 (&xv)[4]) {
-  const __half2* x2 = reinterpret_cast<const __half2*>(xv);
-  const __half2 bias_lo = __floats2half2_rn(1032.f, 1032.f);
-  const __half2 sixteenth = __floats2half2_rn(1.f / 16.f, 1.f / 16.f);
-  const __half2 bias_hi = __floats2half2_rn(-72.f, -72.f);
-  float s = 0.f;
-#pragma unroll
-  for (int jj = 0; jj < 4; jj += 2) {
-    __half2 acc = __floats2half2_rn(0.f, 0.f);
-#pragma unroll
-    for (int j = jj; j < jj + 2; ++j) {
-      const uint32_t cw = (&w.x)[j];
-      const uint32_t w8 = cw >> 8;
-      uint32_t b0 = and_or<0x000F000Fu, 0x64006400u>(cw);
-      uint32_t b1 = and_or<0x00F000F0u, 0x64006400u>(cw);
-      uint32_t b2 = and_or<0x000F000Fu, 0x64006400u>(w8);
-      uint32_t b3 = and_or<0x00F000F0u, 0x64006400u>(w8);
-      __half2 v0 = __hsub2(*reinterpret_cast<__half2*>(&b0), bias_lo);
-      __half2 v1 = __hfma2(*reinterpret_cast<__half2*>(&b1), sixteenth, bias_hi);
-      __half2 v2 = __hsub2(*reinterpret_cast<__half2*>(&b2), bias_lo);
-      __half2 v3 = __hfma2(*reinterpret_cast<__half2*>(&b3), sixteenth, bias_hi);
-      acc = __hfma2(v0, x2[4 * j + 0], acc);
-      acc = __hfma2(v1, x2[4 * j + 1], acc);
-      acc = __hfma2(v2, x2[4 * j + 2], acc);
-      acc = __hfma2(v3, x2[4 * j + 3], acc);
-    }
-    float2 f = __half22float2(acc);
-    s += f.x + f.y;
-  }
-  return s;
-}
-
-__device__ __forceinline__ int xs_slot(int c, int p) { return 4 * c + (p ^ ((c >> 1) & 3)); }
 
 // SC: 0 no scales; 1 a separate array, each lane loading its chunk's scale with its codes (the engine today);
 //     2 interleaved: each row is a run of 544-byte superblocks (512 bytes of codes = 32 chunks, then their 16 scales),
@@ -193,7 +152,7 @@ __global__ void __launch_bounds__(WARPS * 32) abl_kernel(Args a) {
       for (int i = 0; i < R; ++i) {
         const float sc = SC == 3 ? __half2float(ws[i * ngroups + (c >> 1)]) : s[i][u];
         if (AR) {
-          acc[i] = fmaf(sc, dot_half2(w[i][u], xv), acc[i]);
+          acc[i] = fmaf(sc, dot_q4_half2(w[i][u], xv), acc[i]);
         } else {
           fold[i] ^= w[i][u].x ^ w[i][u].y ^ w[i][u].z ^ w[i][u].w;
           if (XM) fold[i] ^= xv[0].x ^ xv[1].y ^ xv[2].z ^ xv[3].w;
@@ -269,26 +228,9 @@ __global__ void fill_half_kernel(__half* p, long long n, uint32_t seed) {
 
 template <typename F>
 float time_ms(cudaStream_t st, F launch_all, int reps) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  launch_all();
+  launch_all();  // warm-up
   CK(cudaStreamSynchronize(st));
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    CK(cudaEventRecord(a, st));
-    launch_all();
-    CK(cudaEventRecord(b, st));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms[ms.size() / 2];
+  return median_ms(st, reps, launch_all);
 }
 
 struct Config {

@@ -4,7 +4,7 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py [--kv int8] [--depths 0,131072] [--steps 50] [--pdl 1,0]
     python3 bench/step_probe.py --routes "34816x5120=23;34816x5120=23,16480x5120=24"   # per-shape GEMV routes
     python3 bench/step_probe.py --kv int8,int4 --depths 131072 --attn-variants 4,5,6    # attention split variants
-    python3 bench/step_probe.py --lanes 1,0      # the MLP's SwiGLU output in the lanes layout (1, default) or perm8
+    python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
 
 --routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
 (set_qgemv_shape_variant); the built-in route is always timed first.
@@ -23,8 +23,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--gemv-variants", default="0", help="T = 1 GEMV variants to force, one run each (0 = route)")
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
-    ap.add_argument("--lanes", default="1", help="down's input in the lanes layout (csrc/cuda/ops.h GEMV_X_LANES): "
-                                                 "1 (default), 0 (perm8), or 1,0")
+    ap.add_argument("--lanes", default="1", help="the inputs of down, gdn_out and the attention output in the lanes "
+                                                 "layout (csrc/cuda/ops.h GEMV_X_LANES): 1 (default), 0 (perm8), or 1,0")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
     ap.add_argument("--attn-variants", default="",
