@@ -55,6 +55,12 @@ class NativeEngine {
   // Benchmark-only: leave op classes out of the step (1 rmsnorm, 2 conv, 4 gdn_step, 8 attention,
   // 16 MLP GEMVs, 32 mixer GEMVs) to read each class's in-graph cost as a difference. Output is wrong.
   void set_skip_mask(int m);
+  // L2 prefetch of the mixer output GEMV's weights by the latency-bound kernel before it (ops.h L2Prefetch): line
+  // bytes per request (0 off), and the longest context at which the attention prep still asks (0 no limit).
+  // Default: 128-byte lines where L2 holds the matrix twice over (the H200's 50 MB, a 4090's 72 MB; not a
+  // 3090's 6 MB), attention up to 8192 tokens of context.
+  void set_l2_prefetch(int line, int attn_max_context);
+  int l2_prefetch_line() const { return pf_line_; }
   // Drop the captured graphs (after switching a kernel variant); they are recaptured on next use.
   void reset_graphs();
   void synchronize();
@@ -113,6 +119,7 @@ class NativeEngine {
   int mrope_section_[3];
   bool use_graphs_ = true;
   int skip_ = 0;
+  int pf_line_ = 0, pf_attn_max_context_ = 8192;  // set_l2_prefetch
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::vector<std::pair<std::string, cudaEvent_t>>* trace_ = nullptr;  // set only by profile_step
   void mark(const char* op);
