@@ -10,7 +10,7 @@ namespace monorail {
 __device__ inline void l2_prefetch_share(const L2Prefetch& f, long long t, long long nt) {
   if (f.line <= 0) return;
 #pragma unroll  // constant indices: the ranges stay in the kernel's parameter space
-  for (int r = 0; r < 3; ++r) {
+  for (int r = 0; r < kL2PrefetchRanges; ++r) {
     const char* p = static_cast<const char*>(f.ptr[r]);
 #pragma unroll 1
     for (long long o = t * f.line; o < f.bytes[r]; o += nt * f.line) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));

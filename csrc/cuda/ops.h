@@ -73,10 +73,11 @@ void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float
 // Constant weight bytes that a latency-bound kernel of the decode step asks L2 to fetch for the GEMV after it, so
 // that DRAM, otherwise idle while that kernel runs, streams the next matrix in the meantime: the GDN step for
 // gdn_out, the attention prep for the attention output (bench/NOTES.md, session 11). Up to three ranges (a
-// matrix's codes, high plane, scales); line = 0 asks nothing.
+// matrix's codes, high plane, scales; a fourth for a prefix of the matrix after it); line = 0 asks nothing.
+constexpr int kL2PrefetchRanges = 4;
 struct L2Prefetch {
-  const void* ptr[3] = {nullptr, nullptr, nullptr};
-  long long bytes[3] = {0, 0, 0};
+  const void* ptr[kL2PrefetchRanges] = {nullptr, nullptr, nullptr, nullptr};
+  long long bytes[kL2PrefetchRanges] = {0, 0, 0, 0};
   int line = 0;         // bytes per request (128: one L2 line)
   int max_context = 0;  // attention prep only: nothing when the step's context (kv_start + T) is longer; 0 = no limit
 };
