@@ -162,7 +162,6 @@ def main() -> int:
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1,
                                        vram_budget_bytes=24 << 30)
         e = model.engine
-        l2_line = e.l2_prefetch_line  # the engine's default for this GPU (NativeEngine.set_l2_prefetch)
         # GEMV launch route for the step: by shape (0) or one variant everywhere, whichever step is fastest
         gt = {}
         for v in ((0,) if args.quick else (0, 1, 4, 6, 16, 17, 18, 19)):  # quick: the by-shape route only
@@ -267,7 +266,6 @@ def main() -> int:
               "leave_one_out": leave_out, "attention_variant": attn_variant, "attention_variant_logit_rel_err": attn_check,
               "pdl": bool(nat.pdl_supported()),
               "gemv_x_layout_down": "lanes" if nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == 1 else "perm8",
-              "l2_prefetch_line": l2_line,
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV; kernels "
                         "launched with programmatic dependent launch where the GPU supports it (sm_90+), the rows' "
                         "*_without_pdl fields time the same step launched plainly (what sm_86/89 cards run)"}

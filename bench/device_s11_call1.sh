@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (The --l2-prefetch option it times was removed after this call: the prefetch lost, bench/NOTES.md session 11.)
 # Session 11, call 1: the GDN step and the attention prep ask L2 for the next GEMV's weights (gdn_out, the attention
 # output; csrc/cuda/l2_prefetch.cuh) while DRAM would otherwise idle. The bit-for-bit step test and the model tests,
 # then whole steps with the prefetch at 128-byte lines (the default), 32-byte lines and off, at depths 0 / 8K / 128K,

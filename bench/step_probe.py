@@ -5,7 +5,6 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py --routes "34816x5120=23;34816x5120=23,16480x5120=24"   # per-shape GEMV routes
     python3 bench/step_probe.py --kv int8,int4 --depths 131072 --attn-variants 4,5,6    # attention split variants
     python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
-    python3 bench/step_probe.py --l2-prefetch 128:8192,0:0 --depths 0,8192   # L2 prefetch (line:attention context)
 
 --routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
 (set_qgemv_shape_variant); the built-in route is always timed first.
@@ -26,10 +25,6 @@ def main() -> None:
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
     ap.add_argument("--lanes", default="1", help="the inputs of down, gdn_out and the attention output in the lanes "
                                                  "layout (csrc/cuda/ops.h GEMV_X_LANES): 1 (default), 0 (perm8), or 1,0")
-    ap.add_argument("--l2-prefetch", default="",
-                    help="L2 prefetch settings to time after the GEMV runs, comma-separated "
-                         "line:attn_max_context[:gdn_extra_MB:attn_extra_MB] (NativeEngine.set_l2_prefetch; 0:0 off); "
-                         "the engine's default is restored afterwards")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
     ap.add_argument("--attn-variants", default="",
@@ -63,16 +58,6 @@ def main() -> None:
         nat.set_pdl(True)
         nat.set_qgemv_lanes(True)
         nat.set_qgemv_variant(0)
-        e.reset_graphs()
-        default_line = e.l2_prefetch_line
-        for item in [x for x in args.l2_prefetch.split(",") if x.strip()]:
-            line, ctx, *extra_mb = (int(v) for v in item.split(":"))
-            gdn_mb, attn_mb = (extra_mb + [0, 0])[:2]
-            e.set_l2_prefetch(line, ctx, gdn_mb << 20, attn_mb << 20)
-            for d in depths:
-                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-                print(f"step kv {kv} l2 prefetch {item} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
-        e.set_l2_prefetch(default_line, 8192)
         for route in routes:
             apply_route(nat, e, route)
             for d in depths:

@@ -9,6 +9,11 @@ is the idle time between the end of the previous kernel and the start of X. With
 overlap, wall = busy + gaps. The step is traced with programmatic dependent launch off by default (--pdl 0):
 with it on, kernels overlap their predecessors' tails and a kernel's traced time includes the time it spends
 blocked in griddepcontrol.wait, so busy time and gaps stop meaning anything (session 4, call 3).
+
+What does mean something in both modes is each kernel's increment, its end minus its predecessor's end (a kernel
+cannot end before the one it waits on): the step's time is the sum of the increments. They are summed per role in
+the layer (gdn_in, gdn_step, gdn_out, gate_up, down, ...; from the kernel order), with the role's weight bytes and the
+rate those bytes were streamed at over the increment.
 """
 
 from __future__ import annotations
@@ -24,6 +29,63 @@ from collections import defaultdict
 def short_name(name: str) -> str:
     base = name.replace("(anonymous namespace)::", "").replace("void ", "").replace("monorail::", "")
     return base.split("(")[0].split("<")[0].strip()
+
+
+def role_names(names: list[str]) -> list[str]:
+    """The role of each kernel of one step in its layer, from the kernel order (engine.cu enqueue_step)."""
+    out: list[str] = []
+    for i, n in enumerate(names):
+        nxt = names[i + 1] if i + 1 < len(names) else ""
+        prev = out[-1] if out else ""
+        if "embed" in n:
+            r = "embed"
+        elif "gdn_kernel" in n:
+            r = "gdn_step"
+        elif "conv" in n:
+            r = "conv"
+        elif "attn_prep" in n:
+            r = "attn_prep"
+        elif "attn_split" in n:
+            r = "attn_split"
+        elif "attn_combine" in n:
+            r = "attn_combine"
+        elif "rmsnorm" in n:
+            r = "rmsnorm"
+        elif "qgemv" in n:
+            if i == len(names) - 1:
+                r = "lm_head"
+            elif "gdn_kernel" in nxt or "conv" in nxt:
+                r = "gdn_in"
+            elif "attn_prep" in nxt:
+                r = "attn_qkv"
+            elif prev == "gdn_step":
+                r = "gdn_out"
+            elif prev == "attn_combine":
+                r = "attn_o"
+            elif prev in ("gdn_out", "attn_o", "rmsnorm"):
+                r = "gate_up"
+            elif prev == "gate_up":
+                r = "down"
+            else:
+                r = "gemv (?)"
+        else:
+            r = n
+        out.append(r)
+    return out
+
+
+def role_bytes() -> dict[str, int]:
+    """Weight bytes one kernel of each GEMV role streams (4-bit, group 64: codes + fp16 scales)."""
+    from engine.registry import config_27b
+    t = config_27b(vision=False).text
+    h, i = t.hidden_size, t.intermediate_size
+    kd, vd = t.linear_key_head_dim, t.linear_value_head_dim
+    gdn_in = 2 * t.linear_num_key_heads * kd + 2 * t.linear_num_value_heads * vd + 2 * t.linear_num_value_heads
+    qkv = 2 * t.num_attention_heads * t.head_dim + 2 * t.num_key_value_heads * t.head_dim
+    shapes = {"gdn_in": (gdn_in, h), "gdn_out": (h, t.linear_num_value_heads * vd), "attn_qkv": (qkv, h),
+              "attn_o": (h, t.num_attention_heads * t.head_dim), "gate_up": (2 * i, h), "down": (h, i),
+              "lm_head": (t.vocab_size, h)}
+    return {r: n * k // 2 + n * k // 64 * 2 for r, (n, k) in shapes.items()}
 
 
 def main() -> None:
@@ -76,6 +138,17 @@ def main() -> None:
             if prev_end is not None:
                 gap_by[k] += max(0.0, ev["ts"] - prev_end) / len(steps)
             prev_end = ev["ts"] + ev["dur"]
+    inc_by = defaultdict(float)  # role -> summed increments (us per step)
+    nrole_by = defaultdict(int)
+    for st in steps:
+        roles = role_names([short_name(ev["name"]) for ev in st])
+        prev_end = st[0]["ts"]
+        for ev, r in zip(st, roles):
+            end = ev["ts"] + ev["dur"]
+            inc_by[r] += (end - prev_end) / len(steps)
+            nrole_by[r] += 1
+            prev_end = end
+    rb = role_bytes()
     wall, busy = statistics.median(walls), statistics.median(busys)
     res = {
         "kv": args.kv, "depth": args.depth, "pdl": bool(args.pdl), "graph_step_ms": graph_ms,
@@ -84,11 +157,20 @@ def main() -> None:
         "per_kernel": {k: {"count": n_by[k] // len(steps), "busy_us": round(dur_by[k], 1),
                            "gap_before_us": round(gap_by[k], 1)}
                        for k in sorted(dur_by, key=lambda k: -dur_by[k])},
+        "per_role": {r: {"count": nrole_by[r] // len(steps), "increment_us": round(inc_by[r], 1),
+                         "us_each": round(inc_by[r] / max(1, nrole_by[r] // len(steps)), 2),
+                         **({"gbs": round(rb[r] * (nrole_by[r] // len(steps)) / (inc_by[r] * 1e3), 1)}
+                            if r in rb and inc_by[r] > 0 else {})}
+                     for r in sorted(inc_by, key=lambda r: -inc_by[r])},
     }
     print(f"graph step {graph_ms:.3f} ms; traced step {wall:.0f} us = busy {busy:.0f} + gaps {wall - busy:.0f} us "
           f"over {res['kernels_per_step']} kernels")
     for k, v in res["per_kernel"].items():
         print(f"  {k:40s} n {v['count']:4d} busy {v['busy_us']:8.1f} us  gaps before {v['gap_before_us']:7.1f} us")
+    print("increments (a kernel's end minus its predecessor's end), per role:")
+    for r, v in res["per_role"].items():
+        rate = f"  {v['gbs']:7.1f} GB/s" if "gbs" in v else ""
+        print(f"  {r:14s} n {v['count']:4d} {v['increment_us']:8.1f} us  {v['us_each']:7.2f} us each{rate}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

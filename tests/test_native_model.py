@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import copy
-import functools
 
 import pytest
 
@@ -227,16 +226,12 @@ def test_over_budget_launch_allocates_nothing(tiny_native_ckpt):
     assert nat.device_memory()[0] == free_before
 
 
-def _step_logits_off_and_on(switch, n_tokens, seed, engine_switch=False):
+def _step_logits_off_and_on(switch, n_tokens, seed):
     """The logits of n_tokens decode steps of the full-width model with switch(False), then with switch(True) (each
-    with freshly captured graphs); switch(True) is restored afterwards, also on failure. engine_switch: switch
-    takes the native engine first, switch(engine, on)."""
+    with freshly captured graphs); switch(True) is restored afterwards, also on failure."""
     from engine.native_backend import NativeModel
     m = NativeModel.from_checkpoint(full_width_source(), kv_dtype="int8", max_context=64, vram_budget_bytes=8 << 30)
     tokens = torch.randint(0, 2000, (n_tokens,), generator=torch.Generator().manual_seed(seed))
-
-    if engine_switch:
-        switch = functools.partial(switch, m.engine)
 
     def decode_all(on):
         switch(on)
@@ -278,14 +273,3 @@ def test_lanes_layout_changes_no_bit():
     assert nat.qgemv_x_layout(5120, 6144, 4, 64, 1) == 1   # and for gdn_out / the attention output
     perm8, lanes = _step_logits_off_and_on(nat.set_qgemv_lanes, 12, 5)
     assert torch.equal(perm8, lanes)
-
-
-def test_l2_prefetch_changes_no_bit():
-    """The GDN step and the attention prep ask L2 for the next GEMV's weights (csrc/cuda/l2_prefetch.cuh): a hint
-    with no effect on any value, so steps with it (forced on, at every context) must equal steps without it bit for
-    bit."""
-    def switch(engine, on):
-        engine.set_l2_prefetch(128 if on else 0, 0)
-        assert engine.l2_prefetch_line == (128 if on else 0)
-    off, on = _step_logits_off_and_on(switch, 12, 6, engine_switch=True)
-    assert torch.equal(off, on)

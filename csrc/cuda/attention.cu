@@ -14,7 +14,6 @@
 
 #include "attn_prep.cuh"
 #include "common.cuh"
-#include "l2_prefetch.cuh"
 #include "pdl.cuh"
 #include "ptx.cuh"
 #include "ops.h"
@@ -30,7 +29,6 @@ struct PrepArgs {
   const float* qkv; int ldp; AttnDims d;
   const float* q_norm; const float* k_norm; const float* inv_freq; int sec[3];
   const StepInputs* in; float* q_out; char* k_cache; char* v_cache; char* k_scales; char* v_scales;
-  L2Prefetch pf;  // the attention output's weights, asked of L2 by token 0's blocks once their work is written
 };
 
 __global__ void __launch_bounds__(kHd) attn_prep_kernel(PrepArgs p) {
@@ -43,14 +41,10 @@ __global__ void __launch_bounds__(kHd) attn_prep_kernel(PrepArgs p) {
                                  p.in->rope_pos[t], kind, head, xs, red);
   if (kind == 0) {
     p.q_out[((size_t)t * p.d.n_heads + head) * kHd + i] = x * rsqrtf((float)kHd);
-  } else {
-    prep_append_kv(x, i, kind, head, (size_t)p.in->kv_start + t, p.d, p.k_cache, p.v_cache, p.k_scales, p.v_scales,
-                   gmax);
+    return;
   }
-  // While the split and the combine run at a short context DRAM idles: the output GEMV's weights go to L2 meanwhile.
-  // At a long context the split streams the cache through L2 and would evict them (max_context).
-  if (t == 0 && (p.pf.max_context <= 0 || p.in->kv_start + (int)gridDim.x <= p.pf.max_context))
-    l2_prefetch_share(p.pf, (long long)blockIdx.y * blockDim.x + i, (long long)gridDim.y * blockDim.x);
+  prep_append_kv(x, i, kind, head, (size_t)p.in->kv_start + t, p.d, p.k_cache, p.v_cache, p.k_scales, p.v_scales,
+                 gmax);
 }
 
 struct SplitArgs {
@@ -1039,13 +1033,12 @@ void set_attn_variant(int v) {
 
 void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
                const float* inv_freq, const int mrope_section[3], const StepInputs* in, float* q_out,
-               char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream,
-               const L2Prefetch& pf) {
+               char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream) {
   if (d.head_dim != kHd) throw std::invalid_argument("attn_prep: head_dim must be 256");
   if (d.kv_fmt < kKvBf16 || d.kv_fmt > kKvInt4)
     throw std::invalid_argument("attn_prep: kv format must be 0 (bf16), 1 (int8) or 2 (int4), got " + std::to_string(d.kv_fmt));
   PrepArgs p{qkv, ldp, d, q_norm, k_norm, inv_freq, {mrope_section[0], mrope_section[1], mrope_section[2]},
-             in, q_out, k_cache, v_cache, k_scales, v_scales, pf};
+             in, q_out, k_cache, v_cache, k_scales, v_scales};
   launch_pdl("attn_prep", attn_prep_kernel, dim3(T, d.n_heads + 2 * d.n_kv_heads), dim3(kHd), 0, stream, p);
 }
 

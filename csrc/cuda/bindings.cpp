@@ -116,11 +116,6 @@ void register_cuda_bindings(py::module_& m) {
       .def("time_steps", &NativeEngine::time_steps)
       .def("profile_step", &NativeEngine::profile_step)
       .def("set_skip_mask", &NativeEngine::set_skip_mask)
-      .def("set_l2_prefetch", &NativeEngine::set_l2_prefetch, py::arg("line"), py::arg("attn_max_context"),
-           py::arg("gdn_extra") = 0, py::arg("attn_extra") = 0,
-           "L2 prefetch of the mixer output GEMV's weights: bytes per request (0 off), longest context for attention, "
-           "bytes of gate_up's codes asked for as well by the GDN step / the attention prep")
-      .def_property_readonly("l2_prefetch_line", &NativeEngine::l2_prefetch_line)
       .def("reset_graphs", &NativeEngine::reset_graphs)
       .def("step_bytes", &NativeEngine::step_bytes)
       .def_property_readonly("arena_bytes", &NativeEngine::arena_bytes)

@@ -103,15 +103,6 @@ NativeEngine::NativeEngine(const ModelDims& dims, const EngineShape& shape, int6
   inv_freq_dev_ = reinterpret_cast<float*>(buf_.ws.inputs + kInvFreqOffset);
   MR_CHECK(cudaMemcpyAsync(inv_freq_dev_, inv.data(), half * 4, cudaMemcpyHostToDevice, stream_), "upload inv_freq");
   for (int i = 0; i < 3; ++i) mrope_section_[i] = rope.mrope_section[i];
-  int l2 = 0, dev = 0;
-  MR_CHECK(cudaGetDevice(&dev), "cudaGetDevice");
-  MR_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev), "L2 size");
-  int64_t out_bytes = 0;  // the largest matrix a prefetch asks for
-  for (const auto& L : buf_.layers) {
-    const L2Prefetch f = l2_prefetch_of(L.mixer_out, 1);
-    out_bytes = std::max(out_bytes, (int64_t)(f.bytes[0] + f.bytes[1] + f.bytes[2]));
-  }
-  pf_line_ = (int64_t)l2 >= 2 * out_bytes ? 128 : 0;
   synchronize();
 }
 
@@ -361,17 +352,15 @@ void NativeEngine::enqueue_step(int lane, int T) {
       const float* a = b + d.lin_v_heads;
       const int Kc = (int)d.conv_kernel;
       const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order gdn_out's GEMV reads fastest
-      const L2Prefetch pf = mixer_out_prefetch(L, pf_gdn_extra_);  // gdn_out's weights
       if (T == 1 && !(skip_ & 6)) {  // one token: the conv inside the GDN step's kernel (one kernel fewer)
         gdn_conv_step(w.proj, z, b, a, ldp, gd, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, L.a_log, L.dt_bias,
-                      L.gdn_norm, S.gdn_state, mix, st, mix_layout, pf);
+                      L.gdn_norm, S.gdn_state, mix, st, mix_layout);
         mark("gdn_conv_step");
       } else {  // T > 1, or leave-one-out timings (skip_ bit 2: the conv alone left out, 4: the recurrence)
         if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, w.conv_out, st);
         mark("conv_update_silu");
         if (!(skip_ & 4))
-          gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st, mix_layout,
-                   pf);
+          gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st, mix_layout);
         mark("gdn_step");
       }
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
@@ -382,10 +371,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
       mark("gemv attn_qkv");
       const LaneLayer S = lane_layer(L, lane);
       char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
-      L2Prefetch pf = mixer_out_prefetch(L, pf_attn_extra_);  // the attention output's weights
-      pf.max_context = pf_attn_max_context_;
-      if (!(skip_ & 8))
-        attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st, pf);
+      if (!(skip_ & 8)) attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
       mark("attn_prep");
       const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order the output GEMV reads fastest
       if (!(skip_ & 8))
@@ -548,27 +534,6 @@ void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const s
 void NativeEngine::reset_graphs() {
   for (auto& g : graphs_) cudaGraphExecDestroy(g.second);
   graphs_.clear();
-}
-
-void NativeEngine::set_l2_prefetch(int line, int attn_max_context, int64_t gdn_extra, int64_t attn_extra) {
-  if (line < 0 || (line & (line - 1)) || line > 4096)
-    throw std::invalid_argument("set_l2_prefetch: line must be 0 (off) or a power of two up to 4096 bytes");
-  if (attn_max_context < 0 || gdn_extra < 0 || attn_extra < 0)
-    throw std::invalid_argument("set_l2_prefetch: attn_max_context and the extra bytes must be >= 0");
-  reset_graphs();
-  pf_line_ = line;
-  pf_attn_max_context_ = attn_max_context;
-  pf_gdn_extra_ = gdn_extra;
-  pf_attn_extra_ = attn_extra;
-}
-
-L2Prefetch NativeEngine::mixer_out_prefetch(const LayerBuffers& L, int64_t extra) const {
-  L2Prefetch f = l2_prefetch_of(L.mixer_out, skip_ & 32 ? 0 : pf_line_);
-  if (f.line && extra > 0 && !(skip_ & 16)) {
-    f.ptr[3] = L.gate_up.codes;
-    f.bytes[3] = std::min<int64_t>(extra, qmatrix_code_bytes(L.gate_up.rows, L.gate_up.cols, L.gate_up.q.bits));
-  }
-  return f;
 }
 
 void NativeEngine::set_skip_mask(int m) {

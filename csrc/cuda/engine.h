@@ -55,13 +55,6 @@ class NativeEngine {
   // Benchmark-only: leave op classes out of the step (1 rmsnorm, 2 conv, 4 gdn_step, 8 attention,
   // 16 MLP GEMVs, 32 mixer GEMVs) to read each class's in-graph cost as a difference. Output is wrong.
   void set_skip_mask(int m);
-  // L2 prefetch of the mixer output GEMV's weights by the latency-bound kernel before it (ops.h L2Prefetch): line
-  // bytes per request (0 off), and the longest context at which the attention prep still asks (0 no limit).
-  // Default: 128-byte lines where L2 holds the matrix twice over (the H200's 50 MB, a 4090's 72 MB; not a
-  // 3090's 6 MB), attention up to 8192 tokens of context. gdn_extra / attn_extra: bytes of the MLP's gate_up codes
-  // (a prefix) asked for as well by the GDN step / the attention prep (default 0).
-  void set_l2_prefetch(int line, int attn_max_context, int64_t gdn_extra = 0, int64_t attn_extra = 0);
-  int l2_prefetch_line() const { return pf_line_; }
   // Drop the captured graphs (after switching a kernel variant); they are recaptured on next use.
   void reset_graphs();
   void synchronize();
@@ -120,10 +113,6 @@ class NativeEngine {
   int mrope_section_[3];
   bool use_graphs_ = true;
   int skip_ = 0;
-  int pf_line_ = 0, pf_attn_max_context_ = 8192;  // set_l2_prefetch
-  int64_t pf_gdn_extra_ = 0, pf_attn_extra_ = 0;
-  // The L2Prefetch of layer L's mixer output (and `extra` bytes of its gate_up codes) at this step.
-  L2Prefetch mixer_out_prefetch(const LayerBuffers& L, int64_t extra) const;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   std::vector<std::pair<std::string, cudaEvent_t>>* trace_ = nullptr;  // set only by profile_step
   void mark(const char* op);

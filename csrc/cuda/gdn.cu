@@ -11,7 +11,6 @@
 // column j and 32 of its key rows, interleaved in 16-byte pieces (see gdn_kernel). Sums over k are 32
 // in-thread FMAs plus two shuffles.
 #include "common.cuh"
-#include "l2_prefetch.cuh"
 #include "ops.h"
 #include "pdl.cuh"
 
@@ -143,7 +142,7 @@ template <bool CONV>
 __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const float* z, const float* b,
                                                   const float* a, int ldp, int T, GdnDims d, const float* a_log,
                                                   const float* dt_bias, const float* norm_w, float* state,
-                                                  __half* out_h, ConvIn cv, int out_lanes, L2Prefetch pf) {
+                                                  __half* out_h, ConvIn cv, int out_lanes) {
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
   __shared__ float red[32];
@@ -200,9 +199,6 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
       av = a[(size_t)t * ldp + h] + dt_bias[h];
       bv = b[(size_t)t * ldp + h];
     }
-    // the output GEMV's weights into L2 while this kernel computes (DRAM idles otherwise); after this token's loads,
-    // so they are not queued behind the requests
-    if (t == 0) l2_prefetch_share(pf, (long long)blockIdx.x * blockDim.x + tid, (long long)gridDim.x * blockDim.x);
     // q, k: L2-normalised (eps 1e-6) key head hk; warps 0-3 take q, 4-7 take k
     if (tid < 256) {
       const float sq = warp_sum(qk * qk);
@@ -288,23 +284,22 @@ void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float
 
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
-              __half* out_h, cudaStream_t stream, int out_layout, const L2Prefetch& pf) {
+              __half* out_h, cudaStream_t stream, int out_layout) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_step: v_heads must be a multiple of k_heads");
   launch_pdl("gdn_step", gdn_kernel<false>, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log,
-             dt_bias, norm_w, state, out_h, ConvIn{}, out_layout == GEMV_X_LANES, pf);
+             dt_bias, norm_w, state, out_h, ConvIn{}, out_layout == GEMV_X_LANES);
 }
 
 void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
                    const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
-                   int out_layout, const L2Prefetch& pf) {
+                   int out_layout) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
   launch_pdl("gdn_conv_step", gdn_kernel<true>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, 1, d, a_log,
-             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES,
-             pf);
+             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
 }
 
 }  // namespace monorail

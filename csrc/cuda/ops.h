@@ -70,20 +70,6 @@ void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cu
 void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
                       const int32_t* pos_dev, float* out, cudaStream_t stream);
 
-// Constant weight bytes that a latency-bound kernel of the decode step asks L2 to fetch for the GEMV after it, so
-// that DRAM, otherwise idle while that kernel runs, streams the next matrix in the meantime: the GDN step for
-// gdn_out, the attention prep for the attention output (bench/NOTES.md, session 11). Up to three ranges (a
-// matrix's codes, high plane, scales; a fourth for a prefix of the matrix after it); line = 0 asks nothing.
-constexpr int kL2PrefetchRanges = 4;
-struct L2Prefetch {
-  const void* ptr[kL2PrefetchRanges] = {nullptr, nullptr, nullptr, nullptr};
-  long long bytes[kL2PrefetchRanges] = {0, 0, 0, 0};
-  int line = 0;         // bytes per request (128: one L2 line)
-  int max_context = 0;  // attention prep only: nothing when the step's context (kv_start + T) is longer; 0 = no limit
-};
-// W's codes, high plane and scales, one request per `line` bytes (0: off).
-L2Prefetch l2_prefetch_of(const QMatrix& W, int line);
-
 struct GdnDims {
   int k_heads, v_heads, dk, dv;
   float eps;  // rms_norm_eps of the gated output norm
@@ -94,14 +80,14 @@ struct GdnDims {
 // out_layout: the order of out_h (GemvXLayout: the output GEMV's qgemv_x_layout).
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
-              __half* out_h, cudaStream_t stream, int out_layout = GEMV_X_PERM8, const L2Prefetch& pf = {});
+              __half* out_h, cudaStream_t stream, int out_layout = GEMV_X_PERM8);
 // conv_update_silu then gdn_step for one token in one kernel (the same arithmetic; the state matched the two-kernel
 // path to the last bits only up to the compiler, session 8): x is the raw projection row (its first
 // 2*k_heads*dk + v_heads*dv entries are the conv's inputs), conv_w [C, Kc] and conv_state the ring above.
 void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
                    const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
-                   int out_layout = GEMV_X_PERM8, const L2Prefetch& pf = {});
+                   int out_layout = GEMV_X_PERM8);
 
 // KV cache formats of the attention ops (values fixed: the Python test bindings pass them as ints).
 //  kKvBf16: bf16 [slots, kv_heads, 256]
@@ -129,8 +115,7 @@ struct StepInputs {
 // [T, n_heads, head_dim]; k and v appended to the cache at slots kv_start + t.
 void attn_prep(const float* qkv, int ldp, int T, const AttnDims& d, const float* q_norm, const float* k_norm,
                const float* inv_freq, const int mrope_section[3], const StepInputs* in, float* q_out,
-               char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream,
-               const L2Prefetch& pf = {});
+               char* k_cache, char* v_cache, char* k_scales, char* v_scales, cudaStream_t stream);
 
 // Causal attention of T query tokens over cache slots [0, kv_start + t], split over up to
 // kMaxAttnSplits chunks; the combine multiplies by sigmoid(gate) and writes fp16 [T, heads*hd] in out_layout's
