@@ -5,6 +5,7 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py --routes "34816x5120=23;34816x5120=23,16480x5120=24"   # per-shape GEMV routes
     python3 bench/step_probe.py --kv int8,int4 --depths 131072 --attn-variants 4,5,6    # attention split variants
     python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
+    python3 bench/step_probe.py --norm-early 1,0,1   # the fused norm's weights before the PDL wait (1) or after (0)
 
 --routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
 (set_qgemv_shape_variant); the built-in route is always timed first.
@@ -25,6 +26,9 @@ def main() -> None:
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
     ap.add_argument("--lanes", default="1", help="the inputs of down, gdn_out and the attention output in the lanes "
                                                  "layout (csrc/cuda/ops.h GEMV_X_LANES): 1 (default), 0 (perm8), or 1,0")
+    ap.add_argument("--norm-early", default="",
+                    help="after the GEMV runs, time the fused norm's weights loaded before the PDL wait (1, the "
+                         "default) and after it (0), e.g. 1,0,1 (set_qgemv_norm_weights_early)")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
     ap.add_argument("--attn-variants", default="",
@@ -58,6 +62,14 @@ def main() -> None:
         nat.set_pdl(True)
         nat.set_qgemv_lanes(True)
         nat.set_qgemv_variant(0)
+        for early in [int(x) for x in args.norm_early.split(",") if x.strip()]:
+            nat.set_qgemv_norm_weights_early(bool(early))
+            e.reset_graphs()
+            for d in depths:
+                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
+                print(f"step kv {kv} norm weights early {early} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
+                      flush=True)
+        nat.set_qgemv_norm_weights_early(True)
         for route in routes:
             apply_route(nat, e, route)
             for d in depths:

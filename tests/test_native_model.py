@@ -273,3 +273,13 @@ def test_lanes_layout_changes_no_bit():
     assert nat.qgemv_x_layout(5120, 6144, 4, 64, 1) == 1   # and for gdn_out / the attention output
     perm8, lanes = _step_logits_off_and_on(nat.set_qgemv_lanes, 12, 5)
     assert torch.equal(perm8, lanes)
+
+
+def test_norm_weights_before_the_wait_change_no_bit():
+    """The GEMVs with the fused norm (gdn_in, the attention qkv, gate_up, lm_head) load the norm's weights before the
+    PDL wait (csrc/cuda/qgemv.cu load_norm_w): the same values in the same arithmetic, so the logits must equal those
+    of steps that load them after the wait, bit for bit."""
+    from engine.native import load_native
+    nat = load_native()
+    late, early = _step_logits_off_and_on(nat.set_qgemv_norm_weights_early, 12, 7)
+    assert torch.equal(late, early)

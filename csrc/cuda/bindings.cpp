@@ -149,6 +149,8 @@ void register_cuda_bindings(py::module_& m) {
   m.def("qgemv_x_layout", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_x_layout(qmat(0, 0, 0, N, K, bits, group), T);
   }, "the input order (0 perm8, 1 lanes) a GEMV of this shape reads on the current route");
+  m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,
+        "the fused norm's weights loaded before the PDL wait (default on; off: after it)");
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_fuses_norm(qmat(0, 0, 0, N, K, bits, group), T);

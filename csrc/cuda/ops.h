@@ -55,6 +55,9 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
                   int out_layout = GEMV_X_PERM8);
 bool qgemv_fuses_norm(const QMatrix& W, int T);
+// The fused norm's weights (constant) loaded before the PDL wait, so that after it each block reads only the residual
+// from L2 (default on); off loads them after the wait, as before session 11 (an A/B switch for bench/step_probe.py).
+void set_qgemv_norm_weights_early(bool on);
 
 // y = x * rsqrt(mean(x^2) + eps) * (w + add_one), written fp16 in perm8 order. x fp32 [T, H].
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,

@@ -48,6 +48,7 @@ struct GemvArgs {
   const float* nw = nullptr;
   float neps = 0.f, nadd = 0.f;
   int x_lanes = 0;    // x in the lanes layout (variant 4 only; ops.h GEMV_X_LANES)
+  int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
   int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
 };
 
@@ -464,22 +465,50 @@ __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
 // order), and r is returned for the caller to apply to its dot products. A first version normalised before
 // quantizing (two passes over the row: two L2 round trips and a barrier on the critical path) and saved nothing
 // against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between.
-__device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red) {
+// The norm weights plus nadd of a thread's first NPRE items (8 elements each) of stage_xq_normed: constant, so the
+// kernel may load them before its PDL wait and read only the residual from L2 after it. NPRE: the items a thread
+// stages at K = 5120 (640 items): 2 for the 16-warp blocks of variant 30 (gdn_in, the attention qkv), else 1 (the
+// 22-warp blocks of 34 stage one item; a second set would spill 34 (80 registers) and 23 (8 warps, 3 blocks an SM)).
+template <int NPRE>
+struct NormW {
+  float4 w[NPRE][2];
+};
+template <int WARPS>
+constexpr int norm_pre_items() { return WARPS >= 14 && WARPS * 32 < 640 ? 2 : 1; }
+__device__ inline float4 add4(float4 v, float s) { return make_float4(v.x + s, v.y + s, v.z + s, v.w + s); }
+template <int NPRE>
+__device__ inline void load_norm_w(NormW<NPRE>& nw, const GemvArgs& a, int nch, int nt) {
+  const float4* wg = reinterpret_cast<const float4*>(a.nw);
+#pragma unroll
+  for (int i = 0; i < NPRE; ++i) {
+    const int t = threadIdx.x + i * nt;
+    if (t < 4 * nch) {
+      nw.w[i][0] = add4(__ldg(wg + 2 * t), a.nadd);
+      nw.w[i][1] = add4(__ldg(wg + 2 * t + 1), a.nadd);
+    }
+  }
+}
+
+template <int NPRE>
+__device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red, const NormW<NPRE>& nw) {
   const float4* xg = reinterpret_cast<const float4*>(a.nx);
   const float4* wg = reinterpret_cast<const float4*>(a.nw);
   int2* meta = reinterpret_cast<int2*>(xs + 4 * nch);
   const unsigned quad = 0xFu << (threadIdx.x & 28);
   float ss = 0.f;
-  for (int t = threadIdx.x; t < 4 * nch; t += nt) {
+  auto item = [&](int t, const float4& w0, const float4& w1) {  // w: norm weight + nadd
     const int c = t >> 2, j = t & 3;
     const float4 u0 = __ldg(xg + 2 * t), u1 = __ldg(xg + 2 * t + 1);
-    const float4 w0 = __ldg(wg + 2 * t), w1 = __ldg(wg + 2 * t + 1);
     ss += u0.x * u0.x + u0.y * u0.y + u0.z * u0.z + u0.w * u0.w + u1.x * u1.x + u1.y * u1.y + u1.z * u1.z + u1.w * u1.w;
-    const float y[8] = {u0.x * (w0.x + a.nadd), u0.y * (w0.y + a.nadd), u0.z * (w0.z + a.nadd), u0.w * (w0.w + a.nadd),
-                        u1.x * (w1.x + a.nadd), u1.y * (w1.y + a.nadd), u1.z * (w1.z + a.nadd), u1.w * (w1.w + a.nadd)};
+    const float y[8] = {u0.x * w0.x, u0.y * w0.y, u0.z * w0.z, u0.w * w0.w, u1.x * w1.x, u1.y * w1.y, u1.z * w1.z, u1.w * w1.w};
     const float f[8] = {y[0], y[4], y[1], y[5], y[2], y[6], y[3], y[7]};  // perm8 slot order
     store_xq_quad(xs, meta, c, j, quad, f);
-  }
+  };
+  int t = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < NPRE; ++i, t += nt)
+    if (t < 4 * nch) item(t, nw.w[i][0], nw.w[i][1]);
+  for (; t < 4 * nch; t += nt) item(t, add4(__ldg(wg + 2 * t), a.nadd), add4(__ldg(wg + 2 * t + 1), a.nadd));
   return rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);  // NaN in nx: NaN here too
 }
 
@@ -563,10 +592,13 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   // first batch in flight while x is staged (both modes)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   float norm_r = 1.f;  // NORM: the norm's factor, applied to the row sums
+  NormW<norm_pre_items<WARPS>()> nw;  // NORM: the norm weights of this thread's first items, before the wait (a.nw_early)
+  if (NORM && a.nw_early) load_norm_w(nw, a, nch, WARPS * 32);
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
+  if (NORM && !a.nw_early) load_norm_w(nw, a, nch, WARPS * 32);
   if (SX) {
-    if constexpr (NORM) norm_r = stage_xq_normed(xs, a, nch, WARPS * 32, nred);
+    if constexpr (NORM) norm_r = stage_xq_normed(xs, a, nch, WARPS * 32, nred, nw);
     else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
@@ -1146,6 +1178,9 @@ int fused_norm_variant(const GemvArgs& a) {
 }  // namespace
 
 static bool g_lanes = true;  // set_qgemv_lanes
+static bool g_norm_w_early = true;  // set_qgemv_norm_weights_early
+
+void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
@@ -1168,6 +1203,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
   if (v) {
     a.nx = resid;
     a.nw = norm_w;
+    a.nw_early = g_norm_w_early;
     a.neps = eps;
     a.nadd = add_one ? 1.f : 0.f;
     bool done = false;
