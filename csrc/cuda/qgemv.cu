@@ -48,8 +48,8 @@ struct GemvArgs {
   const float* nw = nullptr;
   float neps = 0.f, nadd = 0.f;
   int x_lanes = 0;    // x in the lanes layout (variant 4 only; ops.h GEMV_X_LANES)
-  int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
   int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
+  int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
 };
 
 // Where the SwiGLU epilogue stores pair p of its N / 2 outputs (a row of the next GEMV's x).
@@ -1162,10 +1162,22 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
   if (T < 1 || T > kMaxStepTokens) throw std::invalid_argument("qgemv: T must be in 1..16");
   if (W.cols % 32 != 0 || W.cols % W.q.group != 0) throw std::invalid_argument("qgemv: K must be a multiple of 32 and of the group");
   if (epilogue == GEMV_SWIGLU && W.rows % 2 != 0) throw std::invalid_argument("qgemv: SwiGLU needs an even row count");
-  return GemvArgs{reinterpret_cast<const uint8_t*>(W.codes), reinterpret_cast<const uint8_t*>(W.high),
-                  reinterpret_cast<const __half*>(W.scales), (int)W.rows, (int)W.cols, W.q.group == 64 ? 6 : 5,
-                  x, T, epilogue, out_f32, out_h, ldo, nullptr, nullptr, 0.f, 0.f,
-                  x_layout == GEMV_X_LANES, out_layout == GEMV_X_LANES};
+  GemvArgs a{};  // fields by name: a positional list silently shifts when a field is added (session 11's bug)
+  a.codes = reinterpret_cast<const uint8_t*>(W.codes);
+  a.high = reinterpret_cast<const uint8_t*>(W.high);
+  a.scales = reinterpret_cast<const __half*>(W.scales);
+  a.N = (int)W.rows;
+  a.K = (int)W.cols;
+  a.gshift = W.q.group == 64 ? 6 : 5;
+  a.x = x;
+  a.T = T;
+  a.epi = epilogue;
+  a.out_f32 = out_f32;
+  a.out_h = out_h;
+  a.ldo = ldo;
+  a.x_lanes = x_layout == GEMV_X_LANES;
+  a.out_lanes = out_layout == GEMV_X_LANES;
+  return a;
 }
 
 // The fused norm runs in the integer-dot sx variants 23 and 27 and their one-block-per-SM forms 29 and 30 (the
