@@ -25,7 +25,8 @@ t=$(( $(left) - 70 )); (( t > 200 )) && t=200
 timeout $t python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 $mods -k "not timing_probe" >> $out/tests.log 2>&1
 echo "op tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | tail -8
 if (( $(left) > 60 )); then
-  timeout $(( $(left) - 15 )) python3 bench/step_probe.py --kv int8 --depths 0,131072 --norm-early 1,0,1,0 2>&1 \
+  timeout $(( $(left) - 15 )) python3 bench/step_probe.py --kv int8 --depths 0,131072 --norm-early 1,0,1,0 \
+    --routes "5120x17408=34;5120x17408=30;5120x6144=34;5120x6144=30" 2>&1 \
     | grep -E "step" | tee $out/steps.txt
 fi
 echo "total $(( $(date +%s) - start )) s"
