@@ -14,7 +14,7 @@ echo "model tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|faile
 timeout 230 python3 bench/decode.py --out $out/decode-h200.json --quick > $out/decode.log 2>&1
 echo "decode rc=$? ($(left) s left)"
 grep -E "copy bandwidth|\"depth\"|without PDL|leave-one-out|attention variant" $out/decode.log | head -16
-if [[ -d .peer && $(left) -gt 250 ]]; then
+if [[ -d .peer && $(left) -gt 150 ]]; then
   timeout 80 bash .peer/llamacpp-peer.sh -fa on -p 0 -n 64 -d 0,8192,32768 -r 1 -ctk q8_0 -ctv q8_0 \
     > "$out/llamacpp-q8.json" 2>> "$out/peer.log"
   echo "peer q8_0 rc=$? ($(left) s left)"
