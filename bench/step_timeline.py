@@ -31,46 +31,32 @@ def short_name(name: str) -> str:
     return base.split("(")[0].split("<")[0].strip()
 
 
+# kernel-name fragment -> role, for the kernels whose role their name says
+_NAMED_ROLES = (("embed", "embed"), ("gdn_kernel", "gdn_step"), ("conv", "conv"), ("attn_prep", "attn_prep"),
+                ("attn_split", "attn_split"), ("attn_combine", "attn_combine"), ("rmsnorm", "rmsnorm"))
+
+
+def gemv_role(i: int, names: list[str], prev: str) -> str:
+    """A GEMV's role from its neighbours: what follows an input projection, what precedes the MLP's two."""
+    nxt = names[i + 1] if i + 1 < len(names) else ""
+    if i == len(names) - 1:
+        return "lm_head"
+    if "gdn_kernel" in nxt or "conv" in nxt:
+        return "gdn_in"
+    if "attn_prep" in nxt:
+        return "attn_qkv"
+    return {"gdn_step": "gdn_out", "attn_combine": "attn_o", "gdn_out": "gate_up", "attn_o": "gate_up",
+            "rmsnorm": "gate_up", "gate_up": "down"}.get(prev, "gemv (?)")
+
+
 def role_names(names: list[str]) -> list[str]:
     """The role of each kernel of one step in its layer, from the kernel order (engine.cu enqueue_step)."""
     out: list[str] = []
     for i, n in enumerate(names):
-        nxt = names[i + 1] if i + 1 < len(names) else ""
-        prev = out[-1] if out else ""
-        if "embed" in n:
-            r = "embed"
-        elif "gdn_kernel" in n:
-            r = "gdn_step"
-        elif "conv" in n:
-            r = "conv"
-        elif "attn_prep" in n:
-            r = "attn_prep"
-        elif "attn_split" in n:
-            r = "attn_split"
-        elif "attn_combine" in n:
-            r = "attn_combine"
-        elif "rmsnorm" in n:
-            r = "rmsnorm"
-        elif "qgemv" in n:
-            if i == len(names) - 1:
-                r = "lm_head"
-            elif "gdn_kernel" in nxt or "conv" in nxt:
-                r = "gdn_in"
-            elif "attn_prep" in nxt:
-                r = "attn_qkv"
-            elif prev == "gdn_step":
-                r = "gdn_out"
-            elif prev == "attn_combine":
-                r = "attn_o"
-            elif prev in ("gdn_out", "attn_o", "rmsnorm"):
-                r = "gate_up"
-            elif prev == "gate_up":
-                r = "down"
-            else:
-                r = "gemv (?)"
-        else:
-            r = n
-        out.append(r)
+        role = next((r for frag, r in _NAMED_ROLES if frag in n), None)
+        if role is None:
+            role = gemv_role(i, names, out[-1] if out else "") if "qgemv" in n else n
+        out.append(role)
     return out
 
 
