@@ -459,12 +459,6 @@ __device__ inline void stage_xq(uint4* xs, const __half* x, int nch, int nt) {
   }
 }
 
-// stage_xq for x = rmsnorm(a.nx) * (a.nw + a.nadd) (zero-centred RMSNorm fused into the GEMV, qgemv_normed), in one
-// pass: the norm's factor r = rsqrt(mean(nx^2) + eps) is one scalar for the whole row, so the chunks are quantized
-// from nx * (nw + nadd) as they are loaded, the sum of squares is gathered on the way (then block_sum: a fixed
-// order), and r is returned for the caller to apply to its dot products. A first version normalised before
-// quantizing (two passes over the row: two L2 round trips and a barrier on the critical path) and saved nothing
-// against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between.
 // The norm weights plus nadd of a thread's first NPRE items (8 elements each) of stage_xq_normed: constant, so the
 // kernel may load them before its PDL wait and read only the residual from L2 after it. NPRE: the items a thread
 // stages at K = 5120 (640 items): 2 for the 16-warp blocks of variant 30 (gdn_in, the attention qkv), else 1 (the
@@ -489,6 +483,13 @@ __device__ inline void load_norm_w(NormW<NPRE>& nw, const GemvArgs& a, int nch, 
   }
 }
 
+// stage_xq for x = rmsnorm(a.nx) * (a.nw + a.nadd) (zero-centred RMSNorm fused into the GEMV, qgemv_normed), in one
+// pass: the norm's factor r = rsqrt(mean(nx^2) + eps) is one scalar for the whole row, so the chunks are quantized
+// from nx * (nw + nadd) as they are loaded, the sum of squares is gathered on the way (then block_sum: a fixed
+// order), and r is returned for the caller to apply to its dot products. A first version normalised before
+// quantizing (two passes over the row: two L2 round trips and a barrier on the critical path) and saved nothing
+// against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between. nw holds the norm weights of
+// the thread's first items (load_norm_w); the items past them load their own here.
 template <int NPRE>
 __device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red, const NormW<NPRE>& nw) {
   const float4* xg = reinterpret_cast<const float4*>(a.nx);
