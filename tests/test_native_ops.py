@@ -42,7 +42,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(36))  # 0 = route by shape, 1..35 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(37))  # 0 = route by shape, 1..36 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35]  # 4-bit integer dot products on x staged as 16-bit integers
 
@@ -372,6 +372,27 @@ def test_qgemv_lanes_input_equals_perm8(nat, epi, N, K):
         assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
 
 
+@pytest.mark.parametrize("epi, N, K", [(1, 5120, 17408), (0, 5120, 6144), (0, 253, 1152), (2, 96, 512), (0, 64, 64)])
+def test_qgemv_ring_lazy_x_equals_variant_4(nat, epi, N, K):
+    # variant 36 (the cp.async ring holding only weights, x read through L1 as variant 4 reads it) sums the same
+    # chunks in the same order as variant 4: bit-equal on lanes x and on perm8 x
+    gen = torch.Generator(device="cuda").manual_seed(N + K + epi + 1)
+    codes, scales, wd = _random_q4(N, K, gen)
+    x = torch.randn(1, K, device="cuda", generator=gen).half()
+
+    def call(variant, xbuf, layout):
+        out, args, before = _gemv_out(epi, N, torch.Generator(device="cuda").manual_seed(98))
+        with forced_qgemv_variant(nat, variant):
+            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, xbuf.data_ptr(), 1, epi, *args,
+                         x_layout=layout)
+        return _gemv_result(out, before, epi)
+
+    for layout, xbuf in ((X_LANES, to_lanes(x)), (X_PERM8, to_perm8(x))):
+        got = call(36, xbuf, layout)
+        assert not got.isnan().any()
+        assert torch.equal(got, call(4, xbuf, layout))
+
+
 def test_qgemv_x_layout_follows_the_route(nat):
     assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_LANES  # down: routed to variant 4
     assert nat.qgemv_x_layout(5120, 6144, 4, 32, 1) == X_LANES   # gdn_out / o: variant 4 too
@@ -380,6 +401,8 @@ def test_qgemv_x_layout_follows_the_route(nat):
     assert nat.qgemv_x_layout(5120, 17408, 6, 64, 1) == X_PERM8  # 6-bit: the ring kernel
     with forced_qgemv_variant(nat, 6):
         assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8
+    with forced_qgemv_variant(nat, 36):
+        assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_LANES
     nat.set_qgemv_lanes(False)
     try:
         assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8

@@ -30,7 +30,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -47,7 +47,7 @@ struct GemvArgs {
   const float* nx = nullptr;
   const float* nw = nullptr;
   float neps = 0.f, nadd = 0.f;
-  int x_lanes = 0;    // x in the lanes layout (variant 4 only; ops.h GEMV_X_LANES)
+  int x_lanes = 0;    // x in the lanes layout (variants 4 and 36 only; ops.h GEMV_X_LANES)
   int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
   int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
 };
@@ -812,8 +812,11 @@ __device__ inline uint32_t ld_stream_u16(const __half* p) {
 }
 
 // ROWS rows per warp, WARPS warps per block, MINB min resident blocks per SM (register cap); S stages.
-template <int BITS, int ROWS, int WARPS, int MINB>
+// LAZY (4-bit only; variant 36): no x staged; each lane reads its chunk's x through L1 when it uses it, in the lanes
+// layout when a.x_lanes (as variant 4 does), so the ring holds only weights and nothing waits on x after the PDL wait.
+template <int BITS, int ROWS, int WARPS, int MINB, bool LAZY = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a, int S) {
+  static_assert(!LAZY || BITS == 4, "the lazy x read is the 4-bit path's");
   using F = RingFmt<BITS>;
   constexpr int kStage = ring_stage_bytes<BITS, ROWS>();
   constexpr int kHighOff = ROWS * F::kPieces * 512;           // [ROWS][kPieces][32 lanes] x 16 B codes first
@@ -829,7 +832,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
   const long long nsc = (long long)a.N * ngroups;
   // parity of a scale's half within its 4-byte word: (address / 2) & 1, from the base and the index
   const uint32_t sc_par = (uint32_t)(reinterpret_cast<uintptr_t>(a.scales) >> 1);
-  const uint8_t* ring = reinterpret_cast<const uint8_t*>(xs) + (size_t)nch * 64 + (size_t)warp * S * kStage;
+  const uint8_t* ring = reinterpret_cast<const uint8_t*>(xs) + (LAZY ? 0 : (size_t)nch * 64) + (size_t)warp * S * kStage;
   const uint32_t ring_s = smem_u32(ring);
 
   int ig = blockIdx.x * WARPS + warp, ib = 0, is = 0;  // issue cursor: row group, batch in group, slot
@@ -866,11 +869,17 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
     is = is + 1 == S ? 0 : is + 1;
   };
 
-  for (int i = 0; i < S - 1; ++i) issue();
-  pdl_wait();  // pdl.cuh: the first S - 1 batches of weights are in flight before the wait, x is read after it
+  // LAZY: one batch before the wait, as variant 4 (more in flight then competes with the predecessor's stragglers,
+  // bench/NOTES.md sessions 6-7), the rest after it; else the first S - 1
+  const int before_wait = LAZY ? 1 : S - 1;
+  for (int i = 0; i < before_wait; ++i) issue();
+  pdl_wait();  // pdl.cuh: the first batches of weights are in flight before the wait, x is read after it
   pdl_trigger();
-  stage_x<WARPS * 32>(xs, a.x, nch);
-  __syncthreads();  // every thread reaches this (no early exit above)
+  for (int i = before_wait; i < S - 1; ++i) issue();
+  if (!LAZY) {
+    stage_x<WARPS * 32>(xs, a.x, nch);
+    __syncthreads();  // every thread reaches this (no early exit above)
+  }
 
   int g = blockIdx.x * WARPS + warp, cb = 0, cs = 0;  // consume cursor
   float acc[ROWS];
@@ -882,7 +891,14 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
     const int c = cb * 32 + lane;
     if (c < nch) {
       uint4 xv[4];
-      load_x_chunk(xs, c, xv);
+      if (LAZY) {  // variant 4's x read: batch cb is run cb of the lanes layout (common.cuh lanes_pos)
+        const uint4* xg = reinterpret_cast<const uint4*>(a.x);
+        const int run_chunks = min(32, nch - 32 * cb);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = a.x_lanes ? __ldg(xg + cb * 128 + p * run_chunks + lane) : __ldg(xg + 4 * c + p);
+      } else {
+        load_x_chunk(xs, c, xv);
+      }
       const uint8_t* st = ring + cs * kStage;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
@@ -914,25 +930,31 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
 // (consumer parts: 100 KB per SM, so about 48 KB per block); when x alone leaves no room for 2 stages
 // there (K = 17408 with 8 warps), the largest block that fits at all. Grid: one resident wave from the
 // occupancy calculator, as launch_sx. Returns false when not even 2 stages fit (caller falls back).
-template <int BITS, int ROWS, int WARPS, int MINB>
+// LAZY (no x in shared memory): the deepest ring (<= s_max) that leaves room for all of one wave's blocks on an SM
+// (down: 640 blocks of 4 warps, 5 an SM), and the carveout left to the driver, since x is then read through L1.
+template <int BITS, int ROWS, int WARPS, int MINB, bool LAZY = false>
 bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
-  auto kern = qgemv_ring_kernel<BITS, ROWS, WARPS, MINB>;
+  auto kern = qgemv_ring_kernel<BITS, ROWS, WARPS, MINB, LAZY>;
   constexpr long long stage = (long long)ring_stage_bytes<BITS, ROWS>() * WARPS;  // one stage of every warp
-  const long long xbytes = (long long)a.K * 2;
+  const long long xbytes = LAZY ? 0 : (long long)a.K * 2;
   const SmemLimits& L = smem_limits();
   auto stages_within = [&](long long budget) {
     return budget > xbytes ? (int)std::min<long long>(std::min(s_max, kRingMaxStages), (budget - xbytes) / stage) : 0;
   };
-  int S = stages_within(std::min<long long>(L.per_block, L.per_sm / 2 - L.reserved));
+  const long long wave_blocks_needed = ((long long)(a.N + ROWS - 1) / ROWS + WARPS - 1) / WARPS;
+  const long long blocks_per_sm = LAZY ? std::max<long long>(2, (wave_blocks_needed + sm_count() - 1) / sm_count()) : 2;
+  int S = stages_within(std::min<long long>(L.per_block, L.per_sm / blocks_per_sm - L.reserved));
   if (S < 2) S = stages_within(L.per_block);
   if (S < 2) return false;
   const size_t smem = (size_t)(xbytes + S * stage);
   static bool attrs_set = false;
   if (!attrs_set) {
     MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L.per_block), "qgemv ring smem attr");
-    // the ring takes L1's place as the landing buffer: ask for the largest shared-memory carveout
-    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
-             "qgemv ring carveout");
+    // the ring takes L1's place as the landing buffer: ask for the largest shared-memory carveout (not when x is
+    // read through L1)
+    if (!LAZY)
+      MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
+               "qgemv ring carveout");
     attrs_set = true;
   }
   static OccupancyCache occ;
@@ -1001,7 +1023,18 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variant 4 only (qgemv checks that v is 4 before it gets here)
+    if constexpr (BITS == 4) {
+      // 36: the ring kernel with weights only in its ring (S <= 8 stages of one batch: 2 rows x 32 chunks, 1.25 KB a
+      // warp), 4-warp blocks as variant 4, x read lazily through L1 in either layout; falls back to variant 4
+      if (v == 36) {
+        if (!launch_ring<4, 2, 4, 5, true>(a, st, kRingMaxStages, false)) {
+          if (a.x_lanes) launch<BITS, 1, 2, false, true, true>(a, st);
+          else launch<BITS, 1, 2, false, true>(a, st);
+        }
+        return;
+      }
+    }
+    if (a.x_lanes) {  // the lanes layout is read by variants 4 and 36 only (qgemv checks it before it gets here)
       if constexpr (BITS == 4) launch<BITS, 1, 2, false, true, true>(a, st);
       return;
     }
@@ -1197,7 +1230,8 @@ void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
-  return t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) == 4 ? GEMV_X_LANES : GEMV_X_PERM8;
+  const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
+  return v == 4 || v == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -1241,7 +1275,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variant 4 only (qgemv_x_layout)");
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4 and 36 only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
