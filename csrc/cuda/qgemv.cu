@@ -1085,6 +1085,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
+    //   36 (above, before the lanes branch): the ring kernel with only weights in its ring and x read as variant 4
+    //      reads it, for the 5120-row shapes' shortage of bytes in flight (session 11; written after the session's
+    //      last device call, so not yet run on a GPU: bench/device_s11_call3.sh is its first run)
     // (session 10, measured on whole steps and removed: 36 / 37, variant 4 with x staged per block one batch at a
     // time, double-buffered, a barrier per batch (U = 2 / 1): down 4.973 / 5.006 ms a step against 4.899, gdn_out / o
     // 4.880 / 4.890 (bench/results/step-routes-h200-s10-call1.txt). Variant 4 with x in the lanes layout
