@@ -871,11 +871,16 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
 
   // LAZY: one batch before the wait, as variant 4 (more in flight then competes with the predecessor's stragglers,
   // bench/NOTES.md sessions 6-7), the rest after it; else the first S - 1
-  const int before_wait = LAZY ? 1 : S - 1;
-  for (int i = 0; i < before_wait; ++i) issue();
+  if constexpr (LAZY) {
+    issue();
+  } else {
+    for (int i = 0; i < S - 1; ++i) issue();
+  }
   pdl_wait();  // pdl.cuh: the first batches of weights are in flight before the wait, x is read after it
   pdl_trigger();
-  for (int i = before_wait; i < S - 1; ++i) issue();
+  if constexpr (LAZY) {
+    for (int i = 1; i < S - 1; ++i) issue();
+  }
   if (!LAZY) {
     stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread reaches this (no early exit above)
