@@ -61,17 +61,16 @@ def role_names(names: list[str]) -> list[str]:
 
 
 def role_bytes() -> dict[str, int]:
-    """Weight bytes one kernel of each GEMV role streams (4-bit, group 64: codes + fp16 scales)."""
+    """Weight bytes one kernel of each GEMV role streams, in the engine's default recipe (engine/plan.py)."""
+    from engine.plan import DEFAULT_RECIPE, matrix_shapes, quantized_bytes
     from engine.registry import config_27b
-    t = config_27b(vision=False).text
-    h, i = t.hidden_size, t.intermediate_size
-    kd, vd = t.linear_key_head_dim, t.linear_value_head_dim
-    gdn_in = 2 * t.linear_num_key_heads * kd + 2 * t.linear_num_value_heads * vd + 2 * t.linear_num_value_heads
-    qkv = 2 * t.num_attention_heads * t.head_dim + 2 * t.num_key_value_heads * t.head_dim
-    shapes = {"gdn_in": (gdn_in, h), "gdn_out": (h, t.linear_num_value_heads * vd), "attn_qkv": (qkv, h),
-              "attn_o": (h, t.num_attention_heads * t.head_dim), "gate_up": (2 * i, h), "down": (h, i),
-              "lm_head": (t.vocab_size, h)}
-    return {r: n * k // 2 + n * k // 64 * 2 for r, (n, k) in shapes.items()}
+    shapes = matrix_shapes(config_27b(vision=False).text)
+    plan_role = {"gate_up": "mlp_gate_up", "down": "mlp_down"}  # the timeline's role names -> the plan's
+    out = {}
+    for r in ("gdn_in", "gdn_out", "attn_qkv", "attn_o", "gate_up", "down", "lm_head"):
+        role = plan_role.get(r, r)
+        out[r] = quantized_bytes(*shapes[role][0], *DEFAULT_RECIPE.spec(role))
+    return out
 
 
 def main() -> None:

@@ -185,6 +185,17 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
   }
 }
 
+// The 64 bytes of x chunk c (of nch) as variants 4 and 36 read them, through L1 when the walk needs them: perm8 (four
+// consecutive 16-byte pieces), or the lanes layout (common.cuh lanes_pos: piece p of chunk c sits at
+// run * 128 + p * run_chunks + c % 32 in 16-byte pieces, run = c / 32), where a warp's p-th load is 512 contiguous bytes.
+__device__ inline void load_x_through_l1(const __half* x, int nch, int c, bool lanes, uint4 (&xv)[4]) {
+  const uint4* xg = reinterpret_cast<const uint4*>(x);
+  const int run = c >> 5;
+  const int run_chunks = min(32, nch - 32 * run);
+#pragma unroll
+  for (int p = 0; p < 4; ++p) xv[p] = lanes ? __ldg(xg + run * 128 + p * run_chunks + (c & 31)) : __ldg(xg + 4 * c + p);
+}
+
 // Variants (chosen per launch; bench/decode.py times them side by side):
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
@@ -243,19 +254,9 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
           if (t < a.T) {
-            const uint4* xt = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K);
+            const __half* xt = a.x + (size_t)t * a.K;
             uint4 xv[4];
-            if (XL) {  // piece p of chunk c: run * 128 + p * run_chunks + c % 32 (in 16-byte pieces)
-              const int run = c >> 5;
-              const int run_chunks = min(32, nch - 32 * run);
-              const uint4* xp = xt + run * 128 + (c & 31);
-#pragma unroll
-              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
-            } else {
-              const uint4* xp = xt + c * 4;
-#pragma unroll
-              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
-            }
+            load_x_through_l1(xt, nch, c, XL, xv);
             acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
             acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
           }
@@ -896,11 +897,8 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
     const int c = cb * 32 + lane;
     if (c < nch) {
       uint4 xv[4];
-      if (LAZY) {  // variant 4's x read: batch cb is run cb of the lanes layout (common.cuh lanes_pos)
-        const uint4* xg = reinterpret_cast<const uint4*>(a.x);
-        const int run_chunks = min(32, nch - 32 * cb);
-#pragma unroll
-        for (int p = 0; p < 4; ++p) xv[p] = a.x_lanes ? __ldg(xg + cb * 128 + p * run_chunks + lane) : __ldg(xg + 4 * c + p);
+      if (LAZY) {
+        load_x_through_l1(a.x, nch, c, a.x_lanes, xv);  // variant 4's read of x
       } else {
         load_x_chunk(xs, c, xv);
       }
