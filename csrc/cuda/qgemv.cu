@@ -30,7 +30,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -47,7 +47,7 @@ struct GemvArgs {
   const float* nx = nullptr;
   const float* nw = nullptr;
   float neps = 0.f, nadd = 0.f;
-  int x_lanes = 0;    // x in the lanes layout (variants 4 and 36 only; ops.h GEMV_X_LANES)
+  int x_lanes = 0;    // x in the lanes layout (variant 4 only; ops.h GEMV_X_LANES)
   int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
   int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
 };
@@ -185,17 +185,6 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
   }
 }
 
-// The 64 bytes of x chunk c (of nch) as variants 4 and 36 read them, through L1 when the walk needs them: perm8 (four
-// consecutive 16-byte pieces), or the lanes layout (common.cuh lanes_pos: piece p of chunk c sits at
-// run * 128 + p * run_chunks + c % 32 in 16-byte pieces, run = c / 32), where a warp's p-th load is 512 contiguous bytes.
-__device__ inline void load_x_through_l1(const __half* x, int nch, int c, bool lanes, uint4 (&xv)[4]) {
-  const uint4* xg = reinterpret_cast<const uint4*>(x);
-  const int run = c >> 5;
-  const int run_chunks = min(32, nch - 32 * run);
-#pragma unroll
-  for (int p = 0; p < 4; ++p) xv[p] = lanes ? __ldg(xg + run * 128 + p * run_chunks + (c & 31)) : __ldg(xg + 4 * c + p);
-}
-
 // Variants (chosen per launch; bench/decode.py times them side by side):
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
@@ -254,9 +243,19 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
           if (t < a.T) {
-            const __half* xt = a.x + (size_t)t * a.K;
+            const uint4* xt = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K);
             uint4 xv[4];
-            load_x_through_l1(xt, nch, c, XL, xv);
+            if (XL) {  // piece p of chunk c: run * 128 + p * run_chunks + c % 32 (in 16-byte pieces)
+              const int run = c >> 5;
+              const int run_chunks = min(32, nch - 32 * run);
+              const uint4* xp = xt + run * 128 + (c & 31);
+#pragma unroll
+              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
+            } else {
+              const uint4* xp = xt + c * 4;
+#pragma unroll
+              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+            }
             acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
             acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
           }
@@ -813,11 +812,8 @@ __device__ inline uint32_t ld_stream_u16(const __half* p) {
 }
 
 // ROWS rows per warp, WARPS warps per block, MINB min resident blocks per SM (register cap); S stages.
-// LAZY (4-bit only; variant 36): no x staged; each lane reads its chunk's x through L1 when it uses it, in the lanes
-// layout when a.x_lanes (as variant 4 does), so the ring holds only weights and nothing waits on x after the PDL wait.
-template <int BITS, int ROWS, int WARPS, int MINB, bool LAZY = false>
+template <int BITS, int ROWS, int WARPS, int MINB>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a, int S) {
-  static_assert(!LAZY || BITS == 4, "the lazy x read is the 4-bit path's");
   using F = RingFmt<BITS>;
   constexpr int kStage = ring_stage_bytes<BITS, ROWS>();
   constexpr int kHighOff = ROWS * F::kPieces * 512;           // [ROWS][kPieces][32 lanes] x 16 B codes first
@@ -833,7 +829,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
   const long long nsc = (long long)a.N * ngroups;
   // parity of a scale's half within its 4-byte word: (address / 2) & 1, from the base and the index
   const uint32_t sc_par = (uint32_t)(reinterpret_cast<uintptr_t>(a.scales) >> 1);
-  const uint8_t* ring = reinterpret_cast<const uint8_t*>(xs) + (LAZY ? 0 : (size_t)nch * 64) + (size_t)warp * S * kStage;
+  const uint8_t* ring = reinterpret_cast<const uint8_t*>(xs) + (size_t)nch * 64 + (size_t)warp * S * kStage;
   const uint32_t ring_s = smem_u32(ring);
 
   int ig = blockIdx.x * WARPS + warp, ib = 0, is = 0;  // issue cursor: row group, batch in group, slot
@@ -870,22 +866,11 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
     is = is + 1 == S ? 0 : is + 1;
   };
 
-  // LAZY: one batch before the wait, as variant 4 (more in flight then competes with the predecessor's stragglers,
-  // bench/NOTES.md sessions 6-7), the rest after it; else the first S - 1
-  if constexpr (LAZY) {
-    issue();
-  } else {
-    for (int i = 0; i < S - 1; ++i) issue();
-  }
-  pdl_wait();  // pdl.cuh: the first batches of weights are in flight before the wait, x is read after it
+  for (int i = 0; i < S - 1; ++i) issue();
+  pdl_wait();  // pdl.cuh: the first S - 1 batches of weights are in flight before the wait, x is read after it
   pdl_trigger();
-  if constexpr (LAZY) {
-    for (int i = 1; i < S - 1; ++i) issue();
-  }
-  if (!LAZY) {
-    stage_x<WARPS * 32>(xs, a.x, nch);
-    __syncthreads();  // every thread reaches this (no early exit above)
-  }
+  stage_x<WARPS * 32>(xs, a.x, nch);
+  __syncthreads();  // every thread reaches this (no early exit above)
 
   int g = blockIdx.x * WARPS + warp, cb = 0, cs = 0;  // consume cursor
   float acc[ROWS];
@@ -897,11 +882,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
     const int c = cb * 32 + lane;
     if (c < nch) {
       uint4 xv[4];
-      if (LAZY) {
-        load_x_through_l1(a.x, nch, c, a.x_lanes, xv);  // variant 4's read of x
-      } else {
-        load_x_chunk(xs, c, xv);
-      }
+      load_x_chunk(xs, c, xv);
       const uint8_t* st = ring + cs * kStage;
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
@@ -933,31 +914,25 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
 // (consumer parts: 100 KB per SM, so about 48 KB per block); when x alone leaves no room for 2 stages
 // there (K = 17408 with 8 warps), the largest block that fits at all. Grid: one resident wave from the
 // occupancy calculator, as launch_sx. Returns false when not even 2 stages fit (caller falls back).
-// LAZY (no x in shared memory): the deepest ring (<= s_max) that leaves room for all of one wave's blocks on an SM
-// (down: 640 blocks of 4 warps, 5 an SM), and the carveout left to the driver, since x is then read through L1.
-template <int BITS, int ROWS, int WARPS, int MINB, bool LAZY = false>
+template <int BITS, int ROWS, int WARPS, int MINB>
 bool launch_ring(const GemvArgs& a, cudaStream_t st, int s_max, bool balanced) {
-  auto kern = qgemv_ring_kernel<BITS, ROWS, WARPS, MINB, LAZY>;
+  auto kern = qgemv_ring_kernel<BITS, ROWS, WARPS, MINB>;
   constexpr long long stage = (long long)ring_stage_bytes<BITS, ROWS>() * WARPS;  // one stage of every warp
-  const long long xbytes = LAZY ? 0 : (long long)a.K * 2;
+  const long long xbytes = (long long)a.K * 2;
   const SmemLimits& L = smem_limits();
   auto stages_within = [&](long long budget) {
     return budget > xbytes ? (int)std::min<long long>(std::min(s_max, kRingMaxStages), (budget - xbytes) / stage) : 0;
   };
-  const long long wave_blocks_needed = ((long long)(a.N + ROWS - 1) / ROWS + WARPS - 1) / WARPS;
-  const long long blocks_per_sm = LAZY ? std::max<long long>(2, (wave_blocks_needed + sm_count() - 1) / sm_count()) : 2;
-  int S = stages_within(std::min<long long>(L.per_block, L.per_sm / blocks_per_sm - L.reserved));
+  int S = stages_within(std::min<long long>(L.per_block, L.per_sm / 2 - L.reserved));
   if (S < 2) S = stages_within(L.per_block);
   if (S < 2) return false;
   const size_t smem = (size_t)(xbytes + S * stage);
   static bool attrs_set = false;
   if (!attrs_set) {
     MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L.per_block), "qgemv ring smem attr");
-    // the ring takes L1's place as the landing buffer: ask for the largest shared-memory carveout (not when x is
-    // read through L1)
-    if (!LAZY)
-      MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
-               "qgemv ring carveout");
+    // the ring takes L1's place as the landing buffer: ask for the largest shared-memory carveout
+    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
+             "qgemv ring carveout");
     attrs_set = true;
   }
   static OccupancyCache occ;
@@ -1026,18 +1001,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if constexpr (BITS == 4) {
-      // 36: the ring kernel with weights only in its ring (S <= 8 stages of one batch: 2 rows x 32 chunks, 1.25 KB a
-      // warp), 4-warp blocks as variant 4, x read lazily through L1 in either layout; falls back to variant 4
-      if (v == 36) {
-        if (!launch_ring<4, 2, 4, 5, true>(a, st, kRingMaxStages, false)) {
-          if (a.x_lanes) launch<BITS, 1, 2, false, true, true>(a, st);
-          else launch<BITS, 1, 2, false, true>(a, st);
-        }
-        return;
-      }
-    }
-    if (a.x_lanes) {  // the lanes layout is read by variants 4 and 36 only (qgemv checks it before it gets here)
+    if (a.x_lanes) {  // the lanes layout is read by variant 4 only (qgemv checks that v is 4 before it gets here)
       if constexpr (BITS == 4) launch<BITS, 1, 2, false, true, true>(a, st);
       return;
     }
@@ -1088,9 +1052,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
-    //   36 (above, before the lanes branch): the ring kernel with only weights in its ring and x read as variant 4
-    //      reads it, for the 5120-row shapes' shortage of bytes in flight (session 11; written after the session's
-    //      last device call, so not yet run on a GPU: bench/device_s11_call3.sh is its first run)
+    // (session 11-12, measured on whole steps and removed: 36, the cp.async ring kernel with only weights in its ring
+    // (up to 8 stages of 1.25 KB a warp, ~175 KB in flight an SM for down) and x read through L1 as variant 4 reads it:
+    // down 5.346 ms a step against 4.836, gdn_out / o 5.215 (bench/results/step-variant36-h200-s12-call1.txt): more
+    // bytes in flight is not what down lacks.)
     // (session 10, measured on whole steps and removed: 36 / 37, variant 4 with x staged per block one batch at a
     // time, double-buffered, a barrier per batch (U = 2 / 1): down 4.973 / 5.006 ms a step against 4.899, gdn_out / o
     // 4.880 / 4.890 (bench/results/step-routes-h200-s10-call1.txt). Variant 4 with x in the lanes layout
@@ -1236,8 +1201,7 @@ void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
-  const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
-  return v == 4 || v == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
+  return t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) == 4 ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -1281,7 +1245,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4 and 36 only (qgemv_x_layout)");
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variant 4 only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
