@@ -26,6 +26,8 @@
 // `/tmp/bp --smflat` (session 8): one block per SM streaming one contiguous range of whole rows (smflat_kernel),
 // against the grid-strided flat stream and the row-per-warp patterns, per shape and on whole layers, with no x read
 // and with x read once per block.
+// `/tmp/bp --dataflow` (session 12): gate_up and down in one kernel ordered by per-slice counters (flow_kernel)
+// against two kernels with PDL, for the MLP alone and inside whole layers.
 // `/tmp/bp --prefetch-only` (session 7 call 5): one kernel for all layers with each warp also L2-prefetching its
 // next PF batches of the next phase before it arrives at a barrier, with and without the x read.
 // Results: bench/results/boundary-probe-h200-s7-call*.txt (call 1 ran the first version, whose modes were plain,
@@ -353,6 +355,218 @@ __global__ void __launch_bounds__(128) anatomy_phase_kernel(Phase ph, unsigned l
   }
 }
 // The floor of a dependent launch: a kernel that only waits and triggers.
+// ---- --dataflow (session 12): the MLP's two phases in one kernel, ordered by per-slice counters, no barrier ----
+// Sessions 7-8 found ~2 us per phase of drain and refill that neither grid barriers nor L2 prefetch remove: a
+// barrier still makes every SM wait for the slowest. Here down depends on gate_up only through its K slice (act[k]
+// needs gate and up rows k alone), so down is split over K into S slices of 1024 columns (one 512-byte piece a row)
+// and an item of down (slice s, RB rows) starts as soon as the gate_up row groups of slice s are done; a warp that
+// finishes its gate_up groups early streams down items while the others finish theirs. gate_up's rows are taken to
+// be laid out slice by slice (the 1024 gate rows of slice s, then its 1024 up rows), as the engine's loader could
+// write them. Down's partial sums per slice go to a scratch; the warp that completes the last slice of a row group
+// adds the S partials in a fixed order (the engine's numerics would stay deterministic). Static schedule: warp w of W
+// takes gate_up groups w, w + W, ... then down items w, w + W, ... (item j = slice j / groups, group j % groups), so
+// every warp a down item waits on has already been given all its gate_up work: no deadlock with a resident grid.
+struct Flow {
+  Phase gu, dn;        // dn.nch = K / 32 chunks; one slice = 32 chunks
+  unsigned* ready;     // [S] gate_up row groups done, per slice (zeroed each replay)
+  unsigned* rowdone;   // [dn.rows / RB] slices done, per down row group (zeroed each replay)
+  unsigned* part;      // [S][dn.rows] partial sums
+  int xslice;          // 1: each down item reads its x slice (16 words a lane, 32 fp16 values) from L2
+};
+
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+template <int RA, int UA, int RB>
+__global__ void __launch_bounds__(128) flow_kernel(Flow f) {
+  const int lane = threadIdx.x & 31;
+  const int W = gridDim.x * (blockDim.x >> 5), w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int S = f.dn.nch / 32;
+  const int rows_per_slice = f.gu.rows / S, groups_per_slice = rows_per_slice / RA;
+  // phase A: gate_up, R4 U2 as run_phase, plus a release of the group's slice after each group
+  {
+    Batch<RA, UA> cur, nxt;
+    first_batch<RA, UA, 0>(f.gu, cur);
+    gdc_wait();
+    const Phase& ph = f.gu;
+    const int ngroups = ph.rows / RA;
+    for (int g = w; g < ngroups; g += W) {
+      unsigned acc[RA];
+#pragma unroll
+      for (int i = 0; i < RA; ++i) acc[i] = 0;
+      for (int cb = lane; cb < ph.nch; cb += 32 * UA) {
+        int ncb = cb + 32 * UA, ng = g;
+        if (ncb >= ph.nch) {
+          ncb = lane;
+          ng = g + W;
+        }
+        if (ng < ngroups) load_batch<RA, UA, 0>(nxt, ph, ng, ncb);
+#pragma unroll
+        for (int i = 0; i < RA; ++i)
+#pragma unroll
+          for (int u = 0; u < UA; ++u) acc[i] ^= cur.v[i][u].x ^ cur.v[i][u].y ^ cur.v[i][u].z ^ cur.v[i][u].w;
+        cur = nxt;
+      }
+#pragma unroll
+      for (int i = 0; i < RA; ++i) {
+        unsigned a = acc[i];
+        for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == i) ph.out[g * RA + i] = a;
+      }
+      __threadfence();
+      __syncwarp();
+      if (lane == 0) atomicAdd(f.ready + (g * RA) / rows_per_slice, 1u);
+    }
+  }
+  gdc_trigger();
+  // phase B: down items (slice, RB rows), one 16-byte chunk a row a lane
+  const Phase& dn = f.dn;
+  const int ngb = dn.rows / RB, total = S * ngb;
+  uint4 cur[RB], nxt[RB];
+  auto load_item = [&](uint4(&v)[RB], int j) {
+    const int s = j / ngb, g = j - s * ngb;
+#pragma unroll
+    for (int i = 0; i < RB; ++i) v[i] = ldna(dn.w + (size_t)(g * RB + i) * dn.nch + 32 * s + lane);
+  };
+  if (w < total) load_item(cur, w);
+  int known = -1;
+  for (int j = w; j < total; j += W) {
+    if (j + W < total) load_item(nxt, j + W);
+    const int s = j / ngb, g = j - s * ngb;
+    if (s != known) {
+      if (lane == 0)
+        while (ld_acquire(f.ready + s) < (unsigned)groups_per_slice) __nanosleep(32);
+      __syncwarp();
+      known = s;
+    }
+    unsigned x = 0;
+    if (f.xslice) {
+      const unsigned* xs = f.gu.out + s * 512 + lane * 16;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) x ^= __ldcg(xs + k);
+    }
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+      unsigned a = cur[i].x ^ cur[i].y ^ cur[i].z ^ cur[i].w ^ x;
+      for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
+      if (lane == i) f.part[(size_t)s * dn.rows + g * RB + i] = a;
+    }
+    __threadfence();
+    __syncwarp();
+    unsigned prev = 0;
+    if (lane == 0) prev = atomicAdd(f.rowdone + g, 1u);
+    prev = __shfl_sync(0xffffffffu, prev, 0);
+    if (prev == (unsigned)S - 1) {  // the last slice of this row group: add the partials in slice order
+      __threadfence();
+      if (lane < RB) {
+        unsigned sum = 0;
+        for (int t = 0; t < S; ++t) sum += __ldcg(f.part + (size_t)t * dn.rows + g * RB + lane);
+        dn.out[g * RB + lane] = sum;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < RB; ++i) cur[i] = nxt[i];
+  }
+}
+
+// flow2_kernel (session 12, second form): phase A as flow_kernel's; phase B as the engine's variant 4 walks down (a
+// warp owns RB whole rows, UB chunks a row in flight, lane l takes chunks l, l + 32, ...), waiting before it folds a
+// batch until the slices the batch covers (chunk c is in slice c / 32) are ready. No split over K, so no partial sums,
+// no atomics in phase B: each warp checks a slice's counter once (lane-wide acquire loads). MODE 0: as described;
+// timing-only bounds (not correct synchronisation): 1 without the fence before each release, 2 also without waits.
+template <int RA, int UA, int RB, int UB, int MODE = 0>
+__global__ void __launch_bounds__(128, 6) flow2_kernel(Flow f) {
+  const int lane = threadIdx.x & 31;
+  const int W = gridDim.x * (blockDim.x >> 5), w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int S = f.dn.nch / 32;
+  const int rows_per_slice = f.gu.rows / S, groups_per_slice = rows_per_slice / RA;
+  {
+    Batch<RA, UA> cur, nxt;
+    first_batch<RA, UA, 0>(f.gu, cur);
+    gdc_wait();
+    const Phase& ph = f.gu;
+    const int ngroups = ph.rows / RA;
+    for (int g = w; g < ngroups; g += W) {
+      unsigned acc[RA];
+#pragma unroll
+      for (int i = 0; i < RA; ++i) acc[i] = 0;
+      for (int cb = lane; cb < ph.nch; cb += 32 * UA) {
+        int ncb = cb + 32 * UA, ng = g;
+        if (ncb >= ph.nch) {
+          ncb = lane;
+          ng = g + W;
+        }
+        if (ng < ngroups) load_batch<RA, UA, 0>(nxt, ph, ng, ncb);
+#pragma unroll
+        for (int i = 0; i < RA; ++i)
+#pragma unroll
+          for (int u = 0; u < UA; ++u) acc[i] ^= cur.v[i][u].x ^ cur.v[i][u].y ^ cur.v[i][u].z ^ cur.v[i][u].w;
+        cur = nxt;
+      }
+#pragma unroll
+      for (int i = 0; i < RA; ++i) {
+        unsigned a = acc[i];
+        for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == i) ph.out[g * RA + i] = a;
+      }
+      if (MODE == 0) __threadfence();
+      __syncwarp();
+      if (lane == 0) atomicAdd(f.ready + (g * RA) / rows_per_slice, 1u);
+    }
+  }
+  gdc_trigger();
+  const Phase& dn = f.dn;
+  const int ngb = dn.rows / RB;
+  Batch<RB, UB> cur, nxt;
+  int ready_upto = 0;  // slices [0, ready_upto) seen ready by this warp
+  for (int g = w; g < ngb; g += W) {
+    if (g == w) load_batch<RB, UB, 0>(cur, dn, g, lane);
+    unsigned acc[RB];
+#pragma unroll
+    for (int i = 0; i < RB; ++i) acc[i] = 0;
+    for (int cb = lane; cb < dn.nch; cb += 32 * UB) {
+      int ncb = cb + 32 * UB, ng = g;
+      if (ncb >= dn.nch) {
+        ncb = lane;
+        ng = g + W;
+      }
+      if (ng < ngb) load_batch<RB, UB, 0>(nxt, dn, ng, ncb);
+      const int need = min(S, (cb - lane) / 32 + UB);  // slices this batch covers, all of them
+      while (MODE < 2 && ready_upto < need) {
+        while (ld_acquire(f.ready + ready_upto) < (unsigned)groups_per_slice) __nanosleep(32);
+        ++ready_upto;
+      }
+      unsigned x = 0;
+      if (f.xslice) {  // the batch's x through L1 (weak loads after the acquire), 16 words a lane per chunk
+#pragma unroll
+        for (int u = 0; u < UB; ++u) {
+          const unsigned* xs = f.gu.out + (cb + 32 * u) * 16;
+          if (cb + 32 * u < dn.nch)
+#pragma unroll
+            for (int k = 0; k < 16; k += 4) {
+              const uint4 v = *reinterpret_cast<const uint4*>(xs + k);
+              x ^= v.x ^ v.y ^ v.z ^ v.w;
+            }
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < RB; ++i)
+#pragma unroll
+        for (int u = 0; u < UB; ++u) acc[i] ^= cur.v[i][u].x ^ cur.v[i][u].y ^ cur.v[i][u].z ^ cur.v[i][u].w ^ x;
+      cur = nxt;
+    }
+#pragma unroll
+    for (int i = 0; i < RB; ++i) {
+      unsigned a = acc[i];
+      for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
+      if (lane == i) dn.out[g * RB + i] = a;
+    }
+  }
+}
+
 __global__ void empty_pdl_kernel() {
   gdc_wait();
   gdc_trigger();
@@ -507,6 +721,101 @@ int main(int argc, char** argv) {
   Chain all;
   for (int i = 0; i < 4 * layers; ++i) all.idx.push_back(i);
   all.bytes = S.bytes;
+  if (mode == "--dataflow") {
+    // Session 12: gate_up + down as one dataflow kernel (flow_kernel) against two kernels with PDL, no x read in
+    // the phase kernels (the engine stages x once per SM; the probe's per-block read is heavier than it).
+    for (Phase& ph : S.phases) ph.nin = 0;
+    const int S_ = shapes[3][1] / 1024;
+    unsigned *ctrs, *parts;
+    const size_t ctr_words = 2048, part_words = (size_t)S_ * shapes[3][0];
+    CK(cudaMalloc(&ctrs, sizeof(unsigned) * ctr_words * layers));
+    CK(cudaMalloc(&parts, sizeof(unsigned) * part_words * layers));
+    auto flows = [&](int xslice) {
+      std::vector<Flow> v;
+      for (int l = 0; l < layers; ++l) {
+        Flow f;
+        f.gu = S.phases[l * 4 + 2];
+        f.dn = S.phases[l * 4 + 3];
+        f.ready = ctrs + ctr_words * l;
+        f.rowdone = f.ready + 32;
+        f.part = parts + part_words * l;
+        f.xslice = xslice;
+        v.push_back(f);
+      }
+      return v;
+    };
+    struct FlowBody {
+      const char* name;
+      void (*k)(Flow);
+    };
+    const FlowBody fb[] = {{"flow A R4U2, B RB4", flow_kernel<4, 2, 4>},
+                           {"flow A R4U2, B RB8", flow_kernel<4, 2, 8>},
+                           {"flow A R4U2, B RB16", flow_kernel<4, 2, 16>},
+                           {"flow2 A R4U2, B R2U2", flow2_kernel<4, 2, 2, 2>},
+                           {"flow2 A R4U2, B R2U4", flow2_kernel<4, 2, 2, 4>},
+                           {"flow2 A R4U2, B R4U2", flow2_kernel<4, 2, 4, 2>},
+                           {"flow2 R2U2, no fence (bound)", flow2_kernel<4, 2, 2, 2, 1>},
+                           {"flow2 R2U2, no sync (bound)", flow2_kernel<4, 2, 2, 2, 2>}};
+    const Bodies r42 = rows_body<4, 2, 0>();
+    Chain mlp;
+    for (int l = 0; l < layers; ++l) mlp.idx.insert(mlp.idx.end(), {l * 4 + 2, l * 4 + 3});
+    mlp.bytes = 16.0 * ((double)shapes[2][0] * (shapes[2][1] / 32) + (double)shapes[3][0] * (shapes[3][1] / 32)) * layers;
+    // The flow kernels' own check: every down output is the sum of its S partials, so a replay must leave the same
+    // outputs as the next (a missed or double count changes them); printed as "outputs stable".
+    auto time_flow = [&](const FlowBody& b, int xslice, bool whole) {
+      const std::vector<Flow> v = flows(xslice);
+      const int grid = sms * occupancy((const void*)b.k);
+      return time_graph(st, [&] {
+        CK(cudaMemsetAsync(ctrs, 0, sizeof(unsigned) * ctr_words * layers, st));
+        for (int l = 0; l < layers; ++l) {
+          if (whole)
+            for (int p : {0, 1}) {
+              const Phase& ph = S.phases[l * 4 + p];
+              launch(r42.phase, std::min(sms * occupancy((const void*)r42.phase), ((ph.rows + 3) / 4 + 3) / 4), true, st, ph);
+            }
+          launch(b.k, grid, true, st, v[l]);
+        }
+      }, 15);
+    };
+    std::printf("\nMLP only (gate_up + down) x %d, no x read; occupancy: phase kernel %d", layers, occupancy((const void*)r42.phase));
+    for (const FlowBody& b : fb) std::printf(", %s %d", b.name, occupancy((const void*)b.k));
+    std::printf("\n");
+    report("R4U2 two kernels, PDL", time_per_phase(S, st, sms, r42, mlp, true), mlp, flat_gbs);
+    for (const FlowBody& b : fb)
+      for (int xs : {0, 1}) {
+        char label[64];
+        std::snprintf(label, sizeof label, "%s%s", b.name, xs ? " +x slice" : "");
+        report(label, time_flow(b, xs, false), mlp, flat_gbs);
+      }
+    std::printf("whole layers (gdn_in, gdn_out as kernels, then the MLP)\n");
+    report("R4U2 four kernels, PDL", time_per_phase(S, st, sms, r42, all, true), all, flat_gbs);
+    for (const FlowBody& b : fb) report(b.name, time_flow(b, 0, true), all, flat_gbs);
+    // correctness of the counting: the down outputs of two replays agree, and equal a host sum of the partials
+    std::vector<unsigned> o1(shapes[3][0]), o2(shapes[3][0]), pp(part_words);
+    for (int rep = 0; rep < 2; ++rep) {
+      time_flow(fb[1], 1, false);
+      CK(cudaMemcpy((rep ? o2 : o1).data(), S.phases[3].out, sizeof(unsigned) * shapes[3][0], cudaMemcpyDeviceToHost));
+    }
+    CK(cudaMemcpy(pp.data(), parts, sizeof(unsigned) * part_words, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int r = 0; r < shapes[3][0]; ++r) {
+      unsigned s = 0;
+      for (int t = 0; t < S_; ++t) s += pp[(size_t)t * shapes[3][0] + r];
+      bad += s != o1[r] || o1[r] != o2[r];
+    }
+    std::printf("outputs stable and equal to the partials' sums: %s (%d rows differ)\n", bad ? "NO" : "yes", bad);
+    std::vector<unsigned> q1(shapes[3][0]), q2(shapes[3][0]);
+    for (int rep = 0; rep < 2; ++rep) {
+      time_flow(fb[3], 0, false);
+      CK(cudaMemcpy((rep ? q2 : q1).data(), S.phases[3].out, sizeof(unsigned) * shapes[3][0], cudaMemcpyDeviceToHost));
+    }
+    time_per_phase(S, st, sms, r42, mlp, true);  // the two-kernel chain writes the same words as flow2 with no x
+    CK(cudaMemcpy(o1.data(), S.phases[3].out, sizeof(unsigned) * shapes[3][0], cudaMemcpyDeviceToHost));
+    bad = 0;
+    for (int r = 0; r < shapes[3][0]; ++r) bad += q1[r] != q2[r];
+    std::printf("flow2 outputs stable over replays: %s (%d rows differ)\n", bad ? "NO" : "yes", bad);
+    return 0;
+  }
   if (mode == "--anatomy") {
     // (1) the launch floor: 64 kernels that only wait and trigger, with PDL and without
     for (int pdl : {1, 0}) {
