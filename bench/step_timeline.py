@@ -2,7 +2,7 @@
 steps of the native engine on random 27B-shaped weights (24 GiB budget), reduced to kernel busy time,
 the idle gaps between consecutive kernels, and per-kernel sums.
 
-    python3 bench/step_timeline.py [--kv int8] [--depth 0] [--steps 4] [--json out.json] [--pdl 0]
+    python3 bench/step_timeline.py [--kv int8] [--depth 0] [--steps 4] [--json out.json] [--pdl 0] [--route 5120x6144=36]
 
 The step's wall time is the first kernel's start to the last kernel's end of one replay; "gap before X"
 is the idle time between the end of the previous kernel and the start of X. With one stream and no
@@ -80,6 +80,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--json", default="")
     ap.add_argument("--pdl", type=int, default=0, help="programmatic dependent launch in the traced step (default off)")
+    ap.add_argument("--route", default="", help="per-shape GEMV overrides of the built-in route, as step_probe.py's "
+                                                "--routes takes one (e.g. 5120x6144=36)")
     args = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -90,7 +92,8 @@ def main() -> None:
     e = model.engine
     from engine.native import load_native
     load_native().set_pdl(bool(args.pdl))
-    e.reset_graphs()
+    from step_probe import apply_route, parse_route  # bench/ is the script's directory, first on sys.path
+    apply_route(load_native(), e, parse_route(args.route) if args.route.strip() else {})
     graph_ms = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         e.time_steps(0, args.depth, args.steps)
@@ -136,7 +139,7 @@ def main() -> None:
     rb = role_bytes()
     wall, busy = statistics.median(walls), statistics.median(busys)
     res = {
-        "kv": args.kv, "depth": args.depth, "pdl": bool(args.pdl), "graph_step_ms": graph_ms,
+        "kv": args.kv, "depth": args.depth, "pdl": bool(args.pdl), "route": args.route, "graph_step_ms": graph_ms,
         "traced_step_us": wall, "kernel_busy_us": busy, "gap_us": wall - busy,
         "kernels_per_step": statistics.median(counts),
         "per_kernel": {k: {"count": n_by[k] // len(steps), "busy_us": round(dur_by[k], 1),
