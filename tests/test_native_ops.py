@@ -42,7 +42,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(37))  # 0 = route by shape, 1..36 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(38))  # 0 = route by shape, 1..37 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35]  # 4-bit integer dot products on x staged as 16-bit integers
 
@@ -367,9 +367,10 @@ def test_qgemv_lanes_input_equals_perm8(nat, epi, N, K):
     assert not got.isnan().any()
     assert torch.equal(got, call(to_perm8(x), X_PERM8))
     for layout, xbuf in ((X_LANES, to_lanes(x)), (X_PERM8, to_perm8(x))):
-        preloaded = call(xbuf, layout, variant=36)
-        assert not preloaded.isnan().any()
-        assert torch.equal(preloaded, call(xbuf, layout))
+        for v in (36, 37):  # 37: the same kernel with the largest shared-memory carveout asked for
+            preloaded = call(xbuf, layout, variant=v)
+            assert not preloaded.isnan().any()
+            assert torch.equal(preloaded, call(xbuf, layout))
     y = (wd @ x.double().T).T
     if epi == 2:
         assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < TOL_GEMV_Q4 + TOL_FP16_OUT

@@ -30,7 +30,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 37;  // T = 1 launch variants 1..37 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -977,6 +977,7 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 // shared-memory limit, and the caller falls back to variant 4. (Session 11's L2 prefetch of these weights by the GDN
 // step itself made steps slower; here the copies are issued by the consumer's own blocks on otherwise idle SMs.)
 constexpr int kPreloadRows = 2 * kWarps;  // a row pair per warp, as variant 4
+template <bool MAX_SHARED>  // only tells the two launch configurations apart (launch_preload)
 __global__ void __launch_bounds__(kWarps * 32) qgemv_preload_kernel(GemvArgs a) {
   extern __shared__ uint4 wsm[];  // [rows][nch] code chunks of 16 bytes, then [rows][ngroups] fp16 scales
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -1029,22 +1030,24 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_preload_kernel(GemvArgs a) 
 
 // Variant 36's launch: one block per 8 rows, the block's rows in dynamic shared memory. False (the caller falls back
 // to variant 4) for SwiGLU, T > 1, a share over one block's shared-memory limit, or weights not 16-byte aligned.
+template <bool MAX_SHARED>
 bool launch_preload(const GemvArgs& a, cudaStream_t st) {
   if (a.T != 1 || a.epi == GEMV_SWIGLU || a.K % 32 ||
       (reinterpret_cast<uintptr_t>(a.scales) | reinterpret_cast<uintptr_t>(a.codes)) & 15)
     return false;
   const size_t scale_bytes = ((size_t)kPreloadRows * (a.K >> a.gshift) * 2 + 15) / 16 * 16;
   const size_t smem = (size_t)kPreloadRows * (a.K / 2) + scale_bytes;
+  // two copies of the kernel, so that the carveout preference (a property of the function) differs between them
+  auto kern = MAX_SHARED ? qgemv_preload_kernel<true> : qgemv_preload_kernel<false>;
   static size_t raised = 48 * 1024;
-  if (!allow_dynamic_smem(qgemv_preload_kernel, smem, raised, "qgemv preload smem attr")) return false;
+  if (!allow_dynamic_smem(kern, smem, raised, "qgemv preload smem attr")) return false;
   static bool carveout = false;
-  if (!carveout) {  // as many blocks an SM as its shared memory holds: L1 keeps only what x needs
-    MR_CHECK(cudaFuncSetAttribute(qgemv_preload_kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  (int)cudaSharedmemCarveoutMaxShared),
+  if (MAX_SHARED && !carveout) {  // as many blocks an SM as its shared memory holds: L1 keeps only what x needs
+    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
              "qgemv preload carveout");
     carveout = true;
   }
-  launch_pdl("qgemv", qgemv_preload_kernel, dim3(ceil_div(a.N, kPreloadRows)), dim3(kWarps * 32), smem, st, a);
+  launch_pdl("qgemv", kern, dim3(ceil_div(a.N, kPreloadRows)), dim3(kWarps * 32), smem, st, a);
   return true;
 }
 
@@ -1086,8 +1089,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
     if constexpr (BITS == 4) {
-      if (v == 36) {  // the preload kernel, else (SwiGLU, a share too large) variant 4, which reads either layout
-        if (launch_preload(a, st)) return;
+      if (v == 36 || v == 37) {  // the preload kernel, else (SwiGLU, a share too large) variant 4 (either layout)
+        if (v == 36 ? launch_preload<false>(a, st) : launch_preload<true>(a, st)) return;
         if (!a.x_lanes) {
           launch<BITS, 1, 2, false, true>(a, st);
           return;
@@ -1295,7 +1298,7 @@ void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
   const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
-  return v == 4 || v == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
+  return v == 4 || v == 36 || v == 37 ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -1339,7 +1342,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4 and 36 only (qgemv_x_layout)");
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36 and 37 only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
