@@ -7,6 +7,7 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
     python3 bench/step_probe.py --norm-early 1,0,1   # the fused norm's weights before the PDL wait (1) or after (0)
 
+--carveouts: one L1 / shared-memory split preference for every kernel of the step (pdl.cuh), e.g. -1,0,100.
 --routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
 (set_qgemv_shape_variant); the built-in route is always timed first.
 """
@@ -29,6 +30,11 @@ def main() -> None:
     ap.add_argument("--norm-early", default="",
                     help="after the GEMV runs, time the fused norm's weights loaded before the PDL wait (1, the "
                          "default) and after it (0), e.g. 1,0,1 (set_qgemv_norm_weights_early)")
+    ap.add_argument("--carveouts", default="",
+                    help="after the norm runs, time the built-in route with one shared-memory carveout preference for "
+                         "every kernel of the step (percent; -1 = each kernel's own), e.g. -1,0,50,100 "
+                         "(set_step_smem_carveout)")
+    ap.add_argument("--routes-carveout", type=int, default=-1, help="the carveout the --routes runs use")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
     ap.add_argument("--attn-variants", default="",
@@ -70,6 +76,13 @@ def main() -> None:
                 print(f"step kv {kv} norm weights early {early} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
                       flush=True)
         nat.set_qgemv_norm_weights_early(True)
+        for c in [int(x) for x in args.carveouts.split(",") if x.strip()]:
+            nat.set_step_smem_carveout(c)
+            e.reset_graphs()
+            for d in depths:
+                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
+                print(f"step kv {kv} smem carveout {c} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+        nat.set_step_smem_carveout(args.routes_carveout)
         for route in routes:
             apply_route(nat, e, route)
             for d in depths:
@@ -77,6 +90,8 @@ def main() -> None:
                 print(f"step kv {kv} route {format_route(route)} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
                       flush=True)
         apply_route(nat, e, {})
+        nat.set_step_smem_carveout(-1)
+        e.reset_graphs()
         default_attn = nat.get_attn_variant()
         for v in [int(x) for x in args.attn_variants.split(",") if x.strip()]:
             nat.set_attn_variant(v)

@@ -182,6 +182,9 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_pdl", &set_pdl, "programmatic dependent launch inside decode steps (default on where supported); "
         "graphs captured before keep their mode");
   m.def("pdl_supported", &pdl_supported);
+  m.def("set_step_smem_carveout", &set_step_smem_carveout,
+        "one shared-memory carveout preference (0..100 percent) for every kernel of the step, or -1 (default): each "
+        "kernel's own; for measurements (graphs captured before keep theirs)");
   m.def("set_attn_variant", &set_attn_variant);
   m.def("get_attn_variant", &get_attn_variant);
   m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {

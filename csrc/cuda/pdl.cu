@@ -1,11 +1,23 @@
 // Host side of pdl.cuh: whether programmatic dependent launch is supported, enabled and in scope.
 #include "pdl.cuh"
 
+#include <stdexcept>
+#include <string>
+
 namespace monorail {
 namespace {
 bool g_enabled = true;
 int g_scope_depth = 0;
+int g_carveout = -1;  // set_step_smem_carveout
 }  // namespace
+
+void set_step_smem_carveout(int percent) {
+  if (percent < -1 || percent > 100)
+    throw std::invalid_argument("shared-memory carveout must be -1 (each kernel's own) or 0..100 percent, got " +
+                                std::to_string(percent));
+  g_carveout = percent;
+}
+int step_smem_carveout() { return g_scope_depth > 0 ? g_carveout : -1; }
 
 bool pdl_supported() {
   static int cc = -1;

@@ -29,6 +29,14 @@ bool pdl_supported();   // compute capability >= 9 (queried once)
 bool pdl_active();      // supported, enabled (set_pdl) and inside a PdlScope
 void set_pdl(bool on);  // default on; captured graphs keep the mode they were captured with
 
+// The L1 / shared-memory split an SM runs a kernel with is chosen per kernel (by the driver, or by the kernel's
+// carveout preference), and an SM can change it only when empty, so consecutive kernels that want different splits
+// cannot overlap on an SM. For measurements: 0..100 (percent of the most shared memory) asks for the same split for
+// every launch through launch_pdl inside a decode step (cudaLaunchAttributePreferredSharedMemoryCarveout, which
+// overrides the kernel's own); -1 (default) leaves each kernel's.
+void set_step_smem_carveout(int percent);
+int step_smem_carveout();  // -1 outside a PdlScope or when unset
+
 struct PdlScope {  // marks the launches of one decode step (not thread-safe: one engine thread)
   PdlScope();
   ~PdlScope();
@@ -52,16 +60,23 @@ __device__ __forceinline__ void pdl_trigger() {
 template <typename... KArgs, typename... Args>
 void launch_pdl(const char* op, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
                 Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attr[2];
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = st;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_active() ? 1 : 0;
+  if (pdl_active()) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+  }
+#if CUDART_VERSION >= 12040
+  if (const int carveout = step_smem_carveout(); carveout >= 0) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+    attr[cfg.numAttrs++].val.sharedMemCarveout = (unsigned)carveout;
+  }
+#endif
   MR_CHECK(cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...), op);
 }
 #endif  // __CUDACC__
