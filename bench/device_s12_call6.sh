@@ -6,6 +6,6 @@
 #   bash bench/device_s12_call6.sh     (carry .whl)
 set -uo pipefail
 source bench/device_setup.sh
-timeout 200 python3 bench/step_probe.py --kv int8 --depths 0,131072 --carveouts "-1,0,25,50,100" \
+timeout 200 python3 bench/step_probe.py --kv int8 --depths 0,131072 --carveouts=-1,0,25,50,100 \
   --routes "5120x6144=36" --routes-carveout 100 2>&1 | grep -E "step|Error|error" | tee $out/steps.txt
 echo "total $(( $(date +%s) - t0 )) s"

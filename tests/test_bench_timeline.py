@@ -49,9 +49,3 @@ def test_role_bytes_are_the_4bit_group64_sizes():
     assert b["gdn_out"] == b["attn_o"] == 5120 * 6144 * per_weight
     assert b["lm_head"] == 248320 * 5120 * per_weight
 
-
-def test_the_preload_gemv_takes_variant_4s_roles():
-    # variant 36 (qgemv_preload_kernel) on gdn_out / the attention output: named by its neighbours like variant 4
-    names = ["embed_kernel", "qgemv4_sx_kernel", "gdn_kernel", "qgemv_preload_kernel", "qgemv4_sx_kernel",
-             "qgemv_kernel", "qgemv4_sx_kernel"]
-    assert _timeline().role_names(names) == ["embed", "gdn_in", "gdn_step", "gdn_out", "gate_up", "down", "lm_head"]

@@ -22,7 +22,7 @@ enum GemvEpilogue : int {
 };
 
 // Element order of a GEMV's fp16 input (x, and the SwiGLU output that feeds the next GEMV): GEMV_X_PERM8 (perm8(),
-// every kernel reads it) or GEMV_X_LANES (common.cuh lanes_pos(): read by the T = 1 4-bit variants 4 and 36 only, whose
+// every kernel reads it) or GEMV_X_LANES (common.cuh lanes_pos(): read by the T = 1 4-bit variant 4 only, whose
 // x loads it makes contiguous across the warp). qgemv_x_layout says which one a GEMV of W wants.
 enum GemvXLayout : int { GEMV_X_PERM8 = 0, GEMV_X_LANES = 1 };
 
@@ -39,9 +39,9 @@ int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..36 force one (qgemv.cu;
-// 1..15 and 20..36 are 4-bit kernels (20..32, 34, 35: integer dot products; 36 the block's rows preloaded into shared
-// memory before the PDL wait), 16..19 the cp.async ring kernel for every width).
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..35 force one (qgemv.cu;
+// 1..15 and 20..35 are 4-bit kernels (20..32, 34, 35: integer dot products), 16..19 the cp.async ring kernel for
+// every width).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.

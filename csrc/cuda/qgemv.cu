@@ -30,7 +30,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 37;  // T = 1 launch variants 1..37 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -47,7 +47,7 @@ struct GemvArgs {
   const float* nx = nullptr;
   const float* nw = nullptr;
   float neps = 0.f, nadd = 0.f;
-  int x_lanes = 0;    // x in the lanes layout (variants 4 and 36 only; ops.h GEMV_X_LANES)
+  int x_lanes = 0;    // x in the lanes layout (variant 4 only; ops.h GEMV_X_LANES)
   int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
   int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
 };
@@ -185,17 +185,6 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
   }
 }
 
-// The 64 bytes of x chunk c (of nch) as variants 4 and 36 read them, through L1 when the walk needs them: perm8 (four
-// consecutive 16-byte pieces), or the lanes layout (common.cuh lanes_pos: piece p of chunk c sits at
-// run * 128 + p * run_chunks + c % 32 in 16-byte pieces, run = c / 32), where a warp's p-th load is 512 contiguous bytes.
-__device__ inline void load_x_through_l1(const __half* x, int nch, int c, bool lanes, uint4 (&xv)[4]) {
-  const uint4* xg = reinterpret_cast<const uint4*>(x);
-  const int run = c >> 5;
-  const int run_chunks = min(32, nch - 32 * run);
-#pragma unroll
-  for (int p = 0; p < 4; ++p) xv[p] = lanes ? __ldg(xg + run * 128 + p * run_chunks + (c & 31)) : __ldg(xg + 4 * c + p);
-}
-
 // Variants (chosen per launch; bench/decode.py times them side by side):
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
@@ -254,9 +243,19 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
           if (t < a.T) {
-            const __half* xt = a.x + (size_t)t * a.K;
+            const uint4* xt = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K);
             uint4 xv[4];
-            load_x_through_l1(xt, nch, c, XL, xv);
+            if (XL) {  // piece p of chunk c: run * 128 + p * run_chunks + c % 32 (in 16-byte pieces)
+              const int run = c >> 5;
+              const int run_chunks = min(32, nch - 32 * run);
+              const uint4* xp = xt + run * 128 + (c & 31);
+#pragma unroll
+              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
+            } else {
+              const uint4* xp = xt + c * 4;
+#pragma unroll
+              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+            }
             acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
             acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
           }
@@ -965,92 +964,6 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
     default: return launch_ring<BITS, 2, 8, 5>(a, st, 3, true);  // 19
   }
 }
-// ---- T = 1, 4-bit: the block's whole share of the matrix in shared memory before the PDL wait (variant 36) ----
-// gdn_out and the attention output (5120 x 6144, 15.7 MB) follow latency-bound kernels (the GDN step runs 48 blocks,
-// the attention combine ~200 small ones) during which DRAM idles, and variant 4 can only ask for one batch of its
-// weights before its wait. Here each 4-warp block copies all of its 8 rows (codes and scales: 25.5 KB at K = 6144)
-// into shared memory with cp.async before the wait, so the whole matrix streams in while the predecessor runs, on
-// the SMs the predecessor leaves free (640 blocks, 8 an SM by shared memory: 80 SMs; the GDN step holds 48). After the
-// wait only x (through L1, as variant 4 reads it) and the arithmetic remain. The sums are variant 4's, in its order
-// (chunks l, l + 32, ... of each row, fmaf(scale, chunk_dot), warp_sum), so the result is bit-equal to variant 4.
-// STORE and ADD epilogues (the shapes it is meant for); launch_preload declines SwiGLU and a share over the
-// shared-memory limit, and the caller falls back to variant 4. (Session 11's L2 prefetch of these weights by the GDN
-// step itself made steps slower; here the copies are issued by the consumer's own blocks on otherwise idle SMs.)
-constexpr int kPreloadRows = 2 * kWarps;  // a row pair per warp, as variant 4
-template <bool MAX_SHARED>  // only tells the two launch configurations apart (launch_preload)
-__global__ void __launch_bounds__(kWarps * 32) qgemv_preload_kernel(GemvArgs a) {
-  extern __shared__ uint4 wsm[];  // [rows][nch] code chunks of 16 bytes, then [rows][ngroups] fp16 scales
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nch = a.K >> 5, ngroups = a.K >> a.gshift;
-  const int r_begin = blockIdx.x * kPreloadRows, rows = min(kPreloadRows, a.N - r_begin);
-  // the block's rows are contiguous in codes and in scales: two flat copies of 16-byte units (the scales start
-  // 16-byte aligned: 8 rows of 2 * ngroups bytes), and the scales' last < 16 bytes copied by plain loads
-  const int code_units = rows * nch, scale_halves = rows * ngroups, scale_units = scale_halves / 8;
-  const uint4* code_src = reinterpret_cast<const uint4*>(a.codes + (size_t)r_begin * (a.K / 2));
-  const __half* scale_src = a.scales + (size_t)r_begin * ngroups;
-  uint4* scale_dst = wsm + kPreloadRows * nch;
-  for (int u = threadIdx.x; u < code_units; u += kWarps * 32) cp_async_cg16(smem_u32(wsm + u), code_src + u);
-  for (int u = threadIdx.x; u < scale_units; u += kWarps * 32)
-    cp_async_cg16(smem_u32(scale_dst + u), reinterpret_cast<const uint4*>(scale_src) + u);
-  if (threadIdx.x < scale_halves - 8 * scale_units)
-    reinterpret_cast<__half*>(scale_dst)[8 * scale_units + threadIdx.x] = scale_src[8 * scale_units + threadIdx.x];
-  cp_async_commit();
-  pdl_wait();  // pdl.cuh: every weight byte is requested before the wait, x is read after it
-  pdl_trigger();
-  cp_async_wait<0>();
-  __syncthreads();  // every thread reaches this (no early exit above)
-  const int i0 = 2 * warp;  // the warp's row pair within the block
-  if (i0 >= rows) return;
-  const int i1 = min(i0 + 1, rows - 1);
-  const __half* scales = reinterpret_cast<const __half*>(scale_dst);
-  float acc0 = 0.f, acc1 = 0.f;
-  for (int c = lane; c < nch; c += 32) {
-    Chunk<4> w0, w1;  // chunk_dot<4> reads .lo only
-    w0.lo = wsm[i0 * nch + c];
-    w1.lo = wsm[i1 * nch + c];
-    const float s0 = __half2float(scales[i0 * ngroups + ((c * 32) >> a.gshift)]);
-    const float s1 = __half2float(scales[i1 * ngroups + ((c * 32) >> a.gshift)]);
-    uint4 xv[4];
-    load_x_through_l1(a.x, nch, c, a.x_lanes, xv);
-    acc0 = fmaf(s0, chunk_dot<4>(w0, xv), acc0);
-    acc1 = fmaf(s1, chunk_dot<4>(w1, xv), acc1);
-  }
-  acc0 = warp_sum(acc0);
-  acc1 = warp_sum(acc1);
-  if (lane != 0) return;
-  const int r0 = r_begin + i0;
-  if (a.epi == GEMV_STORE) {
-    a.out_f32[r0] = acc0;
-    if (i0 + 1 < rows) a.out_f32[r0 + 1] = acc1;
-  } else {
-    a.out_f32[r0] += acc0;
-    if (i0 + 1 < rows) a.out_f32[r0 + 1] += acc1;
-  }
-}
-
-// Variant 36's launch: one block per 8 rows, the block's rows in dynamic shared memory. False (the caller falls back
-// to variant 4) for SwiGLU, T > 1, a share over one block's shared-memory limit, or weights not 16-byte aligned.
-template <bool MAX_SHARED>
-bool launch_preload(const GemvArgs& a, cudaStream_t st) {
-  if (a.T != 1 || a.epi == GEMV_SWIGLU || a.K % 32 ||
-      (reinterpret_cast<uintptr_t>(a.scales) | reinterpret_cast<uintptr_t>(a.codes)) & 15)
-    return false;
-  const size_t scale_bytes = ((size_t)kPreloadRows * (a.K >> a.gshift) * 2 + 15) / 16 * 16;
-  const size_t smem = (size_t)kPreloadRows * (a.K / 2) + scale_bytes;
-  // two copies of the kernel, so that the carveout preference (a property of the function) differs between them
-  auto kern = MAX_SHARED ? qgemv_preload_kernel<true> : qgemv_preload_kernel<false>;
-  static size_t raised = 48 * 1024;
-  if (!allow_dynamic_smem(kern, smem, raised, "qgemv preload smem attr")) return false;
-  static bool carveout = false;
-  if (MAX_SHARED && !carveout) {  // as many blocks an SM as its shared memory holds: L1 keeps only what x needs
-    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared),
-             "qgemv preload carveout");
-    carveout = true;
-  }
-  launch_pdl("qgemv", kern, dim3(ceil_div(a.N, kPreloadRows)), dim3(kWarps * 32), smem, st, a);
-  return true;
-}
-
 // T = 1 route by width and shape.
 //   4-bit: chosen on whole decode steps (bench/route_search.py, H200, int8 KV, depth 0; session 5 call 3,
 //          bench/results/route-search-h200.json: 5.439 -> 5.077 ms per step), not on isolated GEMVs, whose
@@ -1088,16 +1001,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if constexpr (BITS == 4) {
-      if (v == 36 || v == 37) {  // the preload kernel, else (SwiGLU, a share too large) variant 4 (either layout)
-        if (v == 36 ? launch_preload<false>(a, st) : launch_preload<true>(a, st)) return;
-        if (!a.x_lanes) {
-          launch<BITS, 1, 2, false, true>(a, st);
-          return;
-        }
-      }
-    }
-    if (a.x_lanes) {  // the lanes layout is read by variants 4 and 36 only (qgemv checks it before it gets here)
+    if (a.x_lanes) {  // the lanes layout is read by variant 4 only (qgemv checks that v is 4 before it gets here)
       if constexpr (BITS == 4) launch<BITS, 1, 2, false, true, true>(a, st);
       return;
     }
@@ -1148,6 +1052,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
+    // (session 12, measured on whole steps and removed: 36 / 37, each 4-warp block's 8 rows (codes and scales, 25.5 KB
+    // at K = 6144) copied into shared memory with cp.async before the PDL wait, so that gdn_out / the attention output
+    // stream in while the latency-bound GDN step / combine runs; bit-equal to variant 4. gdn_out's own increment fell
+    // (8.47 -> 7.08 us) but every other role got slower (the GDN step +0.7 us, gate_up +1.7, gdn_in +1.2, even
+    // lm_head): steps 5.039-5.074 ms against 4.811-4.834, with or without the max-shared carveout (37 / 36), and 5.132
+    // with one carveout for the whole step (bench/results/step-preload-h200-s12-call{4,5}.txt, step-carveout-h200-s12-call6.txt))
     // (session 11-12, measured on whole steps and removed: 36, the cp.async ring kernel with only weights in its ring
     // (up to 8 stages of 1.25 KB a warp, ~175 KB in flight an SM for down) and x read through L1 as variant 4 reads it:
     // down 5.346 ms a step against 4.836, gdn_out / o 5.215 (bench/results/step-variant36-h200-s12-call1.txt): more
@@ -1297,8 +1207,7 @@ void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
-  const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
-  return v == 4 || v == 36 || v == 37 ? GEMV_X_LANES : GEMV_X_PERM8;
+  return t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) == 4 ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -1342,7 +1251,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36 and 37 only (qgemv_x_layout)");
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variant 4 only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
