@@ -46,3 +46,16 @@ def test_cpu_only_build_imports_and_says_so(tmp_path):
     r = subprocess.run([sys.executable, "-S", "-c", code, str(site)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "CPU-only" in r.stdout
+
+
+def test_step_carveout_takes_a_percent_or_minus_one():
+    """The measurement knob of bench/step_probe.py --carveouts: -1 (each kernel's own split) or 0..100 percent;
+    anything else is refused with the range in the message, and the setting is left as it was."""
+    mod = load_native()
+    if not hasattr(mod, "set_step_smem_carveout"):
+        pytest.skip("a build without the CUDA engine")
+    for bad in (-2, 101):
+        with pytest.raises(ValueError, match="0..100"):
+            mod.set_step_smem_carveout(bad)
+    for ok in (0, 100, -1):  # ends on the default
+        mod.set_step_smem_carveout(ok)

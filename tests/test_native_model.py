@@ -283,3 +283,13 @@ def test_norm_weights_before_the_wait_change_no_bit():
     nat = load_native()
     late, early = _step_logits_off_and_on(nat.set_qgemv_norm_weights_early, 12, 7)
     assert torch.equal(late, early)
+
+
+def test_one_carveout_for_the_step_changes_no_bit():
+    """set_step_smem_carveout asks every kernel of the step for one L1 / shared-memory split (a launch attribute,
+    csrc/cuda/pdl.cuh), a measurement knob of bench/step_probe.py: where the SMs put their memory cannot change a sum,
+    so the logits must equal those of the default launches (each kernel's own split) bit for bit."""
+    from engine.native import load_native
+    nat = load_native()
+    one_split, own = _step_logits_off_and_on(lambda on: nat.set_step_smem_carveout(-1 if on else 100), 8, 9)
+    assert torch.equal(one_split, own)
