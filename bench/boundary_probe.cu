@@ -380,47 +380,51 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   return v;
 }
 
+// Phase A of the flow kernels: gate_up, R4 U2 as run_phase, plus a release of the group's slice after each group
+// (FENCE false: the timing-only bound without the fence).
+template <int RA, int UA, bool FENCE>
+__device__ void flow_phase_a(const Flow& f, int w, int W, int lane, int rows_per_slice) {
+  Batch<RA, UA> cur, nxt;
+  first_batch<RA, UA, 0>(f.gu, cur);
+  gdc_wait();
+  const Phase& ph = f.gu;
+  const int ngroups = ph.rows / RA;
+  for (int g = w; g < ngroups; g += W) {
+    unsigned acc[RA];
+#pragma unroll
+    for (int i = 0; i < RA; ++i) acc[i] = 0;
+    for (int cb = lane; cb < ph.nch; cb += 32 * UA) {
+      int ncb = cb + 32 * UA, ng = g;
+      if (ncb >= ph.nch) {
+        ncb = lane;
+        ng = g + W;
+      }
+      if (ng < ngroups) load_batch<RA, UA, 0>(nxt, ph, ng, ncb);
+#pragma unroll
+      for (int i = 0; i < RA; ++i)
+#pragma unroll
+        for (int u = 0; u < UA; ++u) acc[i] ^= cur.v[i][u].x ^ cur.v[i][u].y ^ cur.v[i][u].z ^ cur.v[i][u].w;
+      cur = nxt;
+    }
+#pragma unroll
+    for (int i = 0; i < RA; ++i) {
+      unsigned a = acc[i];
+      for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
+      if (lane == i) ph.out[g * RA + i] = a;
+    }
+    if (FENCE) __threadfence();
+    __syncwarp();
+    if (lane == 0) atomicAdd(f.ready + (g * RA) / rows_per_slice, 1u);
+  }
+}
+
 template <int RA, int UA, int RB>
 __global__ void __launch_bounds__(128) flow_kernel(Flow f) {
   const int lane = threadIdx.x & 31;
   const int W = gridDim.x * (blockDim.x >> 5), w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int S = f.dn.nch / 32;
   const int rows_per_slice = f.gu.rows / S, groups_per_slice = rows_per_slice / RA;
-  // phase A: gate_up, R4 U2 as run_phase, plus a release of the group's slice after each group
-  {
-    Batch<RA, UA> cur, nxt;
-    first_batch<RA, UA, 0>(f.gu, cur);
-    gdc_wait();
-    const Phase& ph = f.gu;
-    const int ngroups = ph.rows / RA;
-    for (int g = w; g < ngroups; g += W) {
-      unsigned acc[RA];
-#pragma unroll
-      for (int i = 0; i < RA; ++i) acc[i] = 0;
-      for (int cb = lane; cb < ph.nch; cb += 32 * UA) {
-        int ncb = cb + 32 * UA, ng = g;
-        if (ncb >= ph.nch) {
-          ncb = lane;
-          ng = g + W;
-        }
-        if (ng < ngroups) load_batch<RA, UA, 0>(nxt, ph, ng, ncb);
-#pragma unroll
-        for (int i = 0; i < RA; ++i)
-#pragma unroll
-          for (int u = 0; u < UA; ++u) acc[i] ^= cur.v[i][u].x ^ cur.v[i][u].y ^ cur.v[i][u].z ^ cur.v[i][u].w;
-        cur = nxt;
-      }
-#pragma unroll
-      for (int i = 0; i < RA; ++i) {
-        unsigned a = acc[i];
-        for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
-        if (lane == i) ph.out[g * RA + i] = a;
-      }
-      __threadfence();
-      __syncwarp();
-      if (lane == 0) atomicAdd(f.ready + (g * RA) / rows_per_slice, 1u);
-    }
-  }
+  flow_phase_a<RA, UA, true>(f, w, W, lane, rows_per_slice);
   gdc_trigger();
   // phase B: down items (slice, RB rows), one 16-byte chunk a row a lane
   const Phase& dn = f.dn;
@@ -483,40 +487,7 @@ __global__ void __launch_bounds__(128, 6) flow2_kernel(Flow f) {
   const int W = gridDim.x * (blockDim.x >> 5), w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int S = f.dn.nch / 32;
   const int rows_per_slice = f.gu.rows / S, groups_per_slice = rows_per_slice / RA;
-  {
-    Batch<RA, UA> cur, nxt;
-    first_batch<RA, UA, 0>(f.gu, cur);
-    gdc_wait();
-    const Phase& ph = f.gu;
-    const int ngroups = ph.rows / RA;
-    for (int g = w; g < ngroups; g += W) {
-      unsigned acc[RA];
-#pragma unroll
-      for (int i = 0; i < RA; ++i) acc[i] = 0;
-      for (int cb = lane; cb < ph.nch; cb += 32 * UA) {
-        int ncb = cb + 32 * UA, ng = g;
-        if (ncb >= ph.nch) {
-          ncb = lane;
-          ng = g + W;
-        }
-        if (ng < ngroups) load_batch<RA, UA, 0>(nxt, ph, ng, ncb);
-#pragma unroll
-        for (int i = 0; i < RA; ++i)
-#pragma unroll
-          for (int u = 0; u < UA; ++u) acc[i] ^= cur.v[i][u].x ^ cur.v[i][u].y ^ cur.v[i][u].z ^ cur.v[i][u].w;
-        cur = nxt;
-      }
-#pragma unroll
-      for (int i = 0; i < RA; ++i) {
-        unsigned a = acc[i];
-        for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
-        if (lane == i) ph.out[g * RA + i] = a;
-      }
-      if (MODE == 0) __threadfence();
-      __syncwarp();
-      if (lane == 0) atomicAdd(f.ready + (g * RA) / rows_per_slice, 1u);
-    }
-  }
+  flow_phase_a<RA, UA, MODE == 0>(f, w, W, lane, rows_per_slice);
   gdc_trigger();
   const Phase& dn = f.dn;
   const int ngb = dn.rows / RB;

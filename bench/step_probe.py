@@ -61,34 +61,23 @@ def main() -> None:
                 for v in [int(x) for x in args.gemv_variants.split(",")]:
                     nat.set_qgemv_variant(v)
                     e.reset_graphs()  # the graph captured the previous launch configuration
-                    for d in depths:
-                        ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-                        print(f"step kv {kv} pdl {pdl} lanes {lanes} gemv variant {v} depth {d}: {ms:.3f} ms = "
-                              f"{1000 / ms:.1f} tok/s", flush=True)
+                    time_depths(e, depths, args.steps, f"step kv {kv} pdl {pdl} lanes {lanes} gemv variant {v}")
         nat.set_pdl(True)
         nat.set_qgemv_lanes(True)
         nat.set_qgemv_variant(0)
         for early in [int(x) for x in args.norm_early.split(",") if x.strip()]:
             nat.set_qgemv_norm_weights_early(bool(early))
             e.reset_graphs()
-            for d in depths:
-                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-                print(f"step kv {kv} norm weights early {early} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
-                      flush=True)
+            time_depths(e, depths, args.steps, f"step kv {kv} norm weights early {early}")
         nat.set_qgemv_norm_weights_early(True)
         for c in [int(x) for x in args.carveouts.split(",") if x.strip()]:
             nat.set_step_smem_carveout(c)
             e.reset_graphs()
-            for d in depths:
-                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-                print(f"step kv {kv} smem carveout {c} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+            time_depths(e, depths, args.steps, f"step kv {kv} smem carveout {c}")
         nat.set_step_smem_carveout(args.routes_carveout)
         for route in routes:
             apply_route(nat, e, route)
-            for d in depths:
-                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-                print(f"step kv {kv} route {format_route(route)} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s",
-                      flush=True)
+            time_depths(e, depths, args.steps, f"step kv {kv} route {format_route(route)}")
         apply_route(nat, e, {})
         nat.set_step_smem_carveout(-1)
         e.reset_graphs()
@@ -96,12 +85,17 @@ def main() -> None:
         for v in [int(x) for x in args.attn_variants.split(",") if x.strip()]:
             nat.set_attn_variant(v)
             e.reset_graphs()
-            for d in depths:
-                ms = statistics.median(e.time_steps(0, d, args.steps) for _ in range(3))
-                print(f"step kv {kv} attention variant {v} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
+            time_depths(e, depths, args.steps, f"step kv {kv} attention variant {v}")
         nat.set_attn_variant(default_attn)
         e.reset_graphs()
         del model, e
+
+
+def time_depths(engine, depths: list[int], steps: int, label: str) -> None:
+    """Print the median (of 3 runs) ms of a graph-replayed step at each depth, as '<label> depth D: X ms = Y tok/s'."""
+    for d in depths:
+        ms = statistics.median(engine.time_steps(0, d, steps) for _ in range(3))
+        print(f"{label} depth {d}: {ms:.3f} ms = {1000 / ms:.1f} tok/s", flush=True)
 
 
 def apply_route(nat, engine, route: dict[tuple[int, int], int]) -> None:
