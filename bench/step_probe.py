@@ -7,7 +7,8 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
     python3 bench/step_probe.py --norm-early 1,0,1   # the fused norm's weights before the PDL wait (1) or after (0)
 
---carveouts: one L1 / shared-memory split preference for every kernel of the step (pdl.cuh), e.g. -1,0,100.
+--carveouts: one L1 / shared-memory split preference for every kernel of the step (pdl.cuh), e.g. --carveouts=-1,0,100
+(with '=': argparse reads a value starting with '-' as an option).
 --routes: routes separated by ';', each a comma-separated list of NxK=variant overrides over the built-in route
 (set_qgemv_shape_variant); the built-in route is always timed first.
 """
@@ -78,9 +79,8 @@ def main() -> None:
         for route in routes:
             apply_route(nat, e, route)
             time_depths(e, depths, args.steps, f"step kv {kv} route {format_route(route)}")
-        apply_route(nat, e, {})
         nat.set_step_smem_carveout(-1)
-        e.reset_graphs()
+        apply_route(nat, e, {})  # also recaptures the graph, now with each kernel's own split
         default_attn = nat.get_attn_variant()
         for v in [int(x) for x in args.attn_variants.split(",") if x.strip()]:
             nat.set_attn_variant(v)

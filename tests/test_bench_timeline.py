@@ -48,4 +48,3 @@ def test_role_bytes_are_the_4bit_group64_sizes():
     assert b["down"] == 5120 * 17408 * per_weight
     assert b["gdn_out"] == b["attn_o"] == 5120 * 6144 * per_weight
     assert b["lm_head"] == 248320 * 5120 * per_weight
-

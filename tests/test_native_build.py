@@ -50,7 +50,7 @@ def test_cpu_only_build_imports_and_says_so(tmp_path):
 
 def test_step_carveout_takes_a_percent_or_minus_one():
     """The measurement knob of bench/step_probe.py --carveouts: -1 (each kernel's own split) or 0..100 percent;
-    anything else is refused with the range in the message, and the setting is left as it was."""
+    anything else is refused with the range in the message."""
     mod = load_native()
     if not hasattr(mod, "set_step_smem_carveout"):
         pytest.skip("a build without the CUDA engine")

@@ -30,10 +30,10 @@ bool pdl_active();      // supported, enabled (set_pdl) and inside a PdlScope
 void set_pdl(bool on);  // default on; captured graphs keep the mode they were captured with
 
 // The L1 / shared-memory split an SM runs a kernel with is chosen per kernel (by the driver, or by the kernel's
-// carveout preference), and an SM can change it only when empty, so consecutive kernels that want different splits
-// cannot overlap on an SM. For measurements: 0..100 (percent of the most shared memory) asks for the same split for
-// every launch through launch_pdl inside a decode step (cudaLaunchAttributePreferredSharedMemoryCarveout, which
-// overrides the kernel's own); -1 (default) leaves each kernel's.
+// carveout preference); consecutive kernels that want different splits might not overlap on an SM. For measurements:
+// 0..100 (percent of the most shared memory) asks for the same split for every launch through launch_pdl inside a
+// decode step (cudaLaunchAttributePreferredSharedMemoryCarveout, which overrides the kernel's own); -1 (default)
+// leaves each kernel's. Session 12 found no single split faster than each kernel's own (bench/NOTES.md, call 6).
 void set_step_smem_carveout(int percent);
 int step_smem_carveout();  // -1 outside a PdlScope or when unset
 
