@@ -596,6 +596,47 @@ def test_gdn_conv_step_equals_conv_then_step(nat, kh, vh, Kc, p0, pos_on_device)
         assert rel_err(out_b.float(), out_a.float()) < TOL_FP16_OUT
 
 
+@pytest.mark.parametrize("variant", [1, 2, 3])
+@pytest.mark.parametrize("kh, vh, Kc, p0", [(16, 48, 4, 0), (16, 48, 4, 5003), (4, 12, 4, 1), (2, 2, 2, 7)])
+def test_gdn_step_variants_match_the_one_block_kernel(nat, variant, kh, vh, Kc, p0):
+    """gdn_conv_step's variants 1..3 (gdn.cu gdn_decode_kernel: the conv summed after the PDL wait, the state stored
+    early, a head over a cluster of 1 / 2 / 4 blocks) against variant 0 (gdn_kernel), three steps in a row on the
+    model's shapes (16 key heads, 48 value heads) and small ones, in the lanes output layout. Every sum is formed in
+    variant 0's order, so the conv ring must be equal and the outputs too; the state is held to fp32 closeness as in
+    the conv-then-step test above (two instances of the same products may compile to different contractions)."""
+    if variant >= 2 and not nat.pdl_supported():
+        pytest.skip("thread block clusters need sm_90 or newer")
+    gen = torch.Generator(device="cuda").manual_seed(kh * 1000 + vh * 10 + Kc + p0)
+    conv_dim = 2 * kh * 128 + vh * 128
+    ldp = conv_dim + vh * 128 + 2 * vh + 3
+    conv_w = torch.randn(conv_dim, Kc, device="cuda", generator=gen) * 0.5
+    a_log, dt_bias = (torch.randn(vh, device="cuda", generator=gen) * 0.5 for _ in range(2))
+    norm_w = torch.rand(128, device="cuda", generator=gen) + 0.5
+    ring0 = torch.zeros(conv_dim, Kc, device="cuda") if p0 == 0 else torch.randn(conv_dim, Kc, device="cuda",
+                                                                                 generator=gen)
+    S0 = (torch.randn(vh, 128, 128, device="cuda", generator=gen) * 0.1).contiguous()
+    rings, states = [ring0.clone(), ring0.clone()], [S0.clone(), S0.clone()]
+    try:
+        for step in range(3):
+            x = torch.randn(1, ldp, device="cuda", generator=gen)
+            zp, bp, ap = (x.data_ptr() + off * 4 for off in (conv_dim, conv_dim + vh * 128, conv_dim + vh * 128 + vh))
+            outs = []
+            for i, v in enumerate((0, variant)):
+                nat.set_gdn_step_variant(v)
+                out = torch.full((1, vh * 128), float("nan"), device="cuda").half()
+                nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, ldp, kh, vh, 1e-6, Kc, conv_w.data_ptr(),
+                                rings[i].data_ptr(), p0 + step, a_log.data_ptr(), dt_bias.data_ptr(),
+                                norm_w.data_ptr(), states[i].data_ptr(), out.data_ptr(), out_layout=X_LANES)
+                outs.append(out)
+            assert not outs[1].isnan().any()
+            assert torch.equal(rings[0], rings[1])
+            assert rel_err(states[1], states[0]) < TOL_FP32
+            assert rel_err(outs[1].float(), outs[0].float()) < TOL_FP16_OUT
+            assert (outs[1] != outs[0]).float().mean().item() < 0.01  # equal but for a rare last-bit contraction
+    finally:
+        nat.set_gdn_step_variant(0)
+
+
 def test_gdn_conv_step_writes_the_lanes_layout(nat):
     # with out_layout 1 the step writes the same values in the order gdn_out's GEMV reads (ops.h GEMV_X_LANES)
     gen = torch.Generator(device="cuda").manual_seed(41)

@@ -10,6 +10,8 @@
 // gdn_step: one block per value head, 512 threads; thread (j = tid/4, part = tid%4) owns state
 // column j and 32 of its key rows, interleaved in 16-byte pieces (see gdn_kernel). Sums over k are 32
 // in-thread FMAs plus two shuffles.
+#include <cooperative_groups.h>
+
 #include "common.cuh"
 #include "ops.h"
 #include "pdl.cuh"
@@ -138,7 +140,9 @@ struct ConvIn {
   int Kc, pos_host;
   const int32_t* pos_dev;
 };
-template <bool CONV>
+// IO (measurement probe, set_gdn_state_probe): 0 the state is loaded and stored; 1 neither (zeros, wrong output);
+// 2 loaded, not stored (wrong next step)
+template <bool CONV, int IO = 0>
 __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const float* z, const float* b,
                                                   const float* a, int ldp, int T, GdnDims d, const float* a_log,
                                                   const float* dt_bias, const float* norm_w, float* state,
@@ -154,7 +158,7 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
   float s[32];
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
-    const float4 v = *reinterpret_cast<const float4*>(S + 16 * m);
+    const float4 v = IO == 1 ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(S + 16 * m);
     s[4 * m] = v.x; s[4 * m + 1] = v.y; s[4 * m + 2] = v.z; s[4 * m + 3] = v.w;
   }
   const float q_scale = rsqrtf((float)kDk);
@@ -255,12 +259,179 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
     }
     __syncthreads();
   }
+  if (IO != 0) return;
 #pragma unroll
   for (int m = 0; m < 8; ++m)
     *reinterpret_cast<float4*>(S + 16 * m) = make_float4(s[4 * m], s[4 * m + 1], s[4 * m + 2], s[4 * m + 3]);
 }
 
+
+// The T = 1 decode step with the conv inside (gdn_conv_step), value head h split over SPLIT blocks of 512 / SPLIT
+// threads (variants 1..3 of set_gdn_step_variant; variant 0 is gdn_kernel<true>). Same thread roles as gdn_kernel:
+// thread (column j, part) holds 32 of column j's key rows; block `sub` of the head owns columns sub * 128 / SPLIT ..
+// Against gdn_kernel:
+//  - the conv's windows and weights are loaded before the PDL wait but summed after it, so that no load waits before
+//    the wait (gdn_kernel sums them before it: a DRAM round trip ahead of the wait when its block becomes resident
+//    only as gdn_in's block on the SM exits);
+//  - the new state is stored as soon as it is known, before the gated norm's reduction and the output;
+//  - SPLIT > 1: the 64 KB of a head's state are loaded and stored by SPLIT blocks (one thread block cluster, sm_90
+//    and newer), which the hardware may place on several SMs: the probe of session 13 call 1 put ~2.5 us of the
+//    step's 5.5 on the state's 64 KB in and out of one SM. The gated norm needs all 128 columns' squares: each block
+//    exchanges its warps' partial sums through distributed shared memory.
+// Every sum is formed in gdn_kernel's order (the q / k squares per warp of 32 channels, the output squares per warp of
+// 8 columns, then the 16 warp partials by one warp_sum), so outputs and state are bit-equal to variant 0.
+template <int SPLIT>
+__global__ void __launch_bounds__(512 / SPLIT) gdn_decode_kernel(const float* x, const float* z, const float* b,
+                                                                 const float* a, int ldp, GdnDims d, const float* a_log,
+                                                                 const float* dt_bias, const float* norm_w,
+                                                                 float* state, __half* out_h, ConvIn cv, int out_lanes) {
+  constexpr int NT = 512 / SPLIT, NC = kDv / SPLIT, NQK = (2 * kDk + NT - 1) / NT;  // q / k channels per thread
+  __shared__ __align__(16) float qs[kDk];
+  __shared__ __align__(16) float ks[kDk];
+  __shared__ float red[8];    // q / k squares per warp of 32 channels
+  __shared__ float osq[16];   // the head's output squares per warp of 8 columns (this block's at sub * NT / 32 ..)
+  __shared__ float gb[2];
+  const int h = blockIdx.x / SPLIT, sub = blockIdx.x % SPLIT, hk = h / (d.v_heads / d.k_heads);
+  const int tid = threadIdx.x, lane = tid & 31, part = tid & 3, j = sub * NC + (tid >> 2);
+  float* S = state + ((size_t)h * kDv + j) * kDk + 4 * part;
+  float s[32];
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float4 v = *reinterpret_cast<const float4*>(S + 16 * m);
+    s[4 * m] = v.x; s[4 * m + 1] = v.y; s[4 * m + 2] = v.z; s[4 * m + 3] = v.w;
+  }
+  const float q_scale = rsqrtf((float)kDk);
+  const float neg_a = -expf(a_log[h]);
+  const float nw = norm_w[j];
+  const int p0 = step_pos(cv.pos_host, cv.pos_dev), slot = ring_slot(p0, cv.Kc);
+  // q / k channel c = tid + i NT (c < 256: q for c < 128, k after), its conv weights and window
+  int ch_qk[NQK];
+  float wc_qk[NQK][8], win_qk[NQK][8], wl_qk[NQK];
+#pragma unroll
+  for (int i = 0; i < NQK; ++i) {
+    const int c = tid + i * NT;
+    ch_qk[i] = (c >= kDk ? d.k_heads * kDk : 0) + hk * kDk + (c & (kDk - 1));
+    if (c < 2 * kDk) conv_load(cv.w, cv.state, ch_qk[i], cv.Kc, p0, wc_qk[i], win_qk[i], wl_qk[i]);
+  }
+  const int ch_v = 2 * d.k_heads * kDk + h * kDv + j;
+  float wc_v[8], win_v[8], wl_v;
+  conv_load(cv.w, cv.state, ch_v, cv.Kc, p0, wc_v, win_v, wl_v);
+  pdl_wait();
+  pdl_trigger();
+  float qk[NQK];
+#pragma unroll
+  for (int i = 0; i < NQK; ++i) qk[i] = tid + i * NT < 2 * kDk ? x[ch_qk[i]] : 0.f;
+  float vj = x[ch_v];
+  const float zz = z[h * kDv + j];
+  float av = 0.f, bv = 0.f;
+  if (tid == 0) {
+    av = a[h] + dt_bias[h];
+    bv = b[h];
+  }
+  const bool writes_qk = sub == 0 && h % (d.v_heads / d.k_heads) == 0;
+#pragma unroll
+  for (int i = 0; i < NQK; ++i) {
+    const int c = tid + i * NT;
+    if (c < 2 * kDk) {  // warp-uniform: NT is a multiple of 32
+      if (writes_qk) cv.state[(size_t)ch_qk[i] * cv.Kc + slot] = qk[i];
+      qk[i] = conv_finish(conv_window_sum(wc_qk[i], win_qk[i], cv.Kc), wl_qk[i], qk[i]);
+      const float sq = warp_sum(qk[i] * qk[i]);
+      if (lane == 0) red[c >> 5] = sq;
+      if (c >= kDk) ks[c - kDk] = qk[i]; else qs[c] = qk[i];
+    }
+  }
+  if (part == 0) cv.state[(size_t)ch_v * cv.Kc + slot] = vj;
+  vj = conv_finish(conv_window_sum(wc_v, win_v, cv.Kc), wl_v, vj);
+  if (tid == 0) {
+    const float sp = av > 20.f ? av : log1pf(expf(av));
+    gb[0] = expf(neg_a * sp);
+    gb[1] = 1.f / (1.f + expf(-bv));
+  }
+  __syncthreads();
+  const float qn = rsqrtf(red[0] + red[1] + red[2] + red[3] + 1e-6f) * q_scale;
+  const float kn = rsqrtf(red[4] + red[5] + red[6] + red[7] + 1e-6f);
+  const float decay = gb[0], beta = gb[1];
+  const float4* k4 = reinterpret_cast<const float4*>(ks) + part;
+  const float4* q4 = reinterpret_cast<const float4*>(qs) + part;
+  float kv = 0.f;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float4 kk = k4[4 * m];
+    s[4 * m] *= decay; s[4 * m + 1] *= decay; s[4 * m + 2] *= decay; s[4 * m + 3] *= decay;
+    kv = fmaf(s[4 * m], kk.x, kv);
+    kv = fmaf(s[4 * m + 1], kk.y, kv);
+    kv = fmaf(s[4 * m + 2], kk.z, kv);
+    kv = fmaf(s[4 * m + 3], kk.w, kv);
+  }
+  kv += __shfl_xor_sync(0xffffffffu, kv, 1);
+  kv += __shfl_xor_sync(0xffffffffu, kv, 2);
+  const float u = beta * (vj - kv * kn);
+  float o = 0.f;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float4 kk = k4[4 * m], qq = q4[4 * m];
+    s[4 * m] = fmaf(kk.x * kn, u, s[4 * m]);
+    s[4 * m + 1] = fmaf(kk.y * kn, u, s[4 * m + 1]);
+    s[4 * m + 2] = fmaf(kk.z * kn, u, s[4 * m + 2]);
+    s[4 * m + 3] = fmaf(kk.w * kn, u, s[4 * m + 3]);
+    o = fmaf(s[4 * m], qq.x, o);
+    o = fmaf(s[4 * m + 1], qq.y, o);
+    o = fmaf(s[4 * m + 2], qq.z, o);
+    o = fmaf(s[4 * m + 3], qq.w, o);
+  }
+#pragma unroll
+  for (int m = 0; m < 8; ++m)  // the new state, stored while the norm below runs
+    *reinterpret_cast<float4*>(S + 16 * m) = make_float4(s[4 * m], s[4 * m + 1], s[4 * m + 2], s[4 * m + 3]);
+  o += __shfl_xor_sync(0xffffffffu, o, 1);
+  o += __shfl_xor_sync(0xffffffffu, o, 2);
+  o *= qn;
+  // gated RMS norm over the head's 128 outputs: block_sum's order over gdn_kernel's 16 warps
+  const float wsq = warp_sum(part == 0 ? o * o : 0.f);
+  const int gw = sub * (NT / 32) + (tid >> 5);  // this warp's index among the head's 16
+  float r16;
+  if constexpr (SPLIT == 1) {
+    if (lane == 0) osq[gw] = wsq;
+    __syncthreads();
+    r16 = lane < 16 ? osq[lane] : 0.f;
+  } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    if (lane == 0) osq[gw] = wsq;  // this block's entries of its own copy
+    cl.sync();
+    r16 = 0.f;
+    if (lane < 16) r16 = *cl.map_shared_rank(&osq[lane], lane / (NT / 32));  // entry `lane` lives in block lane / warps
+    cl.sync();  // no block leaves while another still reads its shared memory
+#else
+    r16 = 0.f;
+    __trap();  // launched only on sm_90 and newer (gdn_conv_step)
+#endif
+  }
+  const float ss = warp_sum(r16);
+  const float rn = rsqrtf(ss / kDv + d.eps);
+  if (part == 0) {
+    const int k = h * kDv + j, K = d.v_heads * kDv;
+    out_h[out_lanes ? lanes_pos(k, K) : perm8(k)] = __float2half(o * rn * nw * silu(zz));
+  }
+}
+
+int g_state_probe = 0;  // set_gdn_state_probe
+int g_step_variant = 0;  // set_gdn_step_variant
 }  // namespace
+
+void set_gdn_step_variant(int v) {
+  if (v < 0 || v > 3)
+    throw std::invalid_argument("gdn step variant must be 0 (one 512-thread block a head), 1 (the same, conv summed "
+                                "after the wait, state stored early), 2 or 3 (1 over a cluster of 2 / 4 blocks a head, "
+                                "sm_90 and newer)");
+  g_step_variant = v;
+}
+int get_gdn_step_variant() { return g_step_variant; }
+
+void set_gdn_state_probe(int mode) {
+  if (mode < 0 || mode > 2) throw std::invalid_argument("gdn state probe must be 0, 1 or 2");
+  g_state_probe = mode;
+}
 
 void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
                       const int32_t* pos_dev, float* out, cudaStream_t stream) {
@@ -298,8 +469,24 @@ void gdn_conv_step(const float* x, const float* z, const float* b, const float* 
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
-  launch_pdl("gdn_conv_step", gdn_kernel<true>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, 1, d, a_log,
-             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
+  const ConvIn cv{conv_w, conv_state, Kc, pos_host, pos_dev};
+  const int lanes = out_layout == GEMV_X_LANES, v = g_state_probe ? 0 : g_step_variant;
+  if (v >= 2 && !pdl_supported())  // pdl_supported: compute capability >= 9, which clusters need as well
+    throw std::invalid_argument("gdn_conv_step: variants 2 and 3 (thread block clusters) need sm_90 or newer");
+  if (v == 1) {
+    launch_pdl("gdn_conv_step", gdn_decode_kernel<1>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, d, a_log,
+               dt_bias, norm_w, state, out_h, cv, lanes);
+  } else if (v == 2) {
+    launch_pdl_cluster("gdn_conv_step", gdn_decode_kernel<2>, dim3(2 * d.v_heads), dim3(256), 2, stream, x, z, b, a,
+                       ldp, d, a_log, dt_bias, norm_w, state, out_h, cv, lanes);
+  } else if (v == 3) {
+    launch_pdl_cluster("gdn_conv_step", gdn_decode_kernel<4>, dim3(4 * d.v_heads), dim3(128), 4, stream, x, z, b, a,
+                       ldp, d, a_log, dt_bias, norm_w, state, out_h, cv, lanes);
+  } else {
+    auto k = g_state_probe == 1 ? gdn_kernel<true, 1> : g_state_probe == 2 ? gdn_kernel<true, 2> : gdn_kernel<true, 0>;
+    launch_pdl("gdn_conv_step", k, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, 1, d, a_log,
+               dt_bias, norm_w, state, out_h, cv, lanes);
+  }
 }
 
 }  // namespace monorail
