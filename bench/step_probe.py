@@ -35,11 +35,6 @@ def main() -> None:
                     help="after the norm runs, time the built-in route with one shared-memory carveout preference for "
                          "every kernel of the step (percent; -1 = each kernel's own), e.g. -1,0,50,100 "
                          "(set_step_smem_carveout)")
-    ap.add_argument("--gdn-variants", default="",
-                    help="GDN decode step kernels to time after the norm runs, e.g. 0,1,2,3 (set_gdn_step_variant)")
-    ap.add_argument("--gdn-state-probes", default="",
-                    help="measurement probe, breaks the output: the GDN step's state 0 loaded and stored, 1 neither, "
-                         "2 loaded only, e.g. 0,1,2 (set_gdn_state_probe)")
     ap.add_argument("--routes-carveout", type=int, default=-1, help="the carveout the --routes runs use")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
@@ -80,16 +75,6 @@ def main() -> None:
             nat.set_step_smem_carveout(c)
             e.reset_graphs()
             time_depths(e, depths, args.steps, f"step kv {kv} smem carveout {c}")
-        for v in [int(x) for x in args.gdn_variants.split(",") if x.strip()]:
-            nat.set_gdn_step_variant(v)
-            e.reset_graphs()
-            time_depths(e, depths, args.steps, f"step kv {kv} gdn step variant {v}")
-        nat.set_gdn_step_variant(0)
-        for mode in [int(x) for x in args.gdn_state_probes.split(",") if x.strip()]:
-            nat.set_gdn_state_probe(mode)
-            e.reset_graphs()
-            time_depths(e, depths, args.steps, f"step kv {kv} gdn state probe {mode}")
-        nat.set_gdn_state_probe(0)
         nat.set_step_smem_carveout(args.routes_carveout)
         for route in routes:
             apply_route(nat, e, route)

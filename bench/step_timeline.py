@@ -32,7 +32,8 @@ def short_name(name: str) -> str:
 
 
 # kernel-name fragment -> role, for the kernels whose role their name says
-_NAMED_ROLES = (("embed", "embed"), ("gdn_kernel", "gdn_step"), ("conv", "conv"), ("attn_prep", "attn_prep"),
+_NAMED_ROLES = (("embed", "embed"), ("gdn_kernel", "gdn_step"), ("gdn_conv_decode", "gdn_step"), ("conv", "conv"),
+                ("attn_prep", "attn_prep"),
                 ("attn_split", "attn_split"), ("attn_combine", "attn_combine"), ("rmsnorm", "rmsnorm"))
 
 
@@ -79,10 +80,6 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=0)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--json", default="")
-    ap.add_argument("--gdn-variant", type=int, default=0, help="the GDN decode step's kernel (set_gdn_step_variant)")
-    ap.add_argument("--gdn-state-probe", type=int, default=0,
-                    help="measurement probe, breaks the output: the GDN step's state 1 neither loaded nor stored, "
-                         "2 loaded only (set_gdn_state_probe)")
     ap.add_argument("--pdl", type=int, default=0, help="programmatic dependent launch in the traced step (default off)")
     ap.add_argument("--route", default="", help="per-shape GEMV overrides of the built-in route, as step_probe.py's "
                                                 "--routes takes one (e.g. 5120x6144=36)")
@@ -96,8 +93,6 @@ def main() -> None:
     e = model.engine
     from engine.native import load_native
     load_native().set_pdl(bool(args.pdl))
-    load_native().set_gdn_state_probe(args.gdn_state_probe)
-    load_native().set_gdn_step_variant(args.gdn_variant)
     from step_probe import apply_route, parse_route  # bench/ is the script's directory, first on sys.path
     apply_route(load_native(), e, parse_route(args.route) if args.route.strip() else {})
     graph_ms = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))

@@ -17,7 +17,7 @@ def _timeline():
     return mod
 
 
-GDN_LAYER = ["qgemv4_sx_kernel", "gdn_kernel", "qgemv_kernel", "qgemv4_sx_kernel", "qgemv_kernel"]
+GDN_LAYER = ["qgemv4_sx_kernel", "gdn_conv_decode_kernel", "qgemv_kernel", "qgemv4_sx_kernel", "qgemv_kernel"]
 ATTN_LAYER = ["qgemv4_sx_kernel", "attn_prep_kernel", "attn_split_v4_kernel", "attn_combine_kernel", "qgemv_kernel",
               "qgemv4_sx_kernel", "qgemv_kernel"]
 

@@ -59,16 +59,3 @@ def test_step_carveout_takes_a_percent_or_minus_one():
             mod.set_step_smem_carveout(bad)
     for ok in (0, 100, -1):  # ends on the default
         mod.set_step_smem_carveout(ok)
-
-
-def test_gdn_step_variant_takes_0_to_3():
-    """The measurement knob of bench/step_probe.py --gdn-variants: 0..3; anything else is refused with the range."""
-    mod = load_native()
-    if not hasattr(mod, "set_gdn_step_variant"):
-        pytest.skip("a build without the CUDA engine")
-    for bad in (-1, 4):
-        with pytest.raises(ValueError, match="0 \\(one 512-thread block"):
-            mod.set_gdn_step_variant(bad)
-    for ok in (3, 0):  # ends on the default
-        mod.set_gdn_step_variant(ok)
-        assert mod.get_gdn_step_variant() == ok

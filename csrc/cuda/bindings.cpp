@@ -185,12 +185,6 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_step_smem_carveout", &set_step_smem_carveout,
         "one shared-memory carveout preference (0..100 percent) for every kernel of the step, or -1 (default): each "
         "kernel's own; for measurements (graphs captured before keep theirs)");
-  m.def("set_gdn_step_variant", &set_gdn_step_variant,
-        "the GDN decode step's kernel: 0 (default) one block a head, 1 conv summed after the wait and state stored "
-        "early, 2 / 3 that over a cluster of 2 / 4 blocks a head (sm_90+); bit-equal, for measurements");
-  m.def("get_gdn_step_variant", &get_gdn_step_variant);
-  m.def("set_gdn_state_probe", &set_gdn_state_probe,
-        "measurement probe (breaks the output): the GDN step's state 0 loaded and stored, 1 neither, 2 loaded only");
   m.def("set_attn_variant", &set_attn_variant);
   m.def("get_attn_variant", &get_attn_variant);
   m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {

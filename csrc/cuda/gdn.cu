@@ -4,14 +4,12 @@
 // Conv state: a ring of Kc slots per channel, the input at position p in slot p mod Kc (ops.h). A step at
 // positions p0.. reads the slots of p0 - Kc + 1 .. p0 - 1 and writes those of p0 .. p0 + T - 1, so for T = 1 no
 // slot is both read and written by one step: several blocks can read a channel's window while one of them
-// writes the new input (gdn_conv_step, i.e. gdn_kernel<true>: the T = 1 decode step with the conv inside, one
+// writes the new input (gdn_conv_step, i.e. gdn_conv_decode_kernel: the T = 1 decode step with the conv inside, one
 // kernel fewer per GDN layer). Before session 8 the state held the last Kc - 1 inputs oldest first, rewritten by every step.
 //
 // gdn_step: one block per value head, 512 threads; thread (j = tid/4, part = tid%4) owns state
 // column j and 32 of its key rows, interleaved in 16-byte pieces (see gdn_kernel). Sums over k are 32
 // in-thread FMAs plus two shuffles.
-#include <cooperative_groups.h>
-
 #include "common.cuh"
 #include "ops.h"
 #include "pdl.cuh"
@@ -28,9 +26,9 @@ __device__ inline int ring_slot(int p, int Kc) {
 __device__ inline int step_pos(int pos_host, const int32_t* pos_dev) { return pos_dev ? *pos_dev : pos_host; }
 
 // y = silu(sum_j w[j] win[j] + w[Kc-1] x): one channel's conv output, the same products in the same order in every
-// kernel below (bit-identical paths). The window's part needs no new input, so a kernel can form it before its PDL
-// wait and keep two floats instead of the 15 of the weights and the window (gdn_kernel<true> runs at its register
-// cap). Loops unrolled to the largest Kc with guards: the arrays stay in registers.
+// kernel below (bit-identical paths). The window's part needs no new input: gdn_conv_decode_kernel loads the weights
+// and the window before its PDL wait and sums them after it (summed before the wait, until session 12, the wait
+// itself waited for those loads). Loops unrolled to the largest Kc with guards: the arrays stay in registers.
 __device__ inline float conv_window_sum(const float (&wc)[8], const float (&win)[8], int Kc) {
   float y = 0.f;
 #pragma unroll
@@ -129,24 +127,17 @@ constexpr int kDk = 128, kDv = 128;
 // mapping (rows 32part .. 32part + 31 per thread) touched 32 lines per load instruction and made the
 // kernel L1-wavefront bound (ncu: 12.5 us per layer, DRAM 5 %, 0.09 issues per cycle); it also read
 // ks/qs with a 4-way bank conflict, which this interleave removes.
-// CONV (gdn_conv_step, T = 1): conv_out is the raw projection row and the block runs the conv update + SiLU of the
-// channels it reads (q and k of its key head: threads 0..255, one channel each; v of column j: the 4 threads of the
-// column, redundantly), conv_kernel's arithmetic exactly. Each key head's q / k channels are read by the
-// v_heads / k_heads blocks of its value heads: all read the window, the first of them writes the new input, into a
-// slot no block of this step reads (the ring above).
+// The conv inputs of gdn_conv_decode_kernel (below).
 struct ConvIn {
   const float* w;
   float* state;
   int Kc, pos_host;
   const int32_t* pos_dev;
 };
-// IO (measurement probe, set_gdn_state_probe): 0 the state is loaded and stored; 1 neither (zeros, wrong output);
-// 2 loaded, not stored (wrong next step)
-template <bool CONV, int IO = 0>
 __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const float* z, const float* b,
                                                   const float* a, int ldp, int T, GdnDims d, const float* a_log,
                                                   const float* dt_bias, const float* norm_w, float* state,
-                                                  __half* out_h, ConvIn cv, int out_lanes) {
+                                                  __half* out_h, int out_lanes) {
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
   __shared__ float red[32];
@@ -158,7 +149,7 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
   float s[32];
 #pragma unroll
   for (int m = 0; m < 8; ++m) {
-    const float4 v = IO == 1 ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(S + 16 * m);
+    const float4 v = *reinterpret_cast<const float4*>(S + 16 * m);
     s[4 * m] = v.x; s[4 * m + 1] = v.y; s[4 * m + 2] = v.z; s[4 * m + 3] = v.w;
   }
   const float q_scale = rsqrtf((float)kDk);
@@ -166,37 +157,16 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
   const float nw = norm_w[j];
   const int ch_qk = (tid >= 128 ? d.k_heads * kDk : 0) + hk * kDk + (tid & 127);  // tid < 256
   const int ch_v = 2 * d.k_heads * kDk + h * kDv + j;
-  float ws_qk = 0.f, wl_qk = 0.f, ws_v = 0.f, wl_v = 0.f;  // CONV: the windows' sums and the weights of the new input
-  int p0 = 0;
-  if constexpr (CONV) {  // the conv weights and windows (written one step earlier) before the wait as well
-    p0 = step_pos(cv.pos_host, cv.pos_dev);
-    float wc[8], win[8];
-    if (tid < 256) {
-      conv_load(cv.w, cv.state, ch_qk, cv.Kc, p0, wc, win, wl_qk);
-      ws_qk = conv_window_sum(wc, win, cv.Kc);
-    }
-    conv_load(cv.w, cv.state, ch_v, cv.Kc, p0, wc, win, wl_v);
-    ws_v = conv_window_sum(wc, win, cv.Kc);
-  }
-  // the state (this layer's, written one step earlier) and the weights above are read before the wait
+  // the state (this layer's, written one step earlier) is read before the wait
   pdl_wait();
   pdl_trigger();
   for (int t = 0; t < T; ++t) {
-    const float* row = conv_out + (size_t)t * (CONV ? ldp : conv_dim);
+    const float* row = conv_out + (size_t)t * conv_dim;
     // every global read of this token is issued before the first barrier, so they share one round trip
     // (and, for t = 0, the state loads' round trip)
     float qk = 0.f;
     if (tid < 256) qk = row[ch_qk];
     float vj = row[ch_v];
-    if constexpr (CONV) {
-      const int slot = ring_slot(p0 + t, cv.Kc);
-      if (tid < 256) {
-        if (h % (d.v_heads / d.k_heads) == 0) cv.state[(size_t)ch_qk * cv.Kc + slot] = qk;
-        qk = conv_finish(ws_qk, wl_qk, qk);
-      }
-      if (part == 0) cv.state[(size_t)ch_v * cv.Kc + slot] = vj;
-      vj = conv_finish(ws_v, wl_v, vj);
-    }
     const float zz = z[(size_t)t * ldp + h * kDv + j];
     float av = 0.f, bv = 0.f;
     if (tid == 0) {
@@ -259,40 +229,33 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
     }
     __syncthreads();
   }
-  if (IO != 0) return;
 #pragma unroll
   for (int m = 0; m < 8; ++m)
     *reinterpret_cast<float4*>(S + 16 * m) = make_float4(s[4 * m], s[4 * m + 1], s[4 * m + 2], s[4 * m + 3]);
 }
 
-
-// The T = 1 decode step with the conv inside (gdn_conv_step), value head h split over SPLIT blocks of 512 / SPLIT
-// threads (variants 1..3 of set_gdn_step_variant; variant 0 is gdn_kernel<true>). Same thread roles as gdn_kernel:
-// thread (column j, part) holds 32 of column j's key rows; block `sub` of the head owns columns sub * 128 / SPLIT ..
-// Against gdn_kernel:
-//  - the conv's windows and weights are loaded before the PDL wait but summed after it, so that no load waits before
-//    the wait (gdn_kernel sums them before it: a DRAM round trip ahead of the wait when its block becomes resident
-//    only as gdn_in's block on the SM exits);
-//  - the new state is stored as soon as it is known, before the gated norm's reduction and the output;
-//  - SPLIT > 1: the 64 KB of a head's state are loaded and stored by SPLIT blocks (one thread block cluster, sm_90
-//    and newer), which the hardware may place on several SMs: the probe of session 13 call 1 put ~2.5 us of the
-//    step's 5.5 on the state's 64 KB in and out of one SM. The gated norm needs all 128 columns' squares: each block
-//    exchanges its warps' partial sums through distributed shared memory.
-// Every sum is formed in gdn_kernel's order (the q / k squares per warp of 32 channels, the output squares per warp of
-// 8 columns, then the 16 warp partials by one warp_sum), so outputs and state are bit-equal to variant 0.
-template <int SPLIT>
-__global__ void __launch_bounds__(512 / SPLIT) gdn_decode_kernel(const float* x, const float* z, const float* b,
-                                                                 const float* a, int ldp, GdnDims d, const float* a_log,
-                                                                 const float* dt_bias, const float* norm_w,
-                                                                 float* state, __half* out_h, ConvIn cv, int out_lanes) {
-  constexpr int NT = 512 / SPLIT, NC = kDv / SPLIT, NQK = (2 * kDk + NT - 1) / NT;  // q / k channels per thread
+// The T = 1 decode step with the conv inside (gdn_conv_step): gdn_kernel's thread roles and arithmetic, in the same
+// order (the same sums, bit for bit up to the compiler's contractions), plus the conv update + SiLU of the channels
+// the block reads (q and k of its key head: threads 0..255, one channel each; v of column j: the 4 threads of the
+// column, redundantly), conv_kernel's arithmetic exactly. Two changes of schedule against session 12's kernel
+// (gdn_kernel with the conv inside), worth -0.077 ms a step at depth 0 (bench/NOTES.md, session 13 call 2):
+//  - the conv's weights and windows are loaded before the PDL wait but summed after it, so no load is waited for
+//    ahead of the wait (this block becomes resident only as gdn_in's block on its SM exits, near gdn_in's end, so a
+//    DRAM round trip there sat on the step's critical path);
+//  - the new state is stored as soon as it is known, so its 64 KB drain while the gated norm's reduction runs.
+// (Also measured and removed in call 2: a head over a thread block cluster of 2 or 4 blocks, the norm's partial
+// sums exchanged through distributed shared memory, so that the state's 64 KB in and out spread over several SMs:
+// 4.853 / 4.871 ms a step against 4.756 for this kernel.)
+__global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, const float* z, const float* b,
+                                                              const float* a, GdnDims d, const float* a_log,
+                                                              const float* dt_bias, const float* norm_w, float* state,
+                                                              __half* out_h, ConvIn cv, int out_lanes) {
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
-  __shared__ float red[8];    // q / k squares per warp of 32 channels
-  __shared__ float osq[16];   // the head's output squares per warp of 8 columns (this block's at sub * NT / 32 ..)
+  __shared__ float red[32];
   __shared__ float gb[2];
-  const int h = blockIdx.x / SPLIT, sub = blockIdx.x % SPLIT, hk = h / (d.v_heads / d.k_heads);
-  const int tid = threadIdx.x, lane = tid & 31, part = tid & 3, j = sub * NC + (tid >> 2);
+  const int h = blockIdx.x, hk = h / (d.v_heads / d.k_heads);
+  const int tid = threadIdx.x, part = tid & 3, j = tid >> 2;
   float* S = state + ((size_t)h * kDv + j) * kDk + 4 * part;
   float s[32];
 #pragma unroll
@@ -304,23 +267,18 @@ __global__ void __launch_bounds__(512 / SPLIT) gdn_decode_kernel(const float* x,
   const float neg_a = -expf(a_log[h]);
   const float nw = norm_w[j];
   const int p0 = step_pos(cv.pos_host, cv.pos_dev), slot = ring_slot(p0, cv.Kc);
-  // q / k channel c = tid + i NT (c < 256: q for c < 128, k after), its conv weights and window
-  int ch_qk[NQK];
-  float wc_qk[NQK][8], win_qk[NQK][8], wl_qk[NQK];
-#pragma unroll
-  for (int i = 0; i < NQK; ++i) {
-    const int c = tid + i * NT;
-    ch_qk[i] = (c >= kDk ? d.k_heads * kDk : 0) + hk * kDk + (c & (kDk - 1));
-    if (c < 2 * kDk) conv_load(cv.w, cv.state, ch_qk[i], cv.Kc, p0, wc_qk[i], win_qk[i], wl_qk[i]);
-  }
+  // threads 0..255: q / k channel tid (q below 128) of key head hk; every thread: the v channel of column j. Their
+  // conv weights and windows (written one step earlier) are loaded before the wait and summed after it
+  const int ch_qk = (tid >= kDk ? d.k_heads * kDk : 0) + hk * kDk + (tid & (kDk - 1));  // tid < 256
+  float wc_qk[8], win_qk[8], wl_qk = 0.f;
+  if (tid < 2 * kDk) conv_load(cv.w, cv.state, ch_qk, cv.Kc, p0, wc_qk, win_qk, wl_qk);
   const int ch_v = 2 * d.k_heads * kDk + h * kDv + j;
   float wc_v[8], win_v[8], wl_v;
   conv_load(cv.w, cv.state, ch_v, cv.Kc, p0, wc_v, win_v, wl_v);
   pdl_wait();
   pdl_trigger();
-  float qk[NQK];
-#pragma unroll
-  for (int i = 0; i < NQK; ++i) qk[i] = tid + i * NT < 2 * kDk ? x[ch_qk[i]] : 0.f;
+  // every global read of the step is issued before the first barrier, so they share one round trip
+  float qk = tid < 2 * kDk ? x[ch_qk] : 0.f;
   float vj = x[ch_v];
   const float zz = z[h * kDv + j];
   float av = 0.f, bv = 0.f;
@@ -328,17 +286,15 @@ __global__ void __launch_bounds__(512 / SPLIT) gdn_decode_kernel(const float* x,
     av = a[h] + dt_bias[h];
     bv = b[h];
   }
-  const bool writes_qk = sub == 0 && h % (d.v_heads / d.k_heads) == 0;
-#pragma unroll
-  for (int i = 0; i < NQK; ++i) {
-    const int c = tid + i * NT;
-    if (c < 2 * kDk) {  // warp-uniform: NT is a multiple of 32
-      if (writes_qk) cv.state[(size_t)ch_qk[i] * cv.Kc + slot] = qk[i];
-      qk[i] = conv_finish(conv_window_sum(wc_qk[i], win_qk[i], cv.Kc), wl_qk[i], qk[i]);
-      const float sq = warp_sum(qk[i] * qk[i]);
-      if (lane == 0) red[c >> 5] = sq;
-      if (c >= kDk) ks[c - kDk] = qk[i]; else qs[c] = qk[i];
-    }
+  // each key head's q / k channels are read by the blocks of its v_heads / k_heads value heads: all read the window,
+  // the first of them writes the new input, into a slot no block of this step reads (the ring above)
+  if (tid < 2 * kDk) {
+    if (h % (d.v_heads / d.k_heads) == 0) cv.state[(size_t)ch_qk * cv.Kc + slot] = qk;
+    qk = conv_finish(conv_window_sum(wc_qk, win_qk, cv.Kc), wl_qk, qk);
+    // q, k: L2-normalised (eps 1e-6) key head hk; warps 0-3 take q, 4-7 take k
+    const float sq = warp_sum(qk * qk);
+    if ((tid & 31) == 0) red[tid >> 5] = sq;
+    if (tid >= kDk) ks[tid & (kDk - 1)] = qk; else qs[tid] = qk;
   }
   if (part == 0) cv.state[(size_t)ch_v * cv.Kc + slot] = vj;
   vj = conv_finish(conv_window_sum(wc_v, win_v, cv.Kc), wl_v, vj);
@@ -385,29 +341,9 @@ __global__ void __launch_bounds__(512 / SPLIT) gdn_decode_kernel(const float* x,
   o += __shfl_xor_sync(0xffffffffu, o, 1);
   o += __shfl_xor_sync(0xffffffffu, o, 2);
   o *= qn;
-  // gated RMS norm over the head's 128 outputs: block_sum's order over gdn_kernel's 16 warps
-  const float wsq = warp_sum(part == 0 ? o * o : 0.f);
-  const int gw = sub * (NT / 32) + (tid >> 5);  // this warp's index among the head's 16
-  float r16;
-  if constexpr (SPLIT == 1) {
-    if (lane == 0) osq[gw] = wsq;
-    __syncthreads();
-    r16 = lane < 16 ? osq[lane] : 0.f;
-  } else {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    if (lane == 0) osq[gw] = wsq;  // this block's entries of its own copy
-    cl.sync();
-    r16 = 0.f;
-    if (lane < 16) r16 = *cl.map_shared_rank(&osq[lane], lane / (NT / 32));  // entry `lane` lives in block lane / warps
-    cl.sync();  // no block leaves while another still reads its shared memory
-#else
-    r16 = 0.f;
-    __trap();  // launched only on sm_90 and newer (gdn_conv_step)
-#endif
-  }
-  const float ss = warp_sum(r16);
+  // gated RMS norm over this head's dv outputs (each value held by 4 threads: count it once); block_sum's first
+  // barrier follows every thread's reads of red[0..7] above
+  const float ss = block_sum(part == 0 ? o * o : 0.f, red);
   const float rn = rsqrtf(ss / kDv + d.eps);
   if (part == 0) {
     const int k = h * kDv + j, K = d.v_heads * kDv;
@@ -415,23 +351,7 @@ __global__ void __launch_bounds__(512 / SPLIT) gdn_decode_kernel(const float* x,
   }
 }
 
-int g_state_probe = 0;  // set_gdn_state_probe
-int g_step_variant = 0;  // set_gdn_step_variant
 }  // namespace
-
-void set_gdn_step_variant(int v) {
-  if (v < 0 || v > 3)
-    throw std::invalid_argument("gdn step variant must be 0 (one 512-thread block a head), 1 (the same, conv summed "
-                                "after the wait, state stored early), 2 or 3 (1 over a cluster of 2 / 4 blocks a head, "
-                                "sm_90 and newer)");
-  g_step_variant = v;
-}
-int get_gdn_step_variant() { return g_step_variant; }
-
-void set_gdn_state_probe(int mode) {
-  if (mode < 0 || mode > 2) throw std::invalid_argument("gdn state probe must be 0, 1 or 2");
-  g_state_probe = mode;
-}
 
 void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
                       const int32_t* pos_dev, float* out, cudaStream_t stream) {
@@ -458,8 +378,8 @@ void gdn_step(const float* conv_out, const float* z, const float* b, const float
               __half* out_h, cudaStream_t stream, int out_layout) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_step: v_heads must be a multiple of k_heads");
-  launch_pdl("gdn_step", gdn_kernel<false>, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log,
-             dt_bias, norm_w, state, out_h, ConvIn{}, out_layout == GEMV_X_LANES);
+  launch_pdl("gdn_step", gdn_kernel, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log,
+             dt_bias, norm_w, state, out_h, out_layout == GEMV_X_LANES);
 }
 
 void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
@@ -469,24 +389,9 @@ void gdn_conv_step(const float* x, const float* z, const float* b, const float* 
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
-  const ConvIn cv{conv_w, conv_state, Kc, pos_host, pos_dev};
-  const int lanes = out_layout == GEMV_X_LANES, v = g_state_probe ? 0 : g_step_variant;
-  if (v >= 2 && !pdl_supported())  // pdl_supported: compute capability >= 9, which clusters need as well
-    throw std::invalid_argument("gdn_conv_step: variants 2 and 3 (thread block clusters) need sm_90 or newer");
-  if (v == 1) {
-    launch_pdl("gdn_conv_step", gdn_decode_kernel<1>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, d, a_log,
-               dt_bias, norm_w, state, out_h, cv, lanes);
-  } else if (v == 2) {
-    launch_pdl_cluster("gdn_conv_step", gdn_decode_kernel<2>, dim3(2 * d.v_heads), dim3(256), 2, stream, x, z, b, a,
-                       ldp, d, a_log, dt_bias, norm_w, state, out_h, cv, lanes);
-  } else if (v == 3) {
-    launch_pdl_cluster("gdn_conv_step", gdn_decode_kernel<4>, dim3(4 * d.v_heads), dim3(128), 4, stream, x, z, b, a,
-                       ldp, d, a_log, dt_bias, norm_w, state, out_h, cv, lanes);
-  } else {
-    auto k = g_state_probe == 1 ? gdn_kernel<true, 1> : g_state_probe == 2 ? gdn_kernel<true, 2> : gdn_kernel<true, 0>;
-    launch_pdl("gdn_conv_step", k, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, ldp, 1, d, a_log,
-               dt_bias, norm_w, state, out_h, cv, lanes);
-  }
+  (void)ldp;  // one token: z / b / a are read at their own pointers
+  launch_pdl("gdn_conv_step", gdn_conv_decode_kernel, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, d, a_log,
+             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
 }
 
 }  // namespace monorail

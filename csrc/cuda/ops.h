@@ -92,15 +92,6 @@ void gdn_conv_step(const float* x, const float* z, const float* b, const float* 
                    const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
                    int out_layout = GEMV_X_PERM8);
 
-// The kernel gdn_conv_step runs (gdn.cu gdn_decode_kernel): 0 one 512-thread block a value head (default), 1 the
-// same with the conv summed after the PDL wait and the state stored early, 2 / 3 that over a thread block cluster of
-// 2 / 4 blocks a head (sm_90 and newer). All bit-equal.
-void set_gdn_step_variant(int v);
-int get_gdn_step_variant();
-// Measurement probe of the decode step's GDN state traffic (gdn_conv_step only; breaks the output): 0 normal, 1 the
-// state neither loaded nor stored, 2 loaded but not stored.
-void set_gdn_state_probe(int mode);
-
 // KV cache formats of the attention ops (values fixed: the Python test bindings pass them as ints).
 //  kKvBf16: bf16 [slots, kv_heads, 256]
 //  kKvInt8: int8 codes [slots, kv_heads, 256] + fp16 scales [slots, kv_heads, 4] (group 64, absmax / 127)

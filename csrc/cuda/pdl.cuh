@@ -56,37 +56,6 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// kern<<<grid, block, smem, st>>>(args...), with the programmatic-serialization attribute when pdl_active(), and
-// thread block clusters of cluster_x blocks along x when cluster_x > 1 (sm_90 and newer: the caller checks).
-template <typename... KArgs, typename... Args>
-void launch_pdl_cluster(const char* op, void (*kern)(KArgs...), dim3 grid, dim3 block, int cluster_x, cudaStream_t st,
-                        Args&&... args) {
-  cudaLaunchAttribute attr[3];
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = st;
-  cfg.attrs = attr;
-  if (pdl_active()) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_x > 1) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attr[cfg.numAttrs].val.clusterDim.x = (unsigned)cluster_x;
-    attr[cfg.numAttrs].val.clusterDim.y = 1;
-    attr[cfg.numAttrs++].val.clusterDim.z = 1;
-  }
-#if CUDART_VERSION >= 12040
-  if (const int carveout = step_smem_carveout(); carveout >= 0) {
-    attr[cfg.numAttrs].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
-    attr[cfg.numAttrs++].val.sharedMemCarveout = (unsigned)carveout;
-  }
-#endif
-  MR_CHECK(cudaLaunchKernelEx(&cfg, kern, std::forward<Args>(args)...), op);
-}
-
 // kern<<<grid, block, smem, st>>>(args...), with the programmatic-serialization attribute when pdl_active().
 template <typename... KArgs, typename... Args>
 void launch_pdl(const char* op, void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
