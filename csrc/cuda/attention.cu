@@ -33,18 +33,19 @@ struct PrepArgs {
 
 __global__ void __launch_bounds__(kHd) attn_prep_kernel(PrepArgs p) {
   __shared__ float xs[kHd], red[32], gmax[8];
+  const int t = blockIdx.x, i = threadIdx.x;
+  // the norm weight, the rotation and the cache slot come from weights and the step's inputs (written by the host
+  // before the step): before the wait, so that only the projection row's read follows it
+  const PrepConsts c = prep_consts(p.d, blockIdx.y, i, p.q_norm, p.k_norm, p.inv_freq, p.sec, p.in->rope_pos[t]);
+  const size_t slot = (size_t)p.in->kv_start + t;
   pdl_wait();
   pdl_trigger();
-  const int t = blockIdx.x, i = threadIdx.x;
-  int kind, head;
-  const float x = prep_norm_rope(p.qkv + (size_t)t * p.ldp, p.d, blockIdx.y, i, p.q_norm, p.k_norm, p.inv_freq, p.sec,
-                                 p.in->rope_pos[t], kind, head, xs, red);
-  if (kind == 0) {
-    p.q_out[((size_t)t * p.d.n_heads + head) * kHd + i] = x * rsqrtf((float)kHd);
+  const float x = prep_norm_rope(p.qkv + (size_t)t * p.ldp, p.d, i, c, xs, red);
+  if (c.kind == 0) {
+    p.q_out[((size_t)t * p.d.n_heads + c.head) * kHd + i] = x * rsqrtf((float)kHd);
     return;
   }
-  prep_append_kv(x, i, kind, head, (size_t)p.in->kv_start + t, p.d, p.k_cache, p.v_cache, p.k_scales, p.v_scales,
-                 gmax);
+  prep_append_kv(x, i, c.kind, c.head, slot, p.d, p.k_cache, p.v_cache, p.k_scales, p.v_scales, gmax);
 }
 
 struct SplitArgs {
@@ -591,16 +592,33 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ __align__(16) unsigned char v4_smem[];
   __shared__ float m_sh[NW][8], l_sh[NW][8];
-  pdl_wait();
-  pdl_trigger();
+  // the step's inputs are host-written, and the cache slots before kv_start were written by earlier steps: the
+  // split's bounds and the prologue chunks wholly before kv_start are known and loaded before the wait (pdl.cuh)
   const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
-  const int T = a.in->T, nkv = a.d.n_kv_heads, nh = a.d.n_heads;
-  if (t >= T) return;
+  const int T = a.in->T, kv_start = a.in->kv_start, nkv = a.d.n_kv_heads, nh = a.d.n_heads;
   const int group = nh / nkv;
-  const int L_all = a.in->kv_start + T;
-  const int L = a.in->kv_start + t + 1;  // causal: slots 0 .. kv_start + t
+  const int L_all = kv_start + T;
+  const int L = kv_start + t + 1;  // causal: slots 0 .. kv_start + t
   const int slen = split_len(L_all);
   const int p0 = split * slen, p1 = min(p0 + slen, L);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, tig = lane & 3;
+  const int nchunks = (p1 - p0 + kV4Chunk - 1) / kV4Chunk;
+  const int nmine = nchunks > warp ? (nchunks - warp + NW - 1) / NW : 0;
+  const uint32_t ring = smem_u32(v4_smem) + warp * C::kWarpBytes;
+  const unsigned char* ring_ptr = v4_smem + warp * C::kWarpBytes;
+  // prologue: chunks 0 .. S-2 of this warp, one commit group per chunk (empty past the end); j_pre of them here
+  int j_pre = 0;
+  if (t < T && p0 < p1) {
+    for (; j_pre < S - 1 && j_pre < nmine; ++j_pre) {
+      const int pos0 = p0 + (warp + j_pre * NW) * kV4Chunk;
+      if (pos0 + kV4Chunk > kv_start) break;
+      v4_load_chunk<KV>(ring + j_pre * C::kStageBytes, a, pos0, p1, nkv, kvh, lane);
+      cp_commit();
+    }
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (t >= T) return;
   float* out = a.part + (((size_t)t * nh + kvh * group) * kMaxAttnSplits + split) * (kHd + 2);
   const size_t head_stride = (size_t)kMaxAttnSplits * (kHd + 2);
   if (p0 >= p1) {
@@ -610,7 +628,12 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4
     }
     return;
   }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g8 = lane >> 2, tig = lane & 3;
+  // the rest of the prologue (chunks this step's prep wrote to), in flight with the query loads below
+  for (int j = j_pre; j < S - 1; ++j) {
+    if (j < nmine)
+      v4_load_chunk<KV>(ring + j * C::kStageBytes, a, p0 + (warp + j * NW) * kV4Chunk, p1, nkv, kvh, lane);
+    cp_commit();
+  }
   const bool hv = g8 < group;  // this lane's score row is a real query head
 
   // query fragments (scaled by log2 e: the softmax runs in base 2), a1 = a3 = 0 (rows 8..15)
@@ -663,17 +686,6 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4
   for (int mt = 0; mt < 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
   float m_run = -INFINITY, l_run = 0.f;  // head g8, base 2; l_run is this lane's part of the sum
 
-  const int nchunks = (p1 - p0 + kV4Chunk - 1) / kV4Chunk;
-  const int nmine = nchunks > warp ? (nchunks - warp + NW - 1) / NW : 0;
-  const uint32_t ring = smem_u32(v4_smem) + warp * C::kWarpBytes;
-  const unsigned char* ring_ptr = v4_smem + warp * C::kWarpBytes;
-  // prologue: chunks 0 .. S-2 of this warp (one commit group per chunk, empty past the end)
-#pragma unroll
-  for (int j = 0; j < S - 1; ++j) {
-    if (j < nmine)
-      v4_load_chunk<KV>(ring + j * C::kStageBytes, a, p0 + (warp + j * NW) * kV4Chunk, p1, nkv, kvh, lane);
-    cp_commit();
-  }
   for (int j = 0; j < nmine; ++j) {
     // the stage of chunk j + S - 1 last held chunk j - 1: every lane is done reading it
     __syncwarp();
@@ -948,6 +960,8 @@ void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t strea
 // split kernel itself streams the cache in ~72 us (Nsight Compute, bench/results/ncu-attn-s8-call3.txt). Here the
 // splits' maxima and sums are loaded in one round (a thread per split), and thread (dim d, group j) adds splits
 // j, j + 8, ... of dim d, all its loads issued together; the 8 groups are added in a fixed order (deterministic).
+// Session 13: the values are loaded in the same round as the maxima (they were a second round trip after the maxima's
+// reduction) and the gate before the PDL wait (a third, at the end).
 constexpr int kCombineDims = 32;                 // output dims per block
 constexpr int kCombineGroups = 256 / kCombineDims;  // split groups per block
 constexpr int kCombinePerGroup = (kMaxAttnSplits + kCombineGroups - 1) / kCombineGroups;
@@ -958,17 +972,28 @@ __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, At
   __shared__ float w_sh[kMaxAttnSplits];
   __shared__ float red[32];
   __shared__ float acc_sh[kCombineGroups][kCombineDims];
-  pdl_wait();
-  pdl_trigger();
   const int t = blockIdx.x, h = blockIdx.y, d0 = blockIdx.z * kCombineDims, tid = threadIdx.x;
   const float* base = part + ((size_t)t * d.n_heads + h) * kMaxAttnSplits * (kHd + 2);
+  // before the wait: the step's inputs (host-written) and the gate (the qkv projection's, written before the split
+  // kernel, this kernel's predecessor, started: pdl.cuh)
   const int L_all = in->kv_start + in->T;
   const int nsplit = min((int)kMaxAttnSplits, (L_all + split_len(L_all) - 1) / split_len(L_all));
-  // the splits' running maxima (natural-log units; -inf: an empty split) and sums, one thread each
+  const float gv = tid < kCombineDims ? gate[(size_t)t * ld_gate + h * 2 * kHd + d0 + tid] : 0.f;
+  pdl_wait();
+  pdl_trigger();
+  // every load of the partials in one round: the splits' running maxima (natural-log units; -inf: an empty split)
+  // and sums, one thread each, and this thread's dim of split group grp
   float m = -INFINITY, l = 0.f;
   if (tid < nsplit) {
     m = base[tid * (kHd + 2) + kHd];
     l = base[tid * (kHd + 2) + kHd + 1];
+  }
+  const int dim = tid % kCombineDims, grp = tid / kCombineDims;
+  float v[kCombinePerGroup];
+#pragma unroll
+  for (int k = 0; k < kCombinePerGroup; ++k) {
+    const int sp = grp + k * kCombineGroups;
+    v[k] = sp < nsplit ? base[sp * (kHd + 2) + d0 + dim] : 0.f;
   }
   float M = m;
   for (int o = 16; o; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
@@ -980,14 +1005,6 @@ __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, At
   if (tid < kMaxAttnSplits) w_sh[tid] = w;
   __syncthreads();  // red[] is reused by block_sum below
   const float den = block_sum(w * l, red);
-  // this thread's dim and split group: every load issued before the first product
-  const int dim = tid % kCombineDims, grp = tid / kCombineDims;
-  float v[kCombinePerGroup];
-#pragma unroll
-  for (int k = 0; k < kCombinePerGroup; ++k) {
-    const int sp = grp + k * kCombineGroups;
-    v[k] = sp < nsplit ? base[sp * (kHd + 2) + d0 + dim] : 0.f;
-  }
   float num = 0.f;
 #pragma unroll
   for (int k = 0; k < kCombinePerGroup; ++k) {
@@ -1002,7 +1019,6 @@ __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, At
 #pragma unroll
     for (int g = 1; g < kCombineGroups; ++g) y += acc_sh[g][tid];
     const int i = d0 + tid;
-    const float gv = gate[(size_t)t * ld_gate + h * 2 * kHd + i];
     const int k = h * kHd + i, K = d.n_heads * kHd;  // out_lanes: the output GEMV reads the lanes layout
     out_h[(size_t)t * K + (out_lanes ? lanes_pos(k, K) : perm8(k))] = __float2half(y / den * sigmoidf_(gv));
   }

@@ -121,9 +121,9 @@ struct PrepArgs {
 __global__ void __launch_bounds__(kHd) attn_prefill_prep_kernel(PrepArgs p) {
   __shared__ float xs[kHd], red[32], gmax[8];
   const int t = blockIdx.x, i = threadIdx.x;
-  int kind, head;
-  const float x = prep_norm_rope(p.qkv + (size_t)t * p.ldp, p.d, blockIdx.y, i, p.q_norm, p.k_norm, p.inv_freq, p.sec,
-                                 p.pos3 + (size_t)t * 3, kind, head, xs, red);
+  const PrepConsts c = prep_consts(p.d, blockIdx.y, i, p.q_norm, p.k_norm, p.inv_freq, p.sec, p.pos3 + (size_t)t * 3);
+  const int kind = c.kind, head = c.head;
+  const float x = prep_norm_rope(p.qkv + (size_t)t * p.ldp, p.d, i, c, xs, red);
   if (kind == 0) {  // block-uniform: the whole block is one query head
     const float qv = x * rsqrtf((float)kHd);
     const size_t qi = ((size_t)t * p.d.n_heads + head) * kHd + i;

@@ -16,30 +16,45 @@ __device__ inline int mrope_axis(int i, const int* sec) {
   return 0;
 }
 
-// This thread's dim i of head row `hh` (0..nh-1 q, then k heads, then v heads) of the projection row,
-// normalised and rotated for q and k (positions pos[0..2] = t, h, w), as is for v. kind: 0 q, 1 k, 2 v.
-// Block-uniform branches only: every thread of the block reaches the same barriers.
-__device__ inline float prep_norm_rope(const float* row, const AttnDims& d, int hh, int i, const float* q_norm,
-                                       const float* k_norm, const float* inv_freq, const int* sec,
-                                       const int32_t* pos, int& kind, int& head, float* xs, float* red) {
+// What a thread's dim i of head row `hh` (0..nh-1 q, then k heads, then v heads) needs besides the projection row:
+// its kind (0 q, 1 k, 2 v), head, norm factor (1 + w[i]) and rotation (positions pos[0..2] = t, h, w). None of it
+// is written by a kernel of the step, so the decode prep forms it before its PDL wait.
+struct PrepConsts {
+  int kind, head;
+  float w1 = 1.f, sn = 0.f, cs = 1.f;
+};
+__device__ inline PrepConsts prep_consts(const AttnDims& d, int hh, int i, const float* q_norm, const float* k_norm,
+                                         const float* inv_freq, const int* sec, const int32_t* pos) {
+  const int nh = d.n_heads, nkv = d.n_kv_heads;
+  PrepConsts c;
+  c.kind = hh < nh ? 0 : hh < nh + nkv ? 1 : 2;
+  c.head = c.kind == 0 ? hh : c.kind == 1 ? hh - nh : hh - nh - nkv;
+  if (c.kind == 2) return c;
+  c.w1 = 1.f + (c.kind == 0 ? q_norm : k_norm)[i];
+  const int half = d.rotary_dim / 2;
+  if (i < d.rotary_dim) {
+    const int pair = i % half;
+    sincosf((float)pos[mrope_axis(pair, sec)] * inv_freq[pair], &c.sn, &c.cs);
+  }
+  return c;
+}
+
+// This thread's dim i of its head row of the projection row (prep_consts), normalised and rotated for q and k, as
+// is for v. Block-uniform branches only: every thread of the block reaches the same barriers.
+__device__ inline float prep_norm_rope(const float* row, const AttnDims& d, int i, const PrepConsts& c, float* xs,
+                                       float* red) {
   const int nh = d.n_heads, nkv = d.n_kv_heads;
   float x;
-  if (hh < nh) { kind = 0; head = hh; x = row[head * 2 * kPrepDim + i]; }
-  else if (hh < nh + nkv) { kind = 1; head = hh - nh; x = row[nh * 2 * kPrepDim + head * kPrepDim + i]; }
-  else { kind = 2; head = hh - nh - nkv; x = row[nh * 2 * kPrepDim + nkv * kPrepDim + head * kPrepDim + i]; }
-  if (kind == 2) return x;
+  if (c.kind == 0) x = row[c.head * 2 * kPrepDim + i];
+  else if (c.kind == 1) x = row[nh * 2 * kPrepDim + c.head * kPrepDim + i];
+  else x = row[nh * 2 * kPrepDim + nkv * kPrepDim + c.head * kPrepDim + i];
+  if (c.kind == 2) return x;
   float ss = block_sum(x * x, red);
-  const float* w = kind == 0 ? q_norm : k_norm;
-  x = x * rsqrtf(ss / kPrepDim + d.eps) * (1.f + w[i]);
+  x = x * rsqrtf(ss / kPrepDim + d.eps) * c.w1;
   xs[i] = x;
   __syncthreads();
   const int rot = d.rotary_dim, half = rot / 2;
-  if (i < rot) {
-    const int pair = i % half;
-    float sn, cs;
-    sincosf((float)pos[mrope_axis(pair, sec)] * inv_freq[pair], &sn, &cs);
-    x = i < half ? x * cs - xs[i + half] * sn : x * cs + xs[i - half] * sn;
-  }
+  if (i < rot) x = i < half ? x * c.cs - xs[i + half] * c.sn : x * c.cs + xs[i - half] * c.sn;
   return x;
 }
 
