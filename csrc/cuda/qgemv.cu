@@ -30,7 +30,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -185,14 +185,13 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
   }
 }
 
-// Variants (chosen per launch; bench/decode.py times them side by side; U >= 6 (variant 36) caps the registers at
-// 102 so that 5 blocks (20 warps) fit an SM, as variant 4's 95 do: 2560 row pairs in one round on 132 SMs):
+// Variants (chosen per launch; bench/decode.py times them side by side):
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
 //   XL     x in the lanes layout (common.cuh lanes_pos): the warp's p-th 16-byte load of x is one contiguous 512 bytes
 template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
-__global__ void __launch_bounds__(kWarps * 32, U >= 6 ? 5 : 1) qgemv_kernel(GemvArgs a) {
+__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
@@ -973,10 +972,9 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //          R4 U2, one 22-warp block per SM: gate_up, lm_head; 29's 24 warps until session 8, whose call 4 measured
 //          4.878 against 4.944 ms a step: 22 warps fill gate_up's last round on 132 SMs, see variant 34; other SM
 //          counts have other best widths, not yet searched); N >= 12288 variant 30 (integer dot, R8 U1, one
-//          16-warp block per SM: gdn_in, the attention qkv); else 36 (gdn_out and the attention output, 5120 x
-//          6144: variant 4 with the whole row pair loaded before the PDL wait; session 13, call 4). 29 / 30
-//          replaced 23 / 27 (the same code as 3 / 2 blocks per SM) in session 7: x, 8 bytes an element with the
-//          fused norm, is then staged from L2 once per SM (5.071 -> 4.973 ms a step, call 3).
+//          16-warp block per SM: gdn_in, the attention qkv); else 4 (gdn_out and the attention output, 5120 x
+//          6144). 29 / 30 replaced 23 / 27 (the same code as 3 / 2 blocks per SM) in session 7: x, 8 bytes an
+//          element with the fused norm, is then staged from L2 once per SM (5.071 -> 4.973 ms a step, call 3).
 //          The ring (16..19) lost everywhere (44-51 us on gate_up in bench/gemv_probe.py).
 //   5/6/8-bit (isolated GEMVs, bench/gemv_probe.py, sessions 3-4; not yet searched on whole steps):
 //   5-bit: K > 8192 ring 19 (34.9 vs 41.1 generic), else ring 18 (52.7 / 28.5 / 12.7 vs 68.0 / 36.2 / 14.8).
@@ -984,7 +982,7 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
-  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 34 : a.N >= 12288 ? 30 : 36;
+  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 34 : a.N >= 12288 ? 30 : 4;
   if (BITS == 5) return a.K > 8192 ? 19 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
   return 1;  // 8-bit: generic path
@@ -1003,11 +1001,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variants 4 and 36 only (qgemv checks v before it gets here)
-      if constexpr (BITS == 4) {
-        if (v == 36) launch<BITS, 1, 6, false, false, true>(a, st);
-        else launch<BITS, 1, 2, false, true, true>(a, st);
-      }
+    if (a.x_lanes) {  // the lanes layout is read by variant 4 only (qgemv checks that v is 4 before it gets here)
+      if constexpr (BITS == 4) launch<BITS, 1, 2, false, true, true>(a, st);
       return;
     }
     // 16..19 (qgemv_ring_kernel, every width; persistent grid; cp.async ring of S stages per warp, S <= S_MAX
@@ -1057,10 +1052,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
-    //   36: variant 4 with U = 6 and no software pipeline: for K = 6144 (gdn_out, the attention output: 6 chunks a
-    //      lane a row) the warp's whole row pair is loaded into registers before the PDL wait, while the latency-bound
-    //      GDN step / attention combine runs (their blocks leave most SMs free). The same sums in the same order as 4
-    //      (bit-equal). Unlike session 12's preload below, nothing goes through shared memory
+    // (session 13 call 4, measured and removed: 36, variant 4 with U = 6 and no pipeline, so that gdn_out's / the
+    // attention output's whole row pair (K = 6144) is in registers before the PDL wait, capped at 102 registers by
+    // __launch_bounds__(128, U >= 6 ? 5 : 1). Bit-equal to 4 (517 GEMV tests passed), but the explicit minimum of 1 block
+    // for U < 6 raised variant 4 itself from 95 to 121 registers (16 warps an SM: down's 2560 row pairs in 1.2
+    // rounds, 18.7 -> 26.9 us), which spoiled the A/B; 36's own increments, gdn_out 8.59 and o 8.51 us, were no better
+    // than 4's 7.88 / 8.05 in call 3 (bench/results/step-variant36-h200-s13-call4.txt, step-timeline-variant36-*))
     // (session 12, measured on whole steps and removed: 36 / 37, each 4-warp block's 8 rows (codes and scales, 25.5 KB
     // at K = 6144) copied into shared memory with cp.async before the PDL wait, so that gdn_out / the attention output
     // stream in while the latency-bound GDN step / combine runs; bit-equal to variant 4. gdn_out's own increment fell
@@ -1128,10 +1125,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
       else done = false;
       if (done) return;
-      if (v == 36) {
-        launch<BITS, 1, 6, false, false>(a, st);
-        return;
-      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -1220,8 +1213,7 @@ void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
-  const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
-  return v == 4 || v == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
+  return t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) == 4 ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -1265,8 +1257,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4 and 36 only "
-                                "(qgemv_x_layout)");
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variant 4 only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
