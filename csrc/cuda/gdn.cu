@@ -126,7 +126,57 @@ constexpr int kDk = 128, kDv = 128;
 // each m a warp reads 8 columns x 64 contiguous bytes (8 cache lines per float4 load). The earlier
 // mapping (rows 32part .. 32part + 31 per thread) touched 32 lines per load instruction and made the
 // kernel L1-wavefront bound (ncu: 12.5 us per layer, DRAM 5 %, 0.09 issues per cycle); it also read
-// ks/qs with a 4-way bank conflict, which this interleave removes.
+// ks/qs with a 4-way bank conflict, which this interleave removes. Both kernels below use this mapping.
+
+// This thread's 32 state values (S: its first, s[4m + c] = S[16m + c]) in and out, 16 bytes at a time.
+__device__ __forceinline__ void load_state(const float* S, float (&s)[32]) {
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float4 v = *reinterpret_cast<const float4*>(S + 16 * m);
+    s[4 * m] = v.x; s[4 * m + 1] = v.y; s[4 * m + 2] = v.z; s[4 * m + 3] = v.w;
+  }
+}
+__device__ __forceinline__ void store_state(float* S, const float (&s)[32]) {
+#pragma unroll
+  for (int m = 0; m < 8; ++m)
+    *reinterpret_cast<float4*>(S + 16 * m) = make_float4(s[4 * m], s[4 * m + 1], s[4 * m + 2], s[4 * m + 3]);
+}
+
+// One token of the delta rule on this thread's 32 state values s (column j, its 32 key rows; k4 / q4: this thread's
+// pieces of the normalised key and query in shared memory): S *= decay; kv = S^T k (over the column's 4 threads);
+// S += k kn (beta (v - kv kn)); returns this thread's part of o = S^T q (the caller adds the column's 4 parts).
+// Shared by gdn_kernel and gdn_conv_decode_kernel, so both run the same products in the same order.
+__device__ __forceinline__ float delta_rule_token(float (&s)[32], const float4* k4, const float4* q4, float decay,
+                                                  float kn, float beta, float vj) {
+  float kv = 0.f;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float4 kk = k4[4 * m];
+    s[4 * m] *= decay; s[4 * m + 1] *= decay; s[4 * m + 2] *= decay; s[4 * m + 3] *= decay;
+    kv = fmaf(s[4 * m], kk.x, kv);
+    kv = fmaf(s[4 * m + 1], kk.y, kv);
+    kv = fmaf(s[4 * m + 2], kk.z, kv);
+    kv = fmaf(s[4 * m + 3], kk.w, kv);
+  }
+  kv += __shfl_xor_sync(0xffffffffu, kv, 1);
+  kv += __shfl_xor_sync(0xffffffffu, kv, 2);
+  const float u = beta * (vj - kv * kn);
+  float o = 0.f;
+#pragma unroll
+  for (int m = 0; m < 8; ++m) {
+    const float4 kk = k4[4 * m], qq = q4[4 * m];
+    s[4 * m] = fmaf(kk.x * kn, u, s[4 * m]);
+    s[4 * m + 1] = fmaf(kk.y * kn, u, s[4 * m + 1]);
+    s[4 * m + 2] = fmaf(kk.z * kn, u, s[4 * m + 2]);
+    s[4 * m + 3] = fmaf(kk.w * kn, u, s[4 * m + 3]);
+    o = fmaf(s[4 * m], qq.x, o);
+    o = fmaf(s[4 * m + 1], qq.y, o);
+    o = fmaf(s[4 * m + 2], qq.z, o);
+    o = fmaf(s[4 * m + 3], qq.w, o);
+  }
+  return o;
+}
+
 // The conv inputs of gdn_conv_decode_kernel (below).
 struct ConvIn {
   const float* w;
@@ -147,11 +197,7 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
   const int conv_dim = 2 * d.k_heads * kDk + d.v_heads * kDv;
   float* S = state + ((size_t)h * kDv + j) * kDk + 4 * part;
   float s[32];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const float4 v = *reinterpret_cast<const float4*>(S + 16 * m);
-    s[4 * m] = v.x; s[4 * m + 1] = v.y; s[4 * m + 2] = v.z; s[4 * m + 3] = v.w;
-  }
+  load_state(S, s);
   const float q_scale = rsqrtf((float)kDk);
   const float neg_a = -expf(a_log[h]);
   const float nw = norm_w[j];
@@ -190,32 +236,7 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
     const float decay = gb[0], beta = gb[1];
     const float4* k4 = reinterpret_cast<const float4*>(ks) + part;  // piece m of this thread: k4[4m]
     const float4* q4 = reinterpret_cast<const float4*>(qs) + part;
-    float kv = 0.f;
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const float4 kk = k4[4 * m];
-      s[4 * m] *= decay; s[4 * m + 1] *= decay; s[4 * m + 2] *= decay; s[4 * m + 3] *= decay;
-      kv = fmaf(s[4 * m], kk.x, kv);
-      kv = fmaf(s[4 * m + 1], kk.y, kv);
-      kv = fmaf(s[4 * m + 2], kk.z, kv);
-      kv = fmaf(s[4 * m + 3], kk.w, kv);
-    }
-    kv += __shfl_xor_sync(0xffffffffu, kv, 1);
-    kv += __shfl_xor_sync(0xffffffffu, kv, 2);
-    const float u = beta * (vj - kv * kn);
-    float o = 0.f;
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const float4 kk = k4[4 * m], qq = q4[4 * m];
-      s[4 * m] = fmaf(kk.x * kn, u, s[4 * m]);
-      s[4 * m + 1] = fmaf(kk.y * kn, u, s[4 * m + 1]);
-      s[4 * m + 2] = fmaf(kk.z * kn, u, s[4 * m + 2]);
-      s[4 * m + 3] = fmaf(kk.w * kn, u, s[4 * m + 3]);
-      o = fmaf(s[4 * m], qq.x, o);
-      o = fmaf(s[4 * m + 1], qq.y, o);
-      o = fmaf(s[4 * m + 2], qq.z, o);
-      o = fmaf(s[4 * m + 3], qq.w, o);
-    }
+    float o = delta_rule_token(s, k4, q4, decay, kn, beta, vj);
     o += __shfl_xor_sync(0xffffffffu, o, 1);
     o += __shfl_xor_sync(0xffffffffu, o, 2);
     o *= qn;
@@ -229,9 +250,7 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
     }
     __syncthreads();
   }
-#pragma unroll
-  for (int m = 0; m < 8; ++m)
-    *reinterpret_cast<float4*>(S + 16 * m) = make_float4(s[4 * m], s[4 * m + 1], s[4 * m + 2], s[4 * m + 3]);
+  store_state(S, s);
 }
 
 // The T = 1 decode step with the conv inside (gdn_conv_step): gdn_kernel's thread roles and arithmetic, in the same
@@ -258,11 +277,7 @@ __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, co
   const int tid = threadIdx.x, part = tid & 3, j = tid >> 2;
   float* S = state + ((size_t)h * kDv + j) * kDk + 4 * part;
   float s[32];
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const float4 v = *reinterpret_cast<const float4*>(S + 16 * m);
-    s[4 * m] = v.x; s[4 * m + 1] = v.y; s[4 * m + 2] = v.z; s[4 * m + 3] = v.w;
-  }
+  load_state(S, s);
   const float q_scale = rsqrtf((float)kDk);
   const float neg_a = -expf(a_log[h]);
   const float nw = norm_w[j];
@@ -309,35 +324,8 @@ __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, co
   const float decay = gb[0], beta = gb[1];
   const float4* k4 = reinterpret_cast<const float4*>(ks) + part;
   const float4* q4 = reinterpret_cast<const float4*>(qs) + part;
-  float kv = 0.f;
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const float4 kk = k4[4 * m];
-    s[4 * m] *= decay; s[4 * m + 1] *= decay; s[4 * m + 2] *= decay; s[4 * m + 3] *= decay;
-    kv = fmaf(s[4 * m], kk.x, kv);
-    kv = fmaf(s[4 * m + 1], kk.y, kv);
-    kv = fmaf(s[4 * m + 2], kk.z, kv);
-    kv = fmaf(s[4 * m + 3], kk.w, kv);
-  }
-  kv += __shfl_xor_sync(0xffffffffu, kv, 1);
-  kv += __shfl_xor_sync(0xffffffffu, kv, 2);
-  const float u = beta * (vj - kv * kn);
-  float o = 0.f;
-#pragma unroll
-  for (int m = 0; m < 8; ++m) {
-    const float4 kk = k4[4 * m], qq = q4[4 * m];
-    s[4 * m] = fmaf(kk.x * kn, u, s[4 * m]);
-    s[4 * m + 1] = fmaf(kk.y * kn, u, s[4 * m + 1]);
-    s[4 * m + 2] = fmaf(kk.z * kn, u, s[4 * m + 2]);
-    s[4 * m + 3] = fmaf(kk.w * kn, u, s[4 * m + 3]);
-    o = fmaf(s[4 * m], qq.x, o);
-    o = fmaf(s[4 * m + 1], qq.y, o);
-    o = fmaf(s[4 * m + 2], qq.z, o);
-    o = fmaf(s[4 * m + 3], qq.w, o);
-  }
-#pragma unroll
-  for (int m = 0; m < 8; ++m)  // the new state, stored while the norm below runs
-    *reinterpret_cast<float4*>(S + 16 * m) = make_float4(s[4 * m], s[4 * m + 1], s[4 * m + 2], s[4 * m + 3]);
+  float o = delta_rule_token(s, k4, q4, decay, kn, beta, vj);
+  store_state(S, s);  // the new state, stored while the norm below runs
   o += __shfl_xor_sync(0xffffffffu, o, 1);
   o += __shfl_xor_sync(0xffffffffu, o, 2);
   o *= qn;
