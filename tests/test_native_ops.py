@@ -42,7 +42,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(36))  # 0 = route by shape, 1..35 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(37))  # 0 = route by shape, 1..36 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35]  # 4-bit integer dot products on x staged as 16-bit integers
 
@@ -372,6 +372,33 @@ def test_qgemv_lanes_input_equals_perm8(nat, epi, N, K):
         assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
 
 
+@pytest.mark.parametrize("epi, N, K", [(1, 5120, 17408),  # down: 17 batches of two chunks a lane
+                                       (1, 5120, 6144),   # gdn_out / the attention output: 3 batches
+                                       (0, 253, 1152),    # an odd last row, a last batch of one chunk for some lanes
+                                       (2, 96, 512),      # SwiGLU; 16 chunks: half the lanes idle
+                                       (0, 64, 64)])      # two chunks: lanes past them load nothing
+@pytest.mark.parametrize("layout", [X_LANES, X_PERM8])
+def test_qgemv_variant36_equals_variant4(nat, epi, N, K, layout):
+    """Variant 36 (qgemv_pp_kernel: variant 4 with two register buffers in turn and the scales kept in fp16 until
+    their product, so that the next batch is in flight while the current one is computed) runs variant 4's products
+    in variant 4's order: equal bit for bit, on either input layout and with each epilogue."""
+    gen = torch.Generator(device="cuda").manual_seed(N + K + epi + 7 * layout)
+    codes, scales, _ = _random_q4(N, K, gen)
+    x = torch.randn(1, K, device="cuda", generator=gen).half()
+    xbuf = to_lanes(x) if layout == X_LANES else to_perm8(x)
+
+    def call(variant):
+        out, args, before = _gemv_out(epi, N, torch.Generator(device="cuda").manual_seed(99))
+        with forced_qgemv_variant(nat, variant):
+            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, xbuf.data_ptr(), 1, epi, *args,
+                         x_layout=layout)
+        return _gemv_result(out, before, epi)
+
+    got = call(36)
+    assert not got.isnan().any()
+    assert torch.equal(got, call(4))
+
+
 def test_qgemv_x_layout_follows_the_route(nat):
     assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_LANES  # down: routed to variant 4
     assert nat.qgemv_x_layout(5120, 6144, 4, 32, 1) == X_LANES   # gdn_out / o: variant 4 too
@@ -380,6 +407,8 @@ def test_qgemv_x_layout_follows_the_route(nat):
     assert nat.qgemv_x_layout(5120, 17408, 6, 64, 1) == X_PERM8  # 6-bit: the ring kernel
     with forced_qgemv_variant(nat, 6):
         assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8
+    with forced_qgemv_variant(nat, 36):  # variant 4's walk, pipelined: it reads the lanes layout too
+        assert nat.qgemv_x_layout(5120, 6144, 4, 64, 1) == X_LANES
     nat.set_qgemv_lanes(False)
     try:
         assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8

@@ -30,7 +30,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 35;  // T = 1 launch variants 1..35 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -318,6 +318,107 @@ void launch(const GemvArgs& a, cudaStream_t st) {
     blocks = std::min(blocks, sm_count() * per_sm);
   }
   launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), 0, st, a);
+}
+
+// Variant 36 (session 13, written after the last device call, not yet measured): variant 4 (T = 1, 4-bit, one row
+// pair per warp, U = 2) with a software pipeline that keeps two batches in flight. Variant 4's SASS (sm_90, cuobjdump
+// of qgemv_kernel<4, 1, 2, false, true, true>) shows why its PIPE does not pipeline:
+//  - each batch's fp16 scales are converted (HADD2.F32) right after their loads, inside the conditional block that
+//    issues the next batch (a basic block of its own, so ptxas cannot sink them), and the second chunk's loads are
+//    issued after the first chunk's conversions: the warp waits there for the next batch's DRAM round trips, twice,
+//    before it computes the current batch;
+//  - the copies w = wn at the loop top wait for the batch in flight before the next one is issued.
+// So a warp has about one batch (2 KB) in flight and pays ~2 round trips a batch: ~1 KB a warp a round trip, ~20 KB an
+// SM, ~2.1-2.5 TB/s over 132 SMs, what down, gdn_out and the attention output stream at in the step. This kernel
+// alternates two register buffers (no copies) and keeps the scales in fp16 until their product, so the loads of batch
+// b + 1 are in flight while batch b is waited for and computed. The same products in the same order as variant 4:
+// bit-equal (tests). Prediction: down 18.7 -> ~14 us a layer (47 MB at ~3.4 TB/s, the sx kernels' rate), gdn_out and
+// the attention output ~1 us less each; ~-0.3 ms a step. Measure on whole steps (step_probe --routes
+// "5120x17408=36;5120x6144=36;5120x17408=36,5120x6144=36") before routing it.
+template <bool XL>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
+  constexpr int U = 2;
+  const int lane = threadIdx.x & 31;
+  const int npairs = (a.N + 1) >> 1;
+  const int nch = a.K >> 5;
+  const int pair = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (pair >= npairs) {  // pdl.cuh: a warp without work still waits
+    pdl_wait();
+    pdl_trigger();
+    return;
+  }
+  const int r0 = 2 * pair, r1 = min(r0 + 1, a.N - 1);
+  const size_t rowb = (size_t)(a.K >> 1);
+  const size_t ngroups = (size_t)(a.K >> a.gshift);
+  uint4 wa[2][U], wb[2][U];
+  __half sa[2][U], sb[2][U];
+  auto load = [&](int cb, uint4 (&w)[2][U], __half (&sc)[2][U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = cb + 32 * u;
+      if (c < nch) {
+        w[0][u] = __ldg(reinterpret_cast<const uint4*>(a.codes + r0 * rowb + c * 16));
+        w[1][u] = __ldg(reinterpret_cast<const uint4*>(a.codes + r1 * rowb + c * 16));
+        sc[0][u] = a.scales[r0 * ngroups + ((c * 32) >> a.gshift)];
+        sc[1][u] = a.scales[r1 * ngroups + ((c * 32) >> a.gshift)];
+      }
+    }
+  };
+  float acc0 = 0.f, acc1 = 0.f;
+  auto compute = [&](int cb, const uint4 (&w)[2][U], const __half (&sc)[2][U]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = cb + 32 * u;
+      if (c >= nch) break;
+      const uint4* xt = reinterpret_cast<const uint4*>(a.x);
+      uint4 xv[4];
+      if (XL) {  // piece p of chunk c: run * 128 + p * run_chunks + c % 32 (in 16-byte pieces)
+        const int run = c >> 5;
+        const int run_chunks = min(32, nch - 32 * run);
+        const uint4* xp = xt + run * 128 + (c & 31);
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
+      } else {
+        const uint4* xp = xt + c * 4;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+      }
+      acc0 = fmaf(__half2float(sc[0][u]), dot_q4_half2(w[0][u], xv), acc0);
+      acc1 = fmaf(__half2float(sc[1][u]), dot_q4_half2(w[1][u], xv), acc1);
+    }
+  };
+  // batches 0 and 1 before the wait (weights only), then: compute a batch, reload its buffer two batches ahead
+  int cb = lane;
+  if (cb < nch) load(cb, wa, sa);
+  if (cb + 32 * U < nch) load(cb + 32 * U, wb, sb);
+  pdl_wait();
+  pdl_trigger();
+  while (cb < nch) {
+    compute(cb, wa, sa);
+    if (cb + 64 * U < nch) load(cb + 64 * U, wa, sa);
+    cb += 32 * U;
+    if (cb >= nch) break;
+    compute(cb, wb, sb);
+    if (cb + 64 * U < nch) load(cb + 64 * U, wb, sb);
+    cb += 32 * U;
+  }
+  acc0 = warp_sum(acc0);
+  acc1 = warp_sum(acc1);
+  if (lane != 0) return;  // lane 0 writes the pair (T = 1), as variant 4's lane t = 0 does
+  if (a.epi == GEMV_STORE) {
+    a.out_f32[r0] = acc0;
+    if (r0 + 1 < a.N) a.out_f32[r0 + 1] = acc1;
+  } else if (a.epi == GEMV_ADD) {
+    a.out_f32[r0] += acc0;
+    if (r0 + 1 < a.N) a.out_f32[r0 + 1] += acc1;
+  } else {
+    a.out_h[swiglu_pos(a, pair)] = __float2half(silu(acc0) * acc1);
+  }
+}
+
+template <bool XL>
+void launch_pp(const GemvArgs& a, cudaStream_t st) {
+  launch_pdl("qgemv", qgemv_pp_kernel<XL>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
 }
 
 // ---- T = 1, 4-bit: x staged in shared memory (variants 6..15) ----
@@ -1001,8 +1102,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variant 4 only (qgemv checks that v is 4 before it gets here)
-      if constexpr (BITS == 4) launch<BITS, 1, 2, false, true, true>(a, st);
+    if (a.x_lanes) {  // the lanes layout is read by variants 4 and 36 only (qgemv checks v before it gets here)
+      if constexpr (BITS == 4) {
+        if (v == 36) launch_pp<true>(a, st);
+        else launch<BITS, 1, 2, false, true, true>(a, st);
+      }
       return;
     }
     // 16..19 (qgemv_ring_kernel, every width; persistent grid; cp.async ring of S stages per warp, S <= S_MAX
@@ -1125,6 +1229,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
       else done = false;
       if (done) return;
+      if (v == 36) {
+        launch_pp<false>(a, st);
+        return;
+      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -1213,7 +1321,8 @@ void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
-  return t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) == 4 ? GEMV_X_LANES : GEMV_X_PERM8;
+  const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
+  return v == 4 || v == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -1257,7 +1366,8 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variant 4 only (qgemv_x_layout)");
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4 and 36 only "
+                                "(qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
