@@ -42,9 +42,9 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(37))  # 0 = route by shape, 1..36 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(39))  # 0 = route by shape, 1..38 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
-QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35]  # 4-bit integer dot products on x staged as 16-bit integers
+QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35, 37, 38]  # 4-bit integer dot products on x staged as 16-bit integers
 
 
 def gemv_tol(variant: int) -> float:
@@ -299,6 +299,8 @@ def test_rmsnorm(nat, T, add_one):
     (30, 0, 250, 1152, 1, True),
     (34, 2, 34816, 5120, 1, True),   # 29 / 30 with 22 / 14 warps per SM
     (35, 0, 14336, 5120, 1, True),
+    (37, 2, 34816, 5120, 1, True),   # 34 / 30 with their scales and norm weights converted where used (LAZY)
+    (38, 0, 16480, 5120, 1, True),
     (0, 0, 5120, 6144, 1, False),    # route 4 (gdn_out's shape): norm kernel, then the GEMV
     (6, 0, 16480, 5120, 1, False),   # a forced variant without the fused norm
     (24, 2, 34816, 5120, 1, False),  # an integer-dot variant without it
@@ -397,6 +399,36 @@ def test_qgemv_variant36_equals_variant4(nat, epi, N, K, layout):
     got = call(36)
     assert not got.isnan().any()
     assert torch.equal(got, call(4))
+
+
+@pytest.mark.parametrize("lazy, eager, epi, N, K", [(37, 34, 2, 34816, 5120), (37, 34, 1, 250, 1152),
+                                                      (38, 30, 0, 16480, 5120), (38, 30, 1, 253, 2048)])
+@pytest.mark.parametrize("fused", [True, False])
+def test_qgemv_lazy_scale_variants_equal_theirs(nat, lazy, eager, epi, N, K, fused):
+    """Variants 37 / 38 are 34 / 30 with the batches' fp16 scales and the fused norm's weights (plus nadd) converted
+    where they are used instead of right after their loads: the same arithmetic, so equal bit for bit, with the norm
+    fused into the GEMV or not."""
+    gen = torch.Generator(device="cuda").manual_seed(lazy * 11 + N + K + epi)
+    codes, scales, _ = _random_q4(N, K, gen)
+    resid = torch.randn(1, K, device="cuda", generator=gen) * 3
+    w = torch.randn(K, device="cuda", generator=gen) * 0.2
+    x = to_perm8(torch.randn(1, K, device="cuda", generator=gen).half())
+    xin = torch.empty(1, K, device="cuda").half()
+
+    def call(variant):
+        out, args, before = _gemv_out(epi, N, torch.Generator(device="cuda").manual_seed(5))
+        with forced_qgemv_variant(nat, variant):
+            if fused:
+                assert nat.qgemv_fuses_norm(N, K, 4, 64, 1)
+                nat.op_qgemv_normed(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, resid.data_ptr(),
+                                    w.data_ptr(), 1e-6, True, 1, epi, *args, xin.data_ptr())
+            else:
+                nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, x.data_ptr(), 1, epi, *args)
+        return _gemv_result(out, before, epi)
+
+    got = call(lazy)
+    assert not got.isnan().any()
+    assert torch.equal(got, call(eager))
 
 
 def test_qgemv_x_layout_follows_the_route(nat):

@@ -18,6 +18,7 @@
 // products are summed in fp16, then in fp32. 5/6/8-bit at T = 1 (ring kernel): the same with the high
 // bits ORed in (chunk_dot_fast); T > 1 and the generic T = 1 path decode them to fp32 per element.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "common.cuh"
@@ -30,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 36;  // T = 1 launch variants 1..36 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 38;  // T = 1 launch variants 1..38 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -453,6 +454,14 @@ __device__ inline float ld_stream_half(const __half* p) {
   asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
   return __half2float(__ushort_as_half(h));
 }
+// The same load left in fp16 (LAZY sx variants): converted where it is used, so that no conversion waits for it early.
+__device__ inline unsigned short ld_stream_f16_bits(const __half* p) {
+  unsigned short h;
+  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
+  return h;
+}
+__device__ inline float scale_of(float s) { return s; }
+__device__ inline float scale_of(unsigned short s) { return __half2float(__ushort_as_half(s)); }
 
 
 // x (nch chunks of 64 bytes) -> xs in the swizzled order, by NT threads, 4 loads in flight per thread.
@@ -571,15 +580,16 @@ struct NormW {
 template <int WARPS>
 constexpr int norm_pre_items() { return WARPS >= 14 && WARPS * 32 < 640 ? 2 : 1; }
 __device__ inline float4 add4(float4 v, float s) { return make_float4(v.x + s, v.y + s, v.z + s, v.w + s); }
-template <int NPRE>
+// ADD = false (LAZY sx variants): the weights as loaded, nadd added where stage_xq_normed uses them (after the wait).
+template <int NPRE, bool ADD = true>
 __device__ inline void load_norm_w(NormW<NPRE>& nw, const GemvArgs& a, int nch, int nt) {
   const float4* wg = reinterpret_cast<const float4*>(a.nw);
 #pragma unroll
   for (int i = 0; i < NPRE; ++i) {
     const int t = threadIdx.x + i * nt;
     if (t < 4 * nch) {
-      nw.w[i][0] = add4(__ldg(wg + 2 * t), a.nadd);
-      nw.w[i][1] = add4(__ldg(wg + 2 * t + 1), a.nadd);
+      nw.w[i][0] = ADD ? add4(__ldg(wg + 2 * t), a.nadd) : __ldg(wg + 2 * t);
+      nw.w[i][1] = ADD ? add4(__ldg(wg + 2 * t + 1), a.nadd) : __ldg(wg + 2 * t + 1);
     }
   }
 }
@@ -591,7 +601,7 @@ __device__ inline void load_norm_w(NormW<NPRE>& nw, const GemvArgs& a, int nch, 
 // quantizing (two passes over the row: two L2 round trips and a barrier on the critical path) and saved nothing
 // against the separate norm kernel (session 6 call 6). No fp16 rounding of x in between. nw holds the norm weights of
 // the thread's first items (load_norm_w); the items past them load their own here.
-template <int NPRE>
+template <int NPRE, bool NW_ADDED = true>
 __device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, int nt, float* red, const NormW<NPRE>& nw) {
   const float4* xg = reinterpret_cast<const float4*>(a.nx);
   const float4* wg = reinterpret_cast<const float4*>(a.nw);
@@ -609,7 +619,10 @@ __device__ inline float stage_xq_normed(uint4* xs, const GemvArgs& a, int nch, i
   int t = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < NPRE; ++i, t += nt)
-    if (t < 4 * nch) item(t, nw.w[i][0], nw.w[i][1]);
+    if (t < 4 * nch) {
+      if constexpr (NW_ADDED) item(t, nw.w[i][0], nw.w[i][1]);
+      else item(t, add4(nw.w[i][0], a.nadd), add4(nw.w[i][1], a.nadd));
+    }
   for (; t < 4 * nch; t += nt) item(t, add4(__ldg(wg + 2 * t), a.nadd), add4(__ldg(wg + 2 * t + 1), a.nadd));
   return rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);  // NaN in nx: NaN here too
 }
@@ -658,7 +671,14 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 // SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
 // IDOT integer dot products on x staged as 16-bit integers (needs SX).
 // NORM (IDOT only): x is the RMSNorm of a.nx, computed by every block while it stages x (qgemv_normed).
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false>
+// LAZY (variants 37 / 38, session 13, not yet measured): the batches' fp16 scales and the fused norm's weights stay as
+// loaded until they are used. Otherwise (SASS of 34 on sm_90) each chunk's scales are converted right after their
+// loads, before the next chunk's loads are issued (U = 2: two DRAM round trips a batch instead of one), and before
+// the PDL wait a thread converts its first batch's scales and then adds nadd to the norm weights it only then loads:
+// up to three round trips ahead of the wait, on the critical path wherever the block became resident late (after
+// its predecessor's block on the SM exited). The same arithmetic: bit-equal.
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
+          bool LAZY = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
   static_assert(IDOT || !NORM, "the fused norm stages the integer planes");
@@ -673,9 +693,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   uint64_t pol = 0;
   if (EVICT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
 
+  using ScaleT = std::conditional_t<LAZY, unsigned short, float>;
   Chunk<4> w[ROWS][U], wn[ROWS][U];
-  float s[ROWS][U], sn[ROWS][U];
-  auto load_batch = [&](int g, int cb, Chunk<4> (&ww)[ROWS][U], float (&ss)[ROWS][U]) {
+  ScaleT s[ROWS][U], sn[ROWS][U];
+  auto load_batch = [&](int g, int cb, Chunk<4> (&ww)[ROWS][U], ScaleT (&ss)[ROWS][U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
@@ -684,7 +705,9 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
         for (int i = 0; i < ROWS; ++i) {
           const int r = min(g * ROWS + i, a.N - 1);  // last partial group: re-read the last row
           ww[i][u].lo = ld_stream16<EVICT>(a.codes + r * rowb + c * 16, pol);
-          ss[i][u] = ld_stream_half(a.scales + (size_t)r * ngroups + ((c * 32) >> a.gshift));
+          const __half* sp = a.scales + (size_t)r * ngroups + ((c * 32) >> a.gshift);
+          if constexpr (LAZY) ss[i][u] = ld_stream_f16_bits(sp);
+          else ss[i][u] = ld_stream_half(sp);
         }
       }
     }
@@ -695,12 +718,12 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   float norm_r = 1.f;  // NORM: the norm's factor, applied to the row sums
   NormW<norm_pre_items<WARPS>()> nw;  // NORM: the norm weights of this thread's first items, before the wait (a.nw_early)
-  if (NORM && a.nw_early) load_norm_w(nw, a, nch, WARPS * 32);
+  if (NORM && a.nw_early) load_norm_w<norm_pre_items<WARPS>(), !LAZY>(nw, a, nch, WARPS * 32);
   pdl_wait();  // pdl.cuh: the first batch of weights is in flight before the wait, x is read after it
   pdl_trigger();
-  if (NORM && !a.nw_early) load_norm_w(nw, a, nch, WARPS * 32);
+  if (NORM && !a.nw_early) load_norm_w<norm_pre_items<WARPS>(), !LAZY>(nw, a, nch, WARPS * 32);
   if (SX) {
-    if constexpr (NORM) norm_r = stage_xq_normed(xs, a, nch, WARPS * 32, nred, nw);
+    if constexpr (NORM) norm_r = stage_xq_normed<norm_pre_items<WARPS>(), !LAZY>(xs, a, nch, WARPS * 32, nred, nw);
     else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
@@ -741,10 +764,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
           const float xscale = __int_as_float(m.x);
 #pragma unroll
           for (int i = 0; i < ROWS; ++i)
-            acc[i] = fmaf(__int2float_rn(chunk_dot_idot(w[i][u].lo, xv, m.y)), s[i][u] * xscale, acc[i]);
+            acc[i] = fmaf(__int2float_rn(chunk_dot_idot(w[i][u].lo, xv, m.y)), scale_of(s[i][u]) * xscale, acc[i]);
         } else {
 #pragma unroll
-          for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(s[i][u], chunk_dot<4>(w[i][u], xv), acc[i]);
+          for (int i = 0; i < ROWS; ++i) acc[i] = fmaf(scale_of(s[i][u]), chunk_dot<4>(w[i][u], xv), acc[i]);
         }
       }
       if (PIPE) {
@@ -837,9 +860,10 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
   return true;
 }
 
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false>
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
+          bool LAZY = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -1156,6 +1180,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      (gate_up: 8704 groups of 4 rows = 2.997 rounds of 2904 warps instead of 2.75 of 3168; the attention qkv:
     //      1792 groups of 8 = 0.97 rounds of 1848 instead of 0.85 of 2112): the tail of a phase, not its width.
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
+    //   36: qgemv_pp_kernel, variant 4 with a software pipeline that works (see there); 37 / 38: 34 / 30 with their
+    //      scales and norm weights converted where used (LAZY, see qgemv4_sx_kernel). Session 13, written after its
+    //      last device call from the SASS, bit-equal to 4 / 34 / 30 by construction (tests), not yet timed or routed
     // (session 13 call 4, measured and removed: 36, variant 4 with U = 6 and no pipeline, so that gdn_out's / the
     // attention output's whole row pair (K = 6144) is in registers before the PDL wait, capped at 102 registers by
     // __launch_bounds__(128, U >= 6 ? 5 : 1). Bit-equal to 4 (517 GEMV tests passed), but the explicit minimum of 1 block
@@ -1233,6 +1260,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
         launch_pp<false>(a, st);
         return;
       }
+      if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
+      if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -1310,7 +1339,7 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   const int v = t1_variant<4>(a);
-  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 ? v : 0;
+  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 ? v : 0;
 }
 }  // namespace
 
@@ -1351,6 +1380,8 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
       case 29: done = launch_sx<4, 2, 24, 1, true, false, false, true, true>(a, stream, false); break;
       case 34: done = launch_sx<4, 2, 22, 1, true, false, false, true, true>(a, stream, false); break;
       case 35: done = launch_sx<8, 1, 14, 1, true, false, false, true, true>(a, stream, false); break;
+      case 37: done = launch_sx<4, 2, 22, 1, true, false, false, true, true, true>(a, stream, false); break;
+      case 38: done = launch_sx<8, 1, 16, 1, true, false, false, true, true, true>(a, stream, false); break;
       default: done = launch_sx<8, 1, 16, 1, true, false, false, true, true>(a, stream, false); break;  // 30
     }
     if (done) {
