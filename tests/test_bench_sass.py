@@ -1,0 +1,43 @@
+"""bench/sass_prewait.py's reading of SASS text (no GPU, no cuobjdump: a hand-written listing)."""
+
+import importlib.util
+import pathlib
+
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("sass_prewait", _ROOT / "bench" / "sass_prewait.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+LISTING = """
+        Function : stalls
+        /*0000*/                   LDG.E.U16 R38, desc[UR10][R38.64] ;
+        /*0010*/                   LDG.E.128.CONSTANT R4, desc[UR6][R4.64] ;
+        /*0020*/                   IADD3 R9, R10, 0x1, RZ ;
+        /*0030*/                   HADD2.F32 R50, -RZ, R38.H0_H0 ;
+        /*0040*/                   IMAD.MOV.U32 R20, RZ, RZ, R7 ;
+        /*0050*/                   ACQBULK ;
+        /*0060*/                   FFMA R1, R4, R5, R1 ;
+        Function : clean
+        /*0000*/                   LDG.E.U16 R14, desc[UR8][R14.64] ;
+        /*0010*/                   IADD3 R14, R2, 0x4, RZ ;
+        /*0020*/                   LEA R12, P2, R14, R6, 0x1 ;
+        /*0030*/                   STG.E desc[UR4][R12.64], R3 ;
+        /*0040*/                   ACQBULK ;
+        /*0050*/                   HADD2.F32 R50, -RZ, R14.H0_H0 ;
+"""
+
+
+def test_reads_of_loaded_registers_before_the_wait_are_reported():
+    found = _tool().pre_wait_stalls(LISTING)
+    # the conversion of the 16-bit load and the copy of the 128-bit load's last register wait before ACQBULK
+    assert found["stalls"] == ["HADD2.F32 R50, -RZ, R38.H0_H0", "IMAD.MOV.U32 R20, RZ, RZ, R7"]
+
+
+def test_overwritten_registers_and_reads_after_the_wait_are_not():
+    # R14 is rewritten by IADD3 before LEA reads it; the HADD2.F32 after ACQBULK waits after the wait, as it should
+    assert "clean" not in _tool().pre_wait_stalls(LISTING)
