@@ -186,6 +186,23 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
   }
 }
 
+// The four 16-byte pieces of chunk c of one token's x (nch chunks) read through L1, in perm8 order or (XL) in the
+// lanes layout, where piece p of chunk c sits at run * 128 + p * run_chunks + c % 32 (16-byte units).
+template <bool XL>
+__device__ __forceinline__ void load_x_global(const uint4* xt, int c, int nch, uint4 (&xv)[4]) {
+  if (XL) {
+    const int run = c >> 5;
+    const int run_chunks = min(32, nch - 32 * run);
+    const uint4* xp = xt + run * 128 + (c & 31);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
+  } else {
+    const uint4* xp = xt + c * 4;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+  }
+}
+
 // Variants (chosen per launch; bench/decode.py times them side by side):
 //   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
@@ -244,19 +261,8 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
 #pragma unroll
         for (int t = 0; t < TT; ++t) {
           if (t < a.T) {
-            const uint4* xt = reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K);
             uint4 xv[4];
-            if (XL) {  // piece p of chunk c: run * 128 + p * run_chunks + c % 32 (in 16-byte pieces)
-              const int run = c >> 5;
-              const int run_chunks = min(32, nch - 32 * run);
-              const uint4* xp = xt + run * 128 + (c & 31);
-#pragma unroll
-              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
-            } else {
-              const uint4* xp = xt + c * 4;
-#pragma unroll
-              for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
-            }
+            load_x_global<XL>(reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K), c, nch, xv);
             acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
             acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
           }
@@ -371,19 +377,8 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
       if (c >= nch) break;
-      const uint4* xt = reinterpret_cast<const uint4*>(a.x);
       uint4 xv[4];
-      if (XL) {  // piece p of chunk c: run * 128 + p * run_chunks + c % 32 (in 16-byte pieces)
-        const int run = c >> 5;
-        const int run_chunks = min(32, nch - 32 * run);
-        const uint4* xp = xt + run * 128 + (c & 31);
-#pragma unroll
-        for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
-      } else {
-        const uint4* xp = xt + c * 4;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
-      }
+      load_x_global<XL>(reinterpret_cast<const uint4*>(a.x), c, nch, xv);
       acc0 = fmaf(__half2float(sc[0][u]), dot_q4_half2(w[0][u], xv), acc0);
       acc1 = fmaf(__half2float(sc[1][u]), dot_q4_half2(w[1][u], xv), acc1);
     }
