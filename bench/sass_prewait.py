@@ -11,8 +11,9 @@ kernels' scale conversions; bench/NOTES.md).
 
 Compiles each source to a cubin with nvcc, disassembles it with cuobjdump (on PATH, or from the
 `nvidia-cuda-cuobjdump` wheel: `pip install nvidia-cuda-cuobjdump`), and prints, per kernel, each instruction before
-its first ACQBULK that reads a register an earlier LDG of that stretch wrote. It reads straight-line order only (a
-branch may skip a listed instruction), so treat its output as places to look, not a proof.
+its first ACQBULK that reads a register an earlier LDG of that stretch wrote (kernels without one are skipped). It
+reads straight-line order only (a branch may skip a listed instruction), so treat its output as places to look, not
+a proof.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def pre_wait_stalls(sass: str) -> dict[str, list[str]]:
     """{kernel: [instructions before its first ACQBULK that read a register loaded by an earlier LDG]}."""
     found: dict[str, list[str]] = {}
     for name, body in _functions(sass):
+        if "ACQBULK" not in body:
+            continue  # no PDL wait in this kernel (launched plainly): nothing stands before one
         loaded: set[int] = set()
         hits = []
         for m in _INSN.finditer(body):

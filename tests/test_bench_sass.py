@@ -29,6 +29,10 @@ LISTING = """
         /*0030*/                   STG.E desc[UR4][R12.64], R3 ;
         /*0040*/                   ACQBULK ;
         /*0050*/                   HADD2.F32 R50, -RZ, R14.H0_H0 ;
+        Function : no_wait
+        /*0000*/                   LDG.E.U16 R38, desc[UR10][R38.64] ;
+        /*0010*/                   HADD2.F32 R50, -RZ, R38.H0_H0 ;
+        /*0020*/                   EXIT ;
 """
 
 
@@ -41,3 +45,8 @@ def test_reads_of_loaded_registers_before_the_wait_are_reported():
 def test_overwritten_registers_and_reads_after_the_wait_are_not():
     # R14 is rewritten by IADD3 before LEA reads it; the HADD2.F32 after ACQBULK waits after the wait, as it should
     assert "clean" not in _tool().pre_wait_stalls(LISTING)
+
+
+def test_kernels_without_a_pdl_wait_are_not_reported():
+    # a plainly launched kernel has no ACQBULK: its loads' uses stand before no wait
+    assert "no_wait" not in _tool().pre_wait_stalls(LISTING)

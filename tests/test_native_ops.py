@@ -650,7 +650,7 @@ def test_gdn_conv_step_equals_conv_then_step(nat, kh, vh, Kc, p0, pos_on_device)
         nat.op_gdn(conv_out.data_ptr(), zp, bp, ap, ldp, 1, kh, vh, eps, a_log.data_ptr(), dt_bias.data_ptr(),
                    norm_w.data_ptr(), S_a.data_ptr(), out_a.data_ptr())
         out_b = torch.full((1, vh * 128), float("nan"), device="cuda").half()
-        nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, ldp, kh, vh, eps, Kc, conv_w.data_ptr(), ring_b.data_ptr(), pos,
+        nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, kh, vh, eps, Kc, conv_w.data_ptr(), ring_b.data_ptr(), pos,
                         a_log.data_ptr(), dt_bias.data_ptr(), norm_w.data_ptr(), S_b.data_ptr(), out_b.data_ptr(), pdev)
         assert not out_b.isnan().any()
         assert torch.equal(ring_a, ring_b)
@@ -675,7 +675,7 @@ def test_gdn_conv_step_writes_the_lanes_layout(nat):
     def step(layout):
         ring, S = ring0.clone(), S0.clone()
         out = torch.full((1, vh * 128), float("nan"), device="cuda").half()
-        nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, ldp, kh, vh, 1e-6, Kc, conv_w.data_ptr(), ring.data_ptr(), p,
+        nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, kh, vh, 1e-6, Kc, conv_w.data_ptr(), ring.data_ptr(), p,
                         a_log.data_ptr(), dt_bias.data_ptr(), norm_w.data_ptr(), S.data_ptr(), out.data_ptr(),
                         out_layout=layout)
         return out

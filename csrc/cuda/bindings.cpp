@@ -206,16 +206,16 @@ void register_cuda_bindings(py::module_& m) {
   }, py::arg("x"), py::arg("ldx"), py::arg("T"), py::arg("C"), py::arg("Kc"), py::arg("w"), py::arg("state"),
      py::arg("pos"), py::arg("out"), py::arg("pos_dev") = 0);
   // one token: x the raw projection row (conv inputs first), z/b/a addressed from their own pointers
-  m.def("op_gdn_conv", [](uintptr_t x, uintptr_t z, uintptr_t b, uintptr_t a, int ldp, int k_heads, int v_heads,
+  m.def("op_gdn_conv", [](uintptr_t x, uintptr_t z, uintptr_t b, uintptr_t a, int k_heads, int v_heads,
                           float eps, int Kc, uintptr_t conv_w, uintptr_t conv_state, int pos, uintptr_t a_log,
                           uintptr_t dt_bias, uintptr_t norm_w, uintptr_t state, uintptr_t out_h, uintptr_t pos_dev,
                           int out_layout) {
     GdnDims d{k_heads, v_heads, 128, 128, eps};
-    gdn_conv_step(ptr<float>(x), ptr<float>(z), ptr<float>(b), ptr<float>(a), ldp, d, Kc, ptr<float>(conv_w),
+    gdn_conv_step(ptr<float>(x), ptr<float>(z), ptr<float>(b), ptr<float>(a), d, Kc, ptr<float>(conv_w),
                   ptr<float>(conv_state), pos, ptr<int32_t>(pos_dev), ptr<float>(a_log), ptr<float>(dt_bias),
                   ptr<float>(norm_w), ptr<float>(state), ptr<__half>(out_h), 0, out_layout);
     sync0("gdn_conv_step");
-  }, py::arg("x"), py::arg("z"), py::arg("b"), py::arg("a"), py::arg("ldp"), py::arg("k_heads"), py::arg("v_heads"),
+  }, py::arg("x"), py::arg("z"), py::arg("b"), py::arg("a"), py::arg("k_heads"), py::arg("v_heads"),
      py::arg("eps"), py::arg("Kc"), py::arg("conv_w"), py::arg("conv_state"), py::arg("pos"), py::arg("a_log"),
      py::arg("dt_bias"), py::arg("norm_w"), py::arg("state"), py::arg("out_h"), py::arg("pos_dev") = 0,
      py::arg("out_layout") = 0);

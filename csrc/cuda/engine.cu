@@ -353,7 +353,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
       const int Kc = (int)d.conv_kernel;
       const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order gdn_out's GEMV reads fastest
       if (T == 1 && !(skip_ & 6)) {  // one token: the conv inside the GDN step's kernel (one kernel fewer)
-        gdn_conv_step(w.proj, z, b, a, ldp, gd, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, L.a_log, L.dt_bias,
+        gdn_conv_step(w.proj, z, b, a, gd, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, L.a_log, L.dt_bias,
                       L.gdn_norm, S.gdn_state, mix, st, mix_layout);
         mark("gdn_conv_step");
       } else {  // T > 1, or leave-one-out timings (skip_ bit 2: the conv alone left out, 4: the recurrence)

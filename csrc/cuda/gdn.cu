@@ -370,14 +370,13 @@ void gdn_step(const float* conv_out, const float* z, const float* b, const float
              dt_bias, norm_w, state, out_h, out_layout == GEMV_X_LANES);
 }
 
-void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
+void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, const GdnDims& d, int Kc,
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
                    const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
                    int out_layout) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
-  (void)ldp;  // one token: z / b / a are read at their own pointers
   launch_pdl("gdn_conv_step", gdn_conv_decode_kernel, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, d, a_log,
              dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
 }

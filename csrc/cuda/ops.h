@@ -87,7 +87,7 @@ void gdn_step(const float* conv_out, const float* z, const float* b, const float
 // conv_update_silu then gdn_step for one token in one kernel (the same arithmetic; the state matched the two-kernel
 // path to the last bits only up to the compiler, session 8): x is the raw projection row (its first
 // 2*k_heads*dk + v_heads*dv entries are the conv's inputs), conv_w [C, Kc] and conv_state the ring above.
-void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, int ldp, const GdnDims& d, int Kc,
+void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, const GdnDims& d, int Kc,
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
                    const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
                    int out_layout = GEMV_X_PERM8);

@@ -444,17 +444,14 @@ __device__ inline uint4 ld_stream16(const uint8_t* p, uint64_t pol) {
   return v;
 }
 
-__device__ inline float ld_stream_half(const __half* p) {
-  unsigned short h;
-  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
-  return __half2float(__ushort_as_half(h));
-}
-// The same load left in fp16 (LAZY sx variants): converted where it is used, so that no conversion waits for it early.
+// One fp16 streamed past L1, as its bits (the LAZY sx variants and the ring kernel keep them so: converted where
+// used, so that no conversion waits for the load early) or converted.
 __device__ inline unsigned short ld_stream_f16_bits(const __half* p) {
   unsigned short h;
   asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
   return h;
 }
+__device__ inline float ld_stream_half(const __half* p) { return __half2float(__ushort_as_half(ld_stream_f16_bits(p))); }
 __device__ inline float scale_of(float s) { return s; }
 __device__ inline float scale_of(unsigned short s) { return __half2float(__ushort_as_half(s)); }
 
@@ -925,11 +922,6 @@ __device__ inline void cp_async_wait_pending(int n) {
 __device__ inline void st_shared_u32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }
-__device__ inline uint32_t ld_stream_u16(const __half* p) {
-  unsigned short h;
-  asm volatile("ld.global.nc.L1::no_allocate.b16 %0, [%1];" : "=h"(h) : "l"(p));
-  return h;
-}
 
 // ROWS rows per warp, WARPS warps per block, MINB min resident blocks per SM (register cap); S stages.
 template <int BITS, int ROWS, int WARPS, int MINB>
@@ -975,7 +967,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a
         const uint32_t sdst = st + kScaleOff + (r * 32 + lane) * 4;
         const int upper = (int)((sc_par + (uint32_t)idx) & 1);
         if (idx > 0 && idx < nsc - 1) cp_async_ca<4>(sdst, a.scales + idx - upper);
-        else st_shared_u32(sdst, ld_stream_u16(a.scales + idx) << (16 * upper));
+        else st_shared_u32(sdst, (uint32_t)ld_stream_f16_bits(a.scales + idx) << (16 * upper));
       }
     }
     cp_async_commit();
