@@ -42,7 +42,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(39))  # 0 = route by shape, 1..38 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(41))  # 0 = route by shape, 1..40 forced (qgemv.cu launch_bits)
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35, 37, 38]  # 4-bit integer dot products on x staged as 16-bit integers
 
@@ -380,10 +380,12 @@ def test_qgemv_lanes_input_equals_perm8(nat, epi, N, K):
                                        (2, 96, 512),      # SwiGLU; 16 chunks: half the lanes idle
                                        (0, 64, 64)])      # two chunks: lanes past them load nothing
 @pytest.mark.parametrize("layout", [X_LANES, X_PERM8])
-def test_qgemv_variant36_equals_variant4(nat, epi, N, K, layout):
-    """Variant 36 (qgemv_pp_kernel: variant 4 with two register buffers in turn and the scales kept in fp16 until
-    their product, so that the next batch is in flight while the current one is computed) runs variant 4's products
-    in variant 4's order: equal bit for bit, on either input layout and with each epilogue."""
+@pytest.mark.parametrize("pp", [36, 39, 40])
+def test_qgemv_pp_variants_equal_variant4(nat, epi, N, K, layout, pp):
+    """Variants 36 / 39 / 40 (qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait: variant 4 with two register
+    buffers in turn and the scales kept in fp16 until their product, so that the next batch is in flight while the
+    current one is computed) run variant 4's products in variant 4's order: equal bit for bit, on either input layout
+    and with each epilogue."""
     gen = torch.Generator(device="cuda").manual_seed(N + K + epi + 7 * layout)
     codes, scales, _ = _random_q4(N, K, gen)
     x = torch.randn(1, K, device="cuda", generator=gen).half()
@@ -396,7 +398,7 @@ def test_qgemv_variant36_equals_variant4(nat, epi, N, K, layout):
                          x_layout=layout)
         return _gemv_result(out, before, epi)
 
-    got = call(36)
+    got = call(pp)
     assert not got.isnan().any()
     assert torch.equal(got, call(4))
 
@@ -432,15 +434,16 @@ def test_qgemv_lazy_scale_variants_equal_theirs(nat, lazy, eager, epi, N, K, fus
 
 
 def test_qgemv_x_layout_follows_the_route(nat):
-    assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_LANES  # down: routed to variant 4
+    assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_LANES  # down: routed to variant 36 (variant 4's walk)
     assert nat.qgemv_x_layout(5120, 6144, 4, 32, 1) == X_LANES   # gdn_out / o: variant 4 too
     assert nat.qgemv_x_layout(34816, 5120, 4, 64, 1) == X_PERM8  # gate_up: an integer-dot sx kernel
     assert nat.qgemv_x_layout(5120, 17408, 4, 64, 2) == X_PERM8  # T > 1
     assert nat.qgemv_x_layout(5120, 17408, 6, 64, 1) == X_PERM8  # 6-bit: the ring kernel
     with forced_qgemv_variant(nat, 6):
         assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8
-    with forced_qgemv_variant(nat, 36):  # variant 4's walk, pipelined: it reads the lanes layout too
-        assert nat.qgemv_x_layout(5120, 6144, 4, 64, 1) == X_LANES
+    for pp in (36, 39, 40):  # variant 4's walk, pipelined: they read the lanes layout too
+        with forced_qgemv_variant(nat, pp):
+            assert nat.qgemv_x_layout(5120, 6144, 4, 64, 1) == X_LANES
     nat.set_qgemv_lanes(False)
     try:
         assert nat.qgemv_x_layout(5120, 17408, 4, 64, 1) == X_PERM8
@@ -496,7 +499,7 @@ def test_mlp_chain_in_lanes_layout_changes_no_bit(nat):
     # the decode step's MLP (engine.cu): the fused-norm gate_up writes its SwiGLU output in the layout down reads
     # (qgemv_x_layout), and down reads it; the same bits as the perm8 chain
     gen = torch.Generator(device="cuda").manual_seed(17)
-    H, I = 1024, 9216  # down's K = I > 8192: routed to variant 4, like the 27B's 17408
+    H, I = 1024, 9216  # down's K = I > 8192: routed to variant 36 (variant 4's walk), like the 27B's 17408
     assert nat.qgemv_x_layout(H, I, 4, 64, 1) == X_LANES
     gu, gu_s, _ = _random_q4(2 * I, H, gen)
     dn, dn_s, _ = _random_q4(H, I, gen)

@@ -31,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 38;  // T = 1 launch variants 1..38 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 40;  // T = 1 launch variants 1..40 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -342,7 +342,12 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 // bit-equal (tests). Prediction: down 18.7 -> ~14 us a layer (47 MB at ~3.4 TB/s, the sx kernels' rate), gdn_out and
 // the attention output ~1 us less each; ~-0.3 ms a step. Measure on whole steps (step_probe --routes
 // "5120x17408=36;5120x6144=36;5120x17408=36,5120x6144=36") before routing it.
-template <bool XL>
+//
+// PRE: batches loaded before the PDL wait (2: variant 36, 1: variant 39, as variant 4; 0: variant 40). Session 14 call
+// 1: 36 on down -0.054 ms a step, but on gdn_out / o +0.016: their increments fell (gdn_out 7.88 -> 6.34 us) while the
+// GDN step before gdn_out (4.11 -> 4.64) and the combine before o (2.46 -> 3.99) grew. Loads issued during a
+// latency-bound kernel lengthen it (as the L2 prefetch did in session 11), so 39 / 40 issue fewer of them there.
+template <bool XL, int PRE>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   constexpr int U = 2;
   const int lane = threadIdx.x & 31;
@@ -383,11 +388,14 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
       acc1 = fmaf(__half2float(sc[1][u]), dot_q4_half2(w[1][u], xv), acc1);
     }
   };
-  // batches 0 and 1 before the wait (weights only), then: compute a batch, reload its buffer two batches ahead
+  // batches 0 and 1 (PRE of them before the wait: weights only), then: compute a batch, reload its buffer two
+  // batches ahead
   int cb = lane;
+  if (PRE < 1) pdl_wait();
   if (cb < nch) load(cb, wa, sa);
+  if (PRE == 1) pdl_wait();
   if (cb + 32 * U < nch) load(cb + 32 * U, wb, sb);
-  pdl_wait();
+  if (PRE >= 2) pdl_wait();
   pdl_trigger();
   while (cb < nch) {
     compute(cb, wa, sa);
@@ -412,9 +420,18 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   }
 }
 
-template <bool XL>
+template <bool XL, int PRE>
 void launch_pp(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv_pp_kernel<XL>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
+  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
+}
+
+// Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait.
+inline bool is_pp_variant(int v) { return v == 36 || v == 39 || v == 40; }
+template <bool XL>
+void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
+  if (v == 36) launch_pp<XL, 2>(a, st);
+  else if (v == 39) launch_pp<XL, 1>(a, st);
+  else launch_pp<XL, 0>(a, st);
 }
 
 // ---- T = 1, 4-bit: x staged in shared memory (variants 6..15) ----
@@ -1080,7 +1097,9 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   4-bit: chosen on whole decode steps (bench/route_search.py, H200, int8 KV, depth 0; session 5 call 3,
 //          bench/results/route-search-h200.json: 5.439 -> 5.077 ms per step), not on isolated GEMVs, whose
 //          table does not add up to a step (PDL overlaps each GEMV's start with its predecessor's tail, and the
-//          sx kernels stage x after the wait). K > 8192 variant 4 (down); N >= 24576 variant 34 (integer dot,
+//          sx kernels stage x after the wait). K > 8192 variant 36 (down; variant 4 until session 14, whose call 1
+//          measured 4.653 against 4.707 ms a step); N >= 24576 variant 37 (34 until session 14: 4.661 against 4.707,
+//          bench/results/step-pp-lazy-h200-s14-call1.txt) or 34 (integer dot,
 //          R4 U2, one 22-warp block per SM: gate_up, lm_head; 29's 24 warps until session 8, whose call 4 measured
 //          4.878 against 4.944 ms a step: 22 warps fill gate_up's last round on 132 SMs, see variant 34; other SM
 //          counts have other best widths, not yet searched); N >= 12288 variant 30 (integer dot, R8 U1, one
@@ -1094,7 +1113,7 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
-  if (BITS == 4) return a.K > 8192 ? 4 : a.N >= 24576 ? 34 : a.N >= 12288 ? 30 : 4;
+  if (BITS == 4) return a.K > 8192 ? 36 : a.N >= 24576 ? 37 : a.N >= 12288 ? 30 : 4;
   if (BITS == 5) return a.K > 8192 ? 19 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
   return 1;  // 8-bit: generic path
@@ -1113,9 +1132,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variants 4 and 36 only (qgemv checks v before it gets here)
+    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39, 40 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
-        if (v == 36) launch_pp<true>(a, st);
+        if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
         else launch<BITS, 1, 2, false, true, true>(a, st);
       }
       return;
@@ -1169,7 +1188,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      34 is the route's for gate_up and lm_head; 35 gained nothing on qkv and lost on gdn_in (session 8 call 4)
     //   36: qgemv_pp_kernel, variant 4 with a software pipeline that works (see there); 37 / 38: 34 / 30 with their
     //      scales and norm weights converted where used (LAZY, see qgemv4_sx_kernel). Session 13, written after its
-    //      last device call from the SASS, bit-equal to 4 / 34 / 30 by construction (tests), not yet timed or routed
+    //      last device call from the SASS, bit-equal to 4 / 34 / 30 by construction (tests). Session 14 call 1, whole
+    //      steps at depth 0 / 128K against 4.707 / 5.839 ms: 36 on down 4.653 / 5.778 (routed), on gdn_out / o 4.723 /
+    //      5.830; 37 on gate_up + lm_head 4.661 / 5.788 (routed); 38 on gdn_in + qkv 4.713 / 5.841 (not routed)
+    //   39 / 40: 36 with one / no batch before the PDL wait (qgemv_pp_kernel's PRE), for gdn_out / o, whose
+    //      predecessors (the GDN step, the combine) are latency-bound and lengthened by loads issued under them
     // (session 13 call 4, measured and removed: 36, variant 4 with U = 6 and no pipeline, so that gdn_out's / the
     // attention output's whole row pair (K = 6144) is in registers before the PDL wait, capped at 102 registers by
     // __launch_bounds__(128, U >= 6 ? 5 : 1). Bit-equal to 4 (517 GEMV tests passed), but the explicit minimum of 1 block
@@ -1243,8 +1266,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else if (v == 35) done = launch_sx<8, 1, 14, 1, true, false, false, true>(a, st, false);
       else done = false;
       if (done) return;
-      if (v == 36) {
-        launch_pp<false>(a, st);
+      if (is_pp_variant(v)) {
+        launch_pp_variant<false>(a, st, v);
         return;
       }
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
@@ -1338,7 +1361,7 @@ void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
   const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
-  return v == 4 || v == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
+  return v == 4 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -1384,7 +1407,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4 and 36 only "
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36, 39 and 40 only "
                                 "(qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
