@@ -31,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 40;  // T = 1 launch variants 1..40 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 42;  // T = 1 launch variants 1..42 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -347,45 +347,50 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 // 1: 36 on down -0.054 ms a step, but on gdn_out / o +0.016: their increments fell (gdn_out 7.88 -> 6.34 us) while the
 // GDN step before gdn_out (4.11 -> 4.64) and the combine before o (2.46 -> 3.99) grew. Loads issued during a
 // latency-bound kernel lengthen it (as the L2 prefetch did in session 11), so 39 / 40 issue fewer of them there.
-template <bool XL, int PRE>
+template <bool XL, int PRE, int R = 2>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
+  static_assert(R == 2 || R == 4, "R: rows a warp, whole SwiGLU pairs");
   constexpr int U = 2;
   const int lane = threadIdx.x & 31;
-  const int npairs = (a.N + 1) >> 1;
+  const int ngroups_r = (a.N + R - 1) >> (R == 4 ? 2 : 1);
   const int nch = a.K >> 5;
-  const int pair = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (pair >= npairs) {  // pdl.cuh: a warp without work still waits
+  const int grp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (grp >= ngroups_r) {  // pdl.cuh: a warp without work still waits
     pdl_wait();
     pdl_trigger();
     return;
   }
-  const int r0 = 2 * pair, r1 = min(r0 + 1, a.N - 1);
+  int r[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) r[i] = i == 0 ? R * grp : min(R * grp + i, a.N - 1);  // the group's first row exists
   const size_t rowb = (size_t)(a.K >> 1);
   const size_t ngroups = (size_t)(a.K >> a.gshift);
-  uint4 wa[2][U], wb[2][U];
-  __half sa[2][U], sb[2][U];
-  auto load = [&](int cb, uint4 (&w)[2][U], __half (&sc)[2][U]) {
+  uint4 wa[R][U], wb[R][U];
+  __half sa[R][U], sb[R][U];
+  auto load = [&](int cb, uint4 (&w)[R][U], __half (&sc)[R][U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
       if (c < nch) {
-        w[0][u] = __ldg(reinterpret_cast<const uint4*>(a.codes + r0 * rowb + c * 16));
-        w[1][u] = __ldg(reinterpret_cast<const uint4*>(a.codes + r1 * rowb + c * 16));
-        sc[0][u] = a.scales[r0 * ngroups + ((c * 32) >> a.gshift)];
-        sc[1][u] = a.scales[r1 * ngroups + ((c * 32) >> a.gshift)];
+#pragma unroll
+        for (int i = 0; i < R; ++i) w[i][u] = __ldg(reinterpret_cast<const uint4*>(a.codes + r[i] * rowb + c * 16));
+#pragma unroll
+        for (int i = 0; i < R; ++i) sc[i][u] = a.scales[r[i] * ngroups + ((c * 32) >> a.gshift)];
       }
     }
   };
-  float acc0 = 0.f, acc1 = 0.f;
-  auto compute = [&](int cb, const uint4 (&w)[2][U], const __half (&sc)[2][U]) {
+  float acc[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = 0.f;
+  auto compute = [&](int cb, const uint4 (&w)[R][U], const __half (&sc)[R][U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
       if (c >= nch) break;
       uint4 xv[4];
       load_x_global<XL>(reinterpret_cast<const uint4*>(a.x), c, nch, xv);
-      acc0 = fmaf(__half2float(sc[0][u]), dot_q4_half2(w[0][u], xv), acc0);
-      acc1 = fmaf(__half2float(sc[1][u]), dot_q4_half2(w[1][u], xv), acc1);
+#pragma unroll
+      for (int i = 0; i < R; ++i) acc[i] = fmaf(__half2float(sc[i][u]), dot_q4_half2(w[i][u], xv), acc[i]);
     }
   };
   // batches 0 and 1 (PRE of them before the wait: weights only), then: compute a batch, reload its buffer two
@@ -406,32 +411,41 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
     if (cb + 64 * U < nch) load(cb + 64 * U, wb, sb);
     cb += 32 * U;
   }
-  acc0 = warp_sum(acc0);
-  acc1 = warp_sum(acc1);
-  if (lane != 0) return;  // lane 0 writes the pair (T = 1), as variant 4's lane t = 0 does
-  if (a.epi == GEMV_STORE) {
-    a.out_f32[r0] = acc0;
-    if (r0 + 1 < a.N) a.out_f32[r0 + 1] = acc1;
-  } else if (a.epi == GEMV_ADD) {
-    a.out_f32[r0] += acc0;
-    if (r0 + 1 < a.N) a.out_f32[r0 + 1] += acc1;
-  } else {
-    a.out_h[swiglu_pos(a, pair)] = __float2half(silu(acc0) * acc1);
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
+  if (lane != 0) return;  // lane 0 writes the group (T = 1), as variant 4's lane t = 0 does
+#pragma unroll
+  for (int i = 0; i < R; i += 2) {
+    const int r0 = R * grp + i;
+    if (r0 >= a.N) break;
+    if (a.epi == GEMV_STORE) {
+      a.out_f32[r0] = acc[i];
+      if (r0 + 1 < a.N) a.out_f32[r0 + 1] = acc[i + 1];
+    } else if (a.epi == GEMV_ADD) {
+      a.out_f32[r0] += acc[i];
+      if (r0 + 1 < a.N) a.out_f32[r0 + 1] += acc[i + 1];
+    } else {
+      a.out_h[swiglu_pos(a, r0 >> 1)] = __float2half(silu(acc[i]) * acc[i + 1]);
+    }
   }
 }
 
-template <bool XL, int PRE>
+template <bool XL, int PRE, int R = 2>
 void launch_pp(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
+  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0, st,
+             a);
 }
 
-// Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait.
-inline bool is_pp_variant(int v) { return v == 36 || v == 39 || v == 40; }
+// Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
+// 4 rows a warp (each x load feeds 4 rows: half of variant 4's x traffic through L1 a weight byte), 2 / 1 batches.
+inline bool is_pp_variant(int v) { return v == 36 || v == 39 || v == 40 || v == 41 || v == 42; }
 template <bool XL>
 void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   if (v == 36) launch_pp<XL, 2>(a, st);
   else if (v == 39) launch_pp<XL, 1>(a, st);
-  else launch_pp<XL, 0>(a, st);
+  else if (v == 40) launch_pp<XL, 0>(a, st);
+  else if (v == 41) launch_pp<XL, 2, 4>(a, st);
+  else launch_pp<XL, 1, 4>(a, st);
 }
 
 // ---- T = 1, 4-bit: x staged in shared memory (variants 6..15) ----
@@ -1132,7 +1146,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39, 40 only (qgemv checks v before it gets here)
+    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..42 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
         else launch<BITS, 1, 2, false, true, true>(a, st);
@@ -1192,7 +1206,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      steps at depth 0 / 128K against 4.707 / 5.839 ms: 36 on down 4.653 / 5.778 (routed), on gdn_out / o 4.723 /
     //      5.830; 37 on gate_up + lm_head 4.661 / 5.788 (routed); 38 on gdn_in + qkv 4.713 / 5.841 (not routed)
     //   39 / 40: 36 with one / no batch before the PDL wait (qgemv_pp_kernel's PRE), for gdn_out / o, whose
-    //      predecessors (the GDN step, the combine) are latency-bound and lengthened by loads issued under them
+    //      predecessors (the GDN step, the combine) are latency-bound and lengthened by loads issued under them. Call 2:
+    //      4.665 / 4.709 ms on gdn_out / o, 4.670 / 4.716 on down, against 4.643 and 4.663 for the route before and
+    //      after (bench/results/step-pp-pre-h200-s14-call2.txt): no gain, not routed
+    //   41 / 42: qgemv_pp_kernel with 4 rows a warp (R = 4), 2 / 1 batches before the wait
     // (session 13 call 4, measured and removed: 36, variant 4 with U = 6 and no pipeline, so that gdn_out's / the
     // attention output's whole row pair (K = 6144) is in registers before the PDL wait, capped at 102 registers by
     // __launch_bounds__(128, U >= 6 ? 5 : 1). Bit-equal to 4 (517 GEMV tests passed), but the explicit minimum of 1 block
@@ -1407,7 +1424,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36, 39 and 40 only "
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36 and 39..42 only "
                                 "(qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
