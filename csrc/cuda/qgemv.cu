@@ -31,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 42;  // T = 1 launch variants 1..42 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 44;  // T = 1 launch variants 1..44 (launch_bits; 16..19 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -347,7 +347,9 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 // 1: 36 on down -0.054 ms a step, but on gdn_out / o +0.016: their increments fell (gdn_out 7.88 -> 6.34 us) while the
 // GDN step before gdn_out (4.11 -> 4.64) and the combine before o (2.46 -> 3.99) grew. Loads issued during a
 // latency-bound kernel lengthen it (as the L2 prefetch did in session 11), so 39 / 40 issue fewer of them there.
-template <bool XL, int PRE, int R = 2>
+// CG: codes and scales loaded with ld.global.cg (L2 only, a builtin the compiler may schedule freely, unlike the asm
+// volatile no_allocate loads of session 9's variant 39), so that the streamed weights do not evict x from L1.
+template <bool XL, int PRE, int R = 2, bool CG = false>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   static_assert(R == 2 || R == 4, "R: rows a warp, whole SwiGLU pairs");
   constexpr int U = 2;
@@ -373,9 +375,15 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
       const int c = cb + 32 * u;
       if (c < nch) {
 #pragma unroll
-        for (int i = 0; i < R; ++i) w[i][u] = __ldg(reinterpret_cast<const uint4*>(a.codes + r[i] * rowb + c * 16));
+        for (int i = 0; i < R; ++i) {
+          const uint4* wp = reinterpret_cast<const uint4*>(a.codes + r[i] * rowb + c * 16);
+          w[i][u] = CG ? __ldcg(wp) : __ldg(wp);
+        }
 #pragma unroll
-        for (int i = 0; i < R; ++i) sc[i][u] = a.scales[r[i] * ngroups + ((c * 32) >> a.gshift)];
+        for (int i = 0; i < R; ++i) {
+          const __half* sp = a.scales + r[i] * ngroups + ((c * 32) >> a.gshift);
+          sc[i][u] = CG ? __ldcg(sp) : *sp;
+        }
       }
     }
   };
@@ -430,22 +438,25 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   }
 }
 
-template <bool XL, int PRE, int R = 2>
+template <bool XL, int PRE, int R = 2, bool CG = false>
 void launch_pp(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0, st,
+  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0, st,
              a);
 }
 
 // Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
-// 4 rows a warp (each x load feeds 4 rows: half of variant 4's x traffic through L1 a weight byte), 2 / 1 batches.
-inline bool is_pp_variant(int v) { return v == 36 || v == 39 || v == 40 || v == 41 || v == 42; }
+// 4 rows a warp (each x load feeds 4 rows: half of variant 4's x traffic through L1 a weight byte), 2 / 1 batches;
+// 43 / 44: 36 / 41 with the weights loaded past L1 (CG).
+inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44); }
 template <bool XL>
 void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   if (v == 36) launch_pp<XL, 2>(a, st);
   else if (v == 39) launch_pp<XL, 1>(a, st);
   else if (v == 40) launch_pp<XL, 0>(a, st);
   else if (v == 41) launch_pp<XL, 2, 4>(a, st);
-  else launch_pp<XL, 1, 4>(a, st);
+  else if (v == 42) launch_pp<XL, 1, 4>(a, st);
+  else if (v == 43) launch_pp<XL, 2, 2, true>(a, st);
+  else launch_pp<XL, 2, 4, true>(a, st);
 }
 
 // ---- T = 1, 4-bit: x staged in shared memory (variants 6..15) ----
@@ -1146,7 +1157,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..42 only (qgemv checks v before it gets here)
+    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
         else launch<BITS, 1, 2, false, true, true>(a, st);
@@ -1209,7 +1220,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      predecessors (the GDN step, the combine) are latency-bound and lengthened by loads issued under them. Call 2:
     //      4.665 / 4.709 ms on gdn_out / o, 4.670 / 4.716 on down, against 4.643 and 4.663 for the route before and
     //      after (bench/results/step-pp-pre-h200-s14-call2.txt): no gain, not routed
-    //   41 / 42: qgemv_pp_kernel with 4 rows a warp (R = 4), 2 / 1 batches before the wait
+    //   41 / 42: qgemv_pp_kernel with 4 rows a warp (R = 4), 2 / 1 batches before the wait; 43 / 44: 36 / 41 with the
+    //      weights loaded past L1 (ld.global.cg)
     // (session 13 call 4, measured and removed: 36, variant 4 with U = 6 and no pipeline, so that gdn_out's / the
     // attention output's whole row pair (K = 6144) is in registers before the PDL wait, capped at 102 registers by
     // __launch_bounds__(128, U >= 6 ? 5 : 1). Bit-equal to 4 (517 GEMV tests passed), but the explicit minimum of 1 block
@@ -1424,7 +1436,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36 and 39..42 only "
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36 and 39..44 only "
                                 "(qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
