@@ -7,7 +7,7 @@
 set -uo pipefail
 source bench/device_setup.sh
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py \
-  -k "qgemv and not timing_probe" > $out/tests.log 2>&1
+  -k "pp_variants or x_layout or lanes" > $out/tests.log 2>&1
 echo "gemv tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -12
 timeout 300 python3 bench/step_probe.py --kv int8 --depths 0,131072 \
   --routes "5120x17408=41;5120x17408=42;5120x17408=43;5120x17408=44;5120x6144=41;5120x6144=43;5120x6144=44;5120x17408=36" 2>&1 \
