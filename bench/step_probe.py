@@ -6,6 +6,7 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py --kv int8,int4 --depths 131072 --attn-variants 4,5,6    # attention split variants
     python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
     python3 bench/step_probe.py --norm-early 1,0,1   # the fused norm's weights before the PDL wait (1) or after (0)
+    python3 bench/step_probe.py --recipe q4-27b      # the converter's default recipe (5-bit down, 6-bit lm_head, ...)
 
 --carveouts: one L1 / shared-memory split preference for every kernel of the step (pdl.cuh), e.g. --carveouts=-1,0,100
 (with '=': argparse reads a value starting with '-' as an option).
@@ -41,8 +42,12 @@ def main() -> None:
     ap.add_argument("--attn-variants", default="",
                     help="attention split variants to time after the GEMV runs, one run each (csrc/cuda/attention.cu; "
                          "bf16 KV runs variant 4's code for 5 and 6)")
+    ap.add_argument("--recipe", default="q4g64",
+                    help="weight formats: a converter recipe id (engine/recipe.py, e.g. q4-27b) or a uniform qBgG "
+                         "(default q4g64, the benchmark's)")
     args = ap.parse_args()
     routes = [parse_route(r) for r in args.routes.split(";") if r.strip()]
+    recipe = native_recipe_named(args.recipe)
     if args.route_from:
         import json
         with open(args.route_from) as f:
@@ -51,7 +56,11 @@ def main() -> None:
     from engine.native_backend import NativeModel
     depths = [int(d) for d in args.depths.split(",")]
     for kv in args.kv.split(","):
-        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, vram_budget_bytes=24 << 30)
+        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, vram_budget_bytes=24 << 30,
+                                       recipe=recipe)
+        from engine.plan import streamed_weight_bytes
+        print(f"recipe {args.recipe}: {streamed_weight_bytes(model.config.text, recipe) / 1e9:.3f} GB of weights a "
+              f"step", flush=True)
         e = model.engine
         from engine.native import load_native
         nat = load_native()
@@ -89,6 +98,19 @@ def main() -> None:
         nat.set_attn_variant(default_attn)
         e.reset_graphs()
         del model, e
+
+
+def native_recipe_named(name: str):
+    """'qBgG' -> that format for every role; anything else -> the native recipe a converter recipe of that id
+    (engine/recipe.py) loads with."""
+    import re
+    from engine.plan import uniform_recipe
+    m = re.fullmatch(r"q(\d)g(\d+)", name)
+    if m:
+        return uniform_recipe(int(m.group(1)), int(m.group(2)))
+    from engine.native_backend import recipe_for_converter_recipe
+    from engine.registry import config_27b
+    return recipe_for_converter_recipe(name, config_27b(vision=False))
 
 
 def time_depths(engine, depths: list[int], steps: int, label: str) -> None:
