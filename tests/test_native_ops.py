@@ -199,7 +199,7 @@ def test_random_q_packing_matches_quant_module(nat):
 
 
 @pytest.mark.parametrize("bits, variant", [(b, v) for b in (4, 5, 6, 8) for v in [0, 1] + QGEMV_RING_VARIANTS] +
-                         [(4, v) for v in QGEMV_IDOT_VARIANTS])
+                         [(4, v) for v in QGEMV_IDOT_VARIANTS] + [(5, 36), (6, 36)])
 @pytest.mark.parametrize("epi, N, K, group", [
     (0, 253, 1120, 32),    # K = 32 * 35: last batch of 3 lanes; N odd: a last row group of 1 row (R2 and R4)
     (1, 250, 1152, 64),    # N = 4k + 2: the last R4 group is half empty
@@ -402,6 +402,43 @@ def test_qgemv_pp_variants_equal_variant4(nat, epi, N, K, layout, pp):
     got = call(pp)
     assert not got.isnan().any()
     assert torch.equal(got, call(4))
+
+
+@pytest.mark.parametrize("bits", [5, 6])
+@pytest.mark.parametrize("epi, N, K", [(1, 5120, 17408),  # down (q4-27b: 5-bit)
+                                       (1, 5120, 6144),   # gdn_out / the attention output (5-bit)
+                                       (0, 253, 1152),    # an odd last row, a last batch of one chunk for some lanes
+                                       (2, 96, 512),      # SwiGLU; 16 chunks: half the lanes idle
+                                       (0, 64, 64)])      # two chunks: lanes past them load nothing
+@pytest.mark.parametrize("layout", [X_LANES, X_PERM8])
+def test_qgemv_pp_wide_equals_ring(nat, bits, epi, N, K, layout):
+    """Variant 36 at 5 / 6 bits (qgemv_pp_kernel with the high plane) runs ring variant 17's chunk products
+    (chunk_dot_fast) over the same chunks in the same order, with x read from L1 (either layout) instead of the
+    ring's shared copy: equal bit for bit."""
+    gen = torch.Generator(device="cuda").manual_seed(bits * 100 + N + K + epi + 7 * layout)
+    codes, high, scales, _ = _random_q(N, K, bits, 32 if K == 64 else 64, gen)
+    group = 32 if K == 64 else 64
+    x = torch.randn(1, K, device="cuda", generator=gen).half()
+
+    def call(variant, lay):
+        xbuf = to_lanes(x) if lay == X_LANES else to_perm8(x)
+        out, args, before = _gemv_out(epi, N, torch.Generator(device="cuda").manual_seed(99))
+        with forced_qgemv_variant(nat, variant):
+            nat.op_qgemv(codes.data_ptr(), high.data_ptr(), scales.data_ptr(), N, K, bits, group, xbuf.data_ptr(), 1,
+                         epi, *args, x_layout=lay)
+        return _gemv_result(out, before, epi)
+
+    got = call(36, layout)
+    assert not got.isnan().any()
+    assert torch.equal(got, call(17, X_PERM8))
+
+
+def test_qgemv_x_layout_of_wide_widths(nat):
+    assert nat.qgemv_x_layout(5120, 17408, 5, 64, 1) == X_PERM8  # the route: ring 19
+    with forced_qgemv_variant(nat, 36):
+        assert nat.qgemv_x_layout(5120, 17408, 5, 64, 1) == X_LANES
+        assert nat.qgemv_x_layout(5120, 6144, 6, 64, 1) == X_LANES
+        assert nat.qgemv_x_layout(5120, 6144, 8, 64, 1) == X_PERM8  # 8-bit: the generic path
 
 
 @pytest.mark.parametrize("lazy, eager, epi, N, K", [(37, 34, 2, 34816, 5120), (37, 34, 1, 250, 1152),

@@ -349,9 +349,13 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 // latency-bound kernel lengthen it (as the L2 prefetch did in session 11), so 39 / 40 issue fewer of them there.
 // CG: codes and scales loaded with ld.global.cg (L2 only, a builtin the compiler may schedule freely, unlike the asm
 // volatile no_allocate loads of session 9's variant 39), so that the streamed weights do not evict x from L1.
-template <bool XL, int PRE, int R = 2, bool CG = false>
-__global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
+// BITS 5 / 6 (variant 36 at those widths, session 14): the high plane's 4 / 8 bytes a chunk loaded beside the codes
+// and chunk_dot_fast as the ring kernel runs it, over the same chunks in the same order as ring variants 16, 17 and
+// 19 (two rows a warp, lane l takes chunks l, l + 32, ...): bit-equal to them (tests), without their shared-memory ring.
+template <bool XL, int PRE, int R, bool CG, int BITS>
+__device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   static_assert(R == 2 || R == 4, "R: rows a warp, whole SwiGLU pairs");
+  static_assert(BITS >= 4 && BITS <= 6, "BITS: 4, 5 or 6 (a nibble plane, plus a high plane for 5 / 6)");
   constexpr int U = 2;
   const int lane = threadIdx.x & 31;
   const int ngroups_r = (a.N + R - 1) >> (R == 4 ? 2 : 1);
@@ -368,8 +372,9 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   const size_t rowb = (size_t)(a.K >> 1);
   const size_t ngroups = (size_t)(a.K >> a.gshift);
   uint4 wa[R][U], wb[R][U];
+  uint2 ha[R][U], hb[R][U];  // 5 / 6-bit high planes (.x / .x, .y); never touched at 4 bits
   __half sa[R][U], sb[R][U];
-  auto load = [&](int cb, uint4 (&w)[R][U], __half (&sc)[R][U]) {
+  auto load = [&](int cb, uint4 (&w)[R][U], uint2 (&h)[R][U], __half (&sc)[R][U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
@@ -378,6 +383,16 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
         for (int i = 0; i < R; ++i) {
           const uint4* wp = reinterpret_cast<const uint4*>(a.codes + r[i] * rowb + c * 16);
           w[i][u] = CG ? __ldcg(wp) : __ldg(wp);
+        }
+        if constexpr (BITS == 5) {
+#pragma unroll
+          for (int i = 0; i < R; ++i)
+            h[i][u].x = __ldg(reinterpret_cast<const uint32_t*>(a.high + r[i] * (size_t)(a.K >> 3) + c * 4));
+        }
+        if constexpr (BITS == 6) {
+#pragma unroll
+          for (int i = 0; i < R; ++i)
+            h[i][u] = __ldg(reinterpret_cast<const uint2*>(a.high + r[i] * (size_t)(a.K >> 2) + c * 8));
         }
 #pragma unroll
         for (int i = 0; i < R; ++i) {
@@ -390,7 +405,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   float acc[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) acc[i] = 0.f;
-  auto compute = [&](int cb, const uint4 (&w)[R][U], const __half (&sc)[R][U]) {
+  auto compute = [&](int cb, const uint4 (&w)[R][U], const uint2 (&h)[R][U], const __half (&sc)[R][U]) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = cb + 32 * u;
@@ -398,25 +413,34 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
       uint4 xv[4];
       load_x_global<XL>(reinterpret_cast<const uint4*>(a.x), c, nch, xv);
 #pragma unroll
-      for (int i = 0; i < R; ++i) acc[i] = fmaf(__half2float(sc[i][u]), dot_q4_half2(w[i][u], xv), acc[i]);
+      for (int i = 0; i < R; ++i) {
+        if constexpr (BITS == 4) {
+          acc[i] = fmaf(__half2float(sc[i][u]), dot_q4_half2(w[i][u], xv), acc[i]);
+        } else {
+          Chunk<BITS> ch;
+          ch.lo = w[i][u];
+          ch.high = h[i][u];
+          acc[i] = fmaf(__half2float(sc[i][u]), chunk_dot_fast<BITS>(ch, xv), acc[i]);
+        }
+      }
     }
   };
   // batches 0 and 1 (PRE of them before the wait: weights only), then: compute a batch, reload its buffer two
   // batches ahead
   int cb = lane;
   if (PRE < 1) pdl_wait();
-  if (cb < nch) load(cb, wa, sa);
+  if (cb < nch) load(cb, wa, ha, sa);
   if (PRE == 1) pdl_wait();
-  if (cb + 32 * U < nch) load(cb + 32 * U, wb, sb);
+  if (cb + 32 * U < nch) load(cb + 32 * U, wb, hb, sb);
   if (PRE >= 2) pdl_wait();
   pdl_trigger();
   while (cb < nch) {
-    compute(cb, wa, sa);
-    if (cb + 64 * U < nch) load(cb + 64 * U, wa, sa);
+    compute(cb, wa, ha, sa);
+    if (cb + 64 * U < nch) load(cb + 64 * U, wa, ha, sa);
     cb += 32 * U;
     if (cb >= nch) break;
-    compute(cb, wb, sb);
-    if (cb + 64 * U < nch) load(cb + 64 * U, wb, sb);
+    compute(cb, wb, hb, sb);
+    if (cb + 64 * U < nch) load(cb + 64 * U, wb, hb, sb);
     cb += 32 * U;
   }
 #pragma unroll
@@ -438,10 +462,27 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   }
 }
 
-template <bool XL, int PRE, int R = 2, bool CG = false>
+template <bool XL, int PRE, int R = 2, bool CG = false, int BITS = 4>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
+  qgemv_pp_body<XL, PRE, R, CG, BITS>(a);
+}
+
+// 5 / 6 bits: capped at 5 blocks (20 warps) an SM, so that down's 2560 row pairs run in one round on 132 SMs (uncapped,
+// ptxas gives them 128 registers: 16 warps an SM, 1.2 rounds). A kernel of its own: a minimum in the 4-bit kernel's
+// launch bounds would change its register allocation too (session 13's lesson).
+template <bool XL, int BITS>
+__global__ void __launch_bounds__(kWarps * 32, 5) qgemv_pp_wide_kernel(GemvArgs a) {
+  qgemv_pp_body<XL, 2, 2, false, BITS>(a);
+}
+
+template <bool XL, int PRE, int R = 2, bool CG = false, int BITS = 4>
 void launch_pp(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0, st,
-             a);
+  if constexpr (BITS == 4)
+    launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG, BITS>, dim3(ceil_div(ceil_div(a.N, R), kWarps)),
+               dim3(kWarps * 32), 0, st, a);
+  else
+    launch_pdl("qgemv", qgemv_pp_wide_kernel<XL, BITS>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32),
+               0, st, a);
 }
 
 // Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
@@ -1161,8 +1202,17 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
         else launch<BITS, 1, 2, false, true, true>(a, st);
+      } else if constexpr (BITS == 5 || BITS == 6) {
+        launch_pp<true, 2, 2, false, BITS>(a, st);  // 36
       }
       return;
+    }
+    // 36 at 5 / 6 bits: qgemv_pp_kernel with the high plane (session 14), x in perm8 order here
+    if constexpr (BITS == 5 || BITS == 6) {
+      if (v == 36) {
+        launch_pp<false, 2, 2, false, BITS>(a, st);
+        return;
+      }
     }
     // 16..19 (qgemv_ring_kernel, every width; persistent grid; cp.async ring of S stages per warp, S <= S_MAX
     // chosen at launch from the shared-memory budget; per-warp in-flight bytes (S - 1) x R x 512 B of codes):
@@ -1388,8 +1438,12 @@ static bool g_norm_w_early = true;  // set_qgemv_norm_weights_early
 void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
-  if (!g_lanes || W.q.bits != 4 || T != 1) return GEMV_X_PERM8;
-  const int v = t1_variant<4>(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0));
+  if (!g_lanes || T != 1) return GEMV_X_PERM8;
+  const GemvArgs a = gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0);
+  if (W.q.bits == 5) return t1_variant<5>(a) == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
+  if (W.q.bits == 6) return t1_variant<6>(a) == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
+  if (W.q.bits != 4) return GEMV_X_PERM8;
+  const int v = t1_variant<4>(a);
   return v == 4 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
@@ -1436,8 +1490,8 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 4-bit variants 4, 36 and 39..44 only "
-                                "(qgemv_x_layout)");
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36 and 39..44 "
+                                "(4-bit) and 36 (5 / 6-bit) only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
     case 5: launch_bits<5>(a, stream); break;
