@@ -1177,6 +1177,10 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   5-bit: K > 8192 ring 19 (34.9 vs 41.1 generic), else ring 18 (52.7 / 28.5 / 12.7 vs 68.0 / 36.2 / 14.8).
 //   6-bit: K > 8192 ring 17 (38.4 vs 41.2), else ring 18 (53.9 / 30.0 / 13.1 vs 69.6 / 36.8 / 15.0).
 //   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
+//   Whole steps with the q4-27b recipe (session 14 call 5, bench/results/step-q4-27b-routes-h200-s14-call5.txt):
+//   6.401 ms at depth 0 on this route; no other ring / generic choice for down, gdn_out / o, lm_head or k|v is
+//   faster beyond noise. Variant 36 at 5 / 6 bits (qgemv_pp_wide_kernel) is written for down / gdn_out / o and
+//   not yet timed (bench/device_s14_call6.sh).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
   if (BITS == 4) return a.K > 8192 ? 36 : a.N >= 24576 ? 37 : a.N >= 12288 ? 30 : 4;
