@@ -327,7 +327,7 @@ void launch(const GemvArgs& a, cudaStream_t st) {
   launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), 0, st, a);
 }
 
-// Variant 36 (session 13, written after the last device call, not yet measured): variant 4 (T = 1, 4-bit, one row
+// Variant 36 (written in session 13 from the SASS, routed for down in session 14): variant 4 (T = 1, 4-bit, one row
 // pair per warp, U = 2) with a software pipeline that keeps two batches in flight. Variant 4's SASS (sm_90, cuobjdump
 // of qgemv_kernel<4, 1, 2, false, true, true>) shows why its PIPE does not pipeline:
 //  - each batch's fp16 scales are converted (HADD2.F32) right after their loads, inside the conditional block that
@@ -339,9 +339,8 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 // SM, ~2.1-2.5 TB/s over 132 SMs, what down, gdn_out and the attention output stream at in the step. This kernel
 // alternates two register buffers (no copies) and keeps the scales in fp16 until their product, so the loads of batch
 // b + 1 are in flight while batch b is waited for and computed. The same products in the same order as variant 4:
-// bit-equal (tests). Prediction: down 18.7 -> ~14 us a layer (47 MB at ~3.4 TB/s, the sx kernels' rate), gdn_out and
-// the attention output ~1 us less each; ~-0.3 ms a step. Measure on whole steps (step_probe --routes
-// "5120x17408=36;5120x6144=36;5120x17408=36,5120x6144=36") before routing it.
+// bit-equal (tests). Predicted: down 18.7 -> ~14 us a layer, ~-0.3 ms a step. Measured (session 14 call 1, whole
+// steps): down 18.74 -> 17.39 us, -0.054 ms a step; the pipeline was a small part of what down loses.
 //
 // PRE: batches loaded before the PDL wait (2: variant 36, 1: variant 39, as variant 4; 0: variant 40). Session 14 call
 // 1: 36 on down -0.054 ms a step, but on gdn_out / o +0.016: their increments fell (gdn_out 7.88 -> 6.34 us) while the
