@@ -98,7 +98,8 @@ def llamacpp_rows(path: str | None, kv: str) -> dict[int, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="bench/results/decode-h200.json")
+    ap.add_argument("--out", help="default bench/results/decode-h200.json, or decode-h200-<recipe>.json for another "
+                                  "--recipe than q4g64 (the benchmark of record is q4g64)")
     ap.add_argument("--llamacpp-f16")
     ap.add_argument("--llamacpp-q8")
     ap.add_argument("--steps", type=int, default=50)
@@ -106,6 +107,10 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true",
                     help="final-run mode: the GEMV route by shape only, attention variants 0 (the gate's reference), 4 and "
                          "6 only, leave-one-out and profile at depth 0 and the deepest depth for int8 only")
+    ap.add_argument("--recipe", default="q4g64",
+                    help="weight formats of the random 27B engine: a uniform qBgG (default q4g64, the benchmark of "
+                         "record's) or a converter recipe id such as q4-27b (engine/recipe.py); the roofline counts "
+                         "that recipe's bytes")
     ap.add_argument("--shared-peer", help="the shared llama.cpp peer file, for depths not measured in this call")
     ap.add_argument("--fill-peers-only", action="store_true",
                     help="only fill llamacpp_tok_s of an existing --out file from the llama-bench JSON files")
@@ -113,6 +118,9 @@ def main() -> int:
                     help="where the llama-bench files were measured (when not in the benchmark's own device call)")
     ap.add_argument("--peer-call-f16", help="where the f16 file was measured, when not where --peer-call says")
     args = ap.parse_args()
+    if args.out is None:
+        suffix = "" if args.recipe == "q4g64" else "-" + args.recipe
+        args.out = f"bench/results/decode-h200{suffix}.json"
     if args.fill_peers_only:
         result = json.load(open(args.out))
         peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
@@ -137,7 +145,8 @@ def main() -> int:
     import torch
     from engine.native import load_native
     from engine.native_backend import NativeModel
-    from engine.plan import DEFAULT_RECIPE, streamed_weight_bytes
+    from engine.native_backend import recipe_named
+    from engine.plan import streamed_weight_bytes
     from engine.registry import config_27b
 
     nat = load_native()
@@ -149,7 +158,8 @@ def main() -> int:
         print(f"gemv {c['matrix']:<12} {c['n']}x{c['k']} {c['variant']:<24}: {c['us']} us, {c['gbs']} GB/s", flush=True)
     print(f"best single GEMV variant in isolation: {best} ({VARIANTS[best]})", flush=True)
     cfg = config_27b(vision=False)
-    wbytes = streamed_weight_bytes(cfg.text, DEFAULT_RECIPE)
+    recipe = recipe_named(args.recipe, cfg)
+    wbytes = streamed_weight_bytes(cfg.text, recipe)
     peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
     rows = []
     profiles = []
@@ -159,7 +169,7 @@ def main() -> int:
     attn_check = {}
     for kv in ("bf16", "int8"):
         # a 24 GiB card: the engine's plan must fit that budget (128K bf16 KV: 22.5 GiB)
-        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1,
+        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, recipe=recipe,
                                        vram_budget_bytes=24 << 30)
         e = model.engine
         # GEMV launch route for the step: by shape (0) or one variant everywhere, whichever step is fastest
@@ -261,7 +271,7 @@ def main() -> int:
                                                                  text=True).stdout.strip()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "weights_gb_per_token": round(wbytes / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1), "rows": rows,
-              "recipe": DEFAULT_RECIPE.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],
+              "recipe": recipe.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],
               "gemv_route": {k: ("by shape" if v == 0 else VARIANTS[v]) for k, v in gemv_route.items()}, "profiles": profiles,
               "leave_one_out": leave_out, "attention_variant": attn_variant, "attention_variant_logit_rel_err": attn_check,
               "pdl": bool(nat.pdl_supported()),

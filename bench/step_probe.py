@@ -47,7 +47,9 @@ def main() -> None:
                          "(default q4g64, the benchmark's)")
     args = ap.parse_args()
     routes = [parse_route(r) for r in args.routes.split(";") if r.strip()]
-    recipe = native_recipe_named(args.recipe)
+    from engine.native_backend import recipe_named
+    from engine.registry import config_27b
+    recipe = recipe_named(args.recipe, config_27b(vision=False))
     if args.route_from:
         import json
         with open(args.route_from) as f:
@@ -98,19 +100,6 @@ def main() -> None:
         nat.set_attn_variant(default_attn)
         e.reset_graphs()
         del model, e
-
-
-def native_recipe_named(name: str):
-    """'qBgG' -> that format for every role; anything else -> the native recipe a converter recipe of that id
-    (engine/recipe.py) loads with."""
-    import re
-    from engine.plan import uniform_recipe
-    m = re.fullmatch(r"q(\d)g(\d+)", name)
-    if m:
-        return uniform_recipe(int(m.group(1)), int(m.group(2)))
-    from engine.native_backend import recipe_for_converter_recipe
-    from engine.registry import config_27b
-    return recipe_for_converter_recipe(name, config_27b(vision=False))
 
 
 def time_depths(engine, depths: list[int], steps: int, label: str) -> None:

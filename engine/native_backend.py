@@ -184,6 +184,22 @@ def recipe_for_converter_recipe(recipe_id: str, config: ModelConfig) -> Recipe:
     return native_recipe(tensors, recipe_id)
 
 
+def recipe_named(name: str, config: ModelConfig) -> Recipe:
+    """A native recipe by name (`monorail plan --recipe`, the benchmarks' --recipe): a converter recipe id
+    (engine.recipe, e.g. ``q4-27b``: the formats its artifact would store, per segment) or a uniform format
+    ``qBgG`` for every role (``q4g64`` is DEFAULT_RECIPE). Anything else: ValueError."""
+    from engine.plan import uniform_recipe
+    from engine.recipe import RECIPES
+    if name in RECIPES:
+        return recipe_for_converter_recipe(name, config)
+    try:
+        bits, group = name.lower().lstrip("q").split("g")
+        return uniform_recipe(int(bits), int(group))
+    except ValueError:
+        raise ValueError(f"recipe {name!r}: expected a converter recipe ({', '.join(RECIPES)}) or a uniform format "
+                         f"like q4g64") from None
+
+
 def native_weight(src, rel_key: str, bits: int, group: int):
     """The quantized tensor the native engine uploads for ``rel_key`` (relative to the text prefix).
 

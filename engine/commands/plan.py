@@ -15,8 +15,8 @@ def _parse_bytes(s: str) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from engine.config import load_config
-    from engine.plan import KV_DTYPES, PREFILL_CHUNK_CHOICES, PlanRequest, fit_prefill_chunk, make_plan, uniform_recipe
-    from engine.recipe import RECIPES
+    from engine.native_backend import recipe_named
+    from engine.plan import KV_DTYPES, PREFILL_CHUNK_CHOICES, PlanRequest, fit_prefill_chunk, make_plan
 
     if args.model == "27b":
         from engine.registry import config_27b
@@ -25,16 +25,10 @@ def _run(args: argparse.Namespace) -> int:
         cfg = load_config(args.model)
     if args.kv not in KV_DTYPES:
         raise SystemExit(f"--kv must be one of {', '.join(KV_DTYPES)}")
-    if args.recipe in RECIPES:  # a converter recipe: the formats its artifact would store, per segment
-        from engine.native_backend import recipe_for_converter_recipe
-        recipe = recipe_for_converter_recipe(args.recipe, cfg)
-    else:
-        try:
-            bits, group = args.recipe.lower().lstrip("q").split("g")
-            recipe = uniform_recipe(int(bits), int(group))
-        except ValueError:
-            raise SystemExit(f"--recipe {args.recipe!r}: expected a converter recipe ({', '.join(RECIPES)}) or a "
-                             f"uniform format like q4g64") from None
+    try:
+        recipe = recipe_named(args.recipe, cfg)
+    except ValueError as exc:
+        raise SystemExit(f"--recipe: {exc}") from None
     auto = args.prefill_chunk == "auto"
     req = PlanRequest(
         max_context=args.context, kv_dtype=args.kv, max_concurrency=args.concurrency,
