@@ -48,6 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     routes = [parse_route(r) for r in args.routes.split(";") if r.strip()]
     from engine.native_backend import recipe_named
+    from engine.plan import streamed_weight_bytes
     from engine.registry import config_27b
     recipe = recipe_named(args.recipe, config_27b(vision=False))
     if args.route_from:
@@ -60,7 +61,6 @@ def main() -> None:
     for kv in args.kv.split(","):
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, vram_budget_bytes=24 << 30,
                                        recipe=recipe)
-        from engine.plan import streamed_weight_bytes
         print(f"recipe {args.recipe}: {streamed_weight_bytes(model.config.text, recipe) / 1e9:.3f} GB of weights a "
               f"step", flush=True)
         e = model.engine
