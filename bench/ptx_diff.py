@@ -1,13 +1,18 @@
-"""Compare the PTX of every kernel in two nvcc -ptx outputs (names and labels normalised): lists the kernels that
-changed, appeared or disappeared. Used to show that a change leaves the benchmarked kernels as they were.
-    python3 bench/ptx_diff.py before.ptx after.ptx"""
+"""Compare the PTX of every kernel in two nvcc -ptx outputs: lists the kernels that changed, appeared or disappeared.
+Used to show that a change leaves the benchmarked kernels as they were.
+    python3 bench/ptx_diff.py before.ptx after.ptx
+
+The anonymous namespace's mangled name (it hashes the source path) and branch labels are normalised away, so the
+two files may come from different checkouts. A kernel that is gone under one name and new under another with the
+same PTX (a template argument list that changed its mangling only) is reported as renamed, not as changed."""
 import re
 import sys
 
+ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}")
+
 
 def kernels(path):
-    text = open(path).read()
-    text = re.sub(r"_GLOBAL__N__[0-9a-f_]+", "G", text)
+    text = ANON.sub("ANON", open(path).read())
     text = re.sub(r"\$L__BB\d+_\d+", "L", text)
     parts = re.split(r"\n(?=(?:\.visible |\.weak )?\.entry )", text)
     out = {}
@@ -19,14 +24,23 @@ def kernels(path):
 
 def main(before, after):
     a, b = kernels(before), kernels(after)
-    for name in sorted(a.keys() | b.keys()):
-        if name not in b:
+    unnamed = lambda ks, name: ks[name].replace(name, "KERNEL")  # noqa: E731
+    new_bodies = {unnamed(b, n): n for n in b.keys() - a.keys()}
+    renamed = set()
+    for name in sorted(a.keys() - b.keys()):
+        match = new_bodies.get(unnamed(a, name))
+        if match:
+            print(f"renamed {name} -> {match} (same PTX)")
+            renamed.add(match)
+        else:
             print("gone   ", name)
-        elif name not in a:
-            print("new    ", name)
-        elif a[name] != b[name]:
-            print("changed", name)
-    print(f"{len(a)} kernels before, {len(b)} after, {sum(a.get(k) == b.get(k) for k in a)} unchanged")
+    for name in sorted(b.keys() - a.keys() - renamed):
+        print("new    ", name)
+    changed = sorted(n for n in a.keys() & b.keys() if a[n] != b[n])
+    for name in changed:
+        print("changed", name)
+    same = len(a.keys() & b.keys()) - len(changed) + len(renamed)
+    print(f"{len(a)} kernels before, {len(b)} after, {same} with the same PTX")
 
 
 if __name__ == "__main__":

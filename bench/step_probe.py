@@ -50,7 +50,9 @@ def main() -> None:
     from engine.native_backend import recipe_named
     from engine.plan import streamed_weight_bytes
     from engine.registry import config_27b
-    recipe = recipe_named(args.recipe, config_27b(vision=False))
+    cfg = config_27b(vision=False)
+    recipe = recipe_named(args.recipe, cfg)
+    print(f"recipe {args.recipe}: {streamed_weight_bytes(cfg.text, recipe) / 1e9:.3f} GB of weights a step", flush=True)
     if args.route_from:
         import json
         with open(args.route_from) as f:
@@ -61,8 +63,6 @@ def main() -> None:
     for kv in args.kv.split(","):
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, vram_budget_bytes=24 << 30,
                                        recipe=recipe)
-        print(f"recipe {args.recipe}: {streamed_weight_bytes(model.config.text, recipe) / 1e9:.3f} GB of weights a "
-              f"step", flush=True)
         e = model.engine
         from engine.native import load_native
         nat = load_native()

@@ -416,8 +416,8 @@ def test_qgemv_pp_wide_equals_ring(nat, bits, epi, N, K, layout):
     (chunk_dot_fast) over the same chunks in the same order, with x read from L1 (either layout) instead of the
     ring's shared copy: equal bit for bit."""
     gen = torch.Generator(device="cuda").manual_seed(bits * 100 + N + K + epi + 7 * layout)
-    codes, high, scales, _ = _random_q(N, K, bits, 32 if K == 64 else 64, gen)
     group = 32 if K == 64 else 64
+    codes, high, scales, _ = _random_q(N, K, bits, group, gen)
     x = torch.randn(1, K, device="cuda", generator=gen).half()
 
     def call(variant, lay):

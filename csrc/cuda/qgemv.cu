@@ -65,6 +65,14 @@ struct Chunk {
   uint2 high;  // 5-bit: .x, 6-bit: .x,.y
 };
 
+// The high-plane bits of chunk c of a row: 5-bit 4 bytes (.x), 6-bit 8 bytes (.x, .y); nothing at other widths.
+template <int BITS>
+__device__ inline void load_high(const GemvArgs& a, int row, int c, uint2& high) {
+  const size_t K = a.K;
+  if (BITS == 5) high.x = __ldg(reinterpret_cast<const uint32_t*>(a.high + row * (K / 8) + c * 4));
+  if (BITS == 6) high = __ldg(reinterpret_cast<const uint2*>(a.high + row * (K / 4) + c * 8));
+}
+
 template <int BITS>
 __device__ inline void load_chunk(const GemvArgs& a, int row, int c, Chunk<BITS>& ch) {
   const size_t K = a.K;
@@ -74,8 +82,7 @@ __device__ inline void load_chunk(const GemvArgs& a, int row, int c, Chunk<BITS>
     ch.hi8 = __ldg(p + 1);
   } else {
     ch.lo = __ldg(reinterpret_cast<const uint4*>(a.codes + row * (K / 2) + c * 16));
-    if (BITS == 5) ch.high.x = __ldg(reinterpret_cast<const uint32_t*>(a.high + row * (K / 8) + c * 4));
-    if (BITS == 6) ch.high = __ldg(reinterpret_cast<const uint2*>(a.high + row * (K / 4) + c * 8));
+    load_high<BITS>(a, row, c, ch.high);
   }
 }
 
@@ -383,16 +390,8 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
           const uint4* wp = reinterpret_cast<const uint4*>(a.codes + r[i] * rowb + c * 16);
           w[i][u] = CG ? __ldcg(wp) : __ldg(wp);
         }
-        if constexpr (BITS == 5) {
 #pragma unroll
-          for (int i = 0; i < R; ++i)
-            h[i][u].x = __ldg(reinterpret_cast<const uint32_t*>(a.high + r[i] * (size_t)(a.K >> 3) + c * 4));
-        }
-        if constexpr (BITS == 6) {
-#pragma unroll
-          for (int i = 0; i < R; ++i)
-            h[i][u] = __ldg(reinterpret_cast<const uint2*>(a.high + r[i] * (size_t)(a.K >> 2) + c * 8));
-        }
+        for (int i = 0; i < R; ++i) load_high<BITS>(a, r[i], c, h[i][u]);
 #pragma unroll
         for (int i = 0; i < R; ++i) {
           const __half* sp = a.scales + r[i] * ngroups + ((c * 32) >> a.gshift);
@@ -461,9 +460,9 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   }
 }
 
-template <bool XL, int PRE, int R = 2, bool CG = false, int BITS = 4>
+template <bool XL, int PRE, int R = 2, bool CG = false>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
-  qgemv_pp_body<XL, PRE, R, CG, BITS>(a);
+  qgemv_pp_body<XL, PRE, R, CG, 4>(a);
 }
 
 // 5 / 6 bits: capped at 5 blocks (20 warps) an SM, so that down's 2560 row pairs run in one round on 132 SMs (uncapped,
@@ -474,14 +473,17 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv_pp_wide_kernel(GemvArgs 
   qgemv_pp_body<XL, 2, 2, false, BITS>(a);
 }
 
-template <bool XL, int PRE, int R = 2, bool CG = false, int BITS = 4>
+template <bool XL, int PRE, int R = 2, bool CG = false>
 void launch_pp(const GemvArgs& a, cudaStream_t st) {
-  if constexpr (BITS == 4)
-    launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG, BITS>, dim3(ceil_div(ceil_div(a.N, R), kWarps)),
-               dim3(kWarps * 32), 0, st, a);
-  else
-    launch_pdl("qgemv", qgemv_pp_wide_kernel<XL, BITS>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32),
-               0, st, a);
+  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0,
+             st, a);
+}
+
+// Variant 36 at 5 / 6 bits.
+template <bool XL, int BITS>
+void launch_pp_wide(const GemvArgs& a, cudaStream_t st) {
+  launch_pdl("qgemv", qgemv_pp_wide_kernel<XL, BITS>, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0,
+             st, a);
 }
 
 // Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
@@ -1206,14 +1208,14 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
         else launch<BITS, 1, 2, false, true, true>(a, st);
       } else if constexpr (BITS == 5 || BITS == 6) {
-        launch_pp<true, 2, 2, false, BITS>(a, st);  // 36
+        launch_pp_wide<true, BITS>(a, st);  // 36
       }
       return;
     }
     // 36 at 5 / 6 bits: qgemv_pp_kernel with the high plane (session 14), x in perm8 order here
     if constexpr (BITS == 5 || BITS == 6) {
       if (v == 36) {
-        launch_pp<false, 2, 2, false, BITS>(a, st);
+        launch_pp_wide<false, BITS>(a, st);
         return;
       }
     }
