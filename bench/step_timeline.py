@@ -3,6 +3,7 @@ steps of the native engine on random 27B-shaped weights (24 GiB budget), reduced
 the idle gaps between consecutive kernels, and per-kernel sums.
 
     python3 bench/step_timeline.py [--kv int8] [--depth 0] [--steps 4] [--json out.json] [--pdl 0] [--route 5120x6144=36]
+        [--recipe q4-27b]
 
 The step's wall time is the first kernel's start to the last kernel's end of one replay; "gap before X"
 is the idle time between the end of the previous kernel and the start of X. With one stream and no
@@ -61,16 +62,16 @@ def role_names(names: list[str]) -> list[str]:
     return out
 
 
-def role_bytes() -> dict[str, int]:
-    """Weight bytes one kernel of each GEMV role streams, in the engine's default recipe (engine/plan.py)."""
-    from engine.plan import DEFAULT_RECIPE, matrix_shapes, quantized_bytes
+def role_bytes(recipe) -> dict[str, int]:
+    """Weight bytes one kernel of each GEMV role streams, in ``recipe`` (engine/plan.py's Recipe)."""
+    from engine.plan import matrix_shapes, quantized_bytes
     from engine.registry import config_27b
     shapes = matrix_shapes(config_27b(vision=False).text)
     plan_role = {"gate_up": "mlp_gate_up", "down": "mlp_down"}  # the timeline's role names -> the plan's
     out = {}
     for r in ("gdn_in", "gdn_out", "attn_qkv", "attn_o", "gate_up", "down", "lm_head"):
         role = plan_role.get(r, r)
-        out[r] = quantized_bytes(*shapes[role][0], *DEFAULT_RECIPE.spec(role))
+        out[r] = quantized_bytes(*shapes[role][0], *recipe.spec(role))
     return out
 
 
@@ -83,13 +84,16 @@ def main() -> None:
     ap.add_argument("--pdl", type=int, default=0, help="programmatic dependent launch in the traced step (default off)")
     ap.add_argument("--route", default="", help="per-shape GEMV overrides of the built-in route, as step_probe.py's "
                                                 "--routes takes one (e.g. 5120x6144=36)")
+    ap.add_argument("--recipe", default="q4g64", help="weight formats, as step_probe.py's --recipe (e.g. q4-27b)")
     args = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.native_backend import NativeModel
+    from engine.native_backend import NativeModel, recipe_named
+    from engine.registry import config_27b
+    recipe = recipe_named(args.recipe, config_27b(vision=False))
     model = NativeModel.random_27b(kv_dtype=args.kv, max_context=args.depth + 64, seed=1,
-                                   vram_budget_bytes=24 << 30)
+                                   vram_budget_bytes=24 << 30, recipe=recipe)
     e = model.engine
     from engine.native import load_native
     load_native().set_pdl(bool(args.pdl))
@@ -137,10 +141,11 @@ def main() -> None:
             inc_by[r] += (end - prev_end) / len(steps)
             nrole_by[r] += 1
             prev_end = end
-    rb = role_bytes()
+    rb = role_bytes(recipe)
     wall, busy = statistics.median(walls), statistics.median(busys)
     res = {
-        "kv": args.kv, "depth": args.depth, "pdl": bool(args.pdl), "route": args.route, "graph_step_ms": graph_ms,
+        "recipe": args.recipe, "kv": args.kv, "depth": args.depth, "pdl": bool(args.pdl), "route": args.route,
+        "graph_step_ms": graph_ms,
         "traced_step_us": wall, "kernel_busy_us": busy, "gap_us": wall - busy,
         "kernels_per_step": statistics.median(counts),
         "per_kernel": {k: {"count": n_by[k] // len(steps), "busy_us": round(dur_by[k], 1),

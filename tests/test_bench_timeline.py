@@ -42,9 +42,20 @@ def test_two_kernel_gdn_and_separate_norm_are_named_too():
 
 def test_role_bytes_are_the_4bit_group64_sizes():
     pytest.importorskip("torch")  # engine.registry reads the checkpoint layout through the loader
-    b = _timeline().role_bytes()
+    from engine.plan import DEFAULT_RECIPE
+    b = _timeline().role_bytes(DEFAULT_RECIPE)
     per_weight = 0.5 + 2 / 64  # a nibble of code and an fp16 scale per 64 weights
     assert b["gate_up"] == 2 * 17408 * 5120 * per_weight
     assert b["down"] == 5120 * 17408 * per_weight
     assert b["gdn_out"] == b["attn_o"] == 5120 * 6144 * per_weight
     assert b["lm_head"] == 248320 * 5120 * per_weight
+
+
+def test_role_bytes_follow_the_recipe():
+    pytest.importorskip("torch")
+    from engine.native_backend import recipe_named
+    from engine.registry import config_27b
+    b = _timeline().role_bytes(recipe_named("q4-27b", config_27b(vision=False)))
+    assert b["gate_up"] == 2 * 17408 * 5120 * (0.5 + 2 / 64)  # q4g64
+    assert b["down"] == 5120 * 17408 * (5 / 8 + 2 / 64)  # q5g64
+    assert b["lm_head"] == 248320 * 5120 * (6 / 8 + 2 / 64)  # q6g64

@@ -1174,18 +1174,19 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //          6144). 29 / 30 replaced 23 / 27 (the same code as 3 / 2 blocks per SM) in session 7: x, 8 bytes an
 //          element with the fused norm, is then staged from L2 once per SM (5.071 -> 4.973 ms a step, call 3).
 //          The ring (16..19) lost everywhere (44-51 us on gate_up in bench/gemv_probe.py).
-//   5/6/8-bit (isolated GEMVs, bench/gemv_probe.py, sessions 3-4; not yet searched on whole steps):
+//   5/6/8-bit (isolated GEMVs, bench/gemv_probe.py, sessions 3-4):
 //   5-bit: K > 8192 ring 19 (34.9 vs 41.1 generic), else ring 18 (52.7 / 28.5 / 12.7 vs 68.0 / 36.2 / 14.8).
 //   6-bit: K > 8192 ring 17 (38.4 vs 41.2), else ring 18 (53.9 / 30.0 / 13.1 vs 69.6 / 36.8 / 15.0).
 //   8-bit: the generic per-element path (54.6 / 34.9 / 30.8 / 11.8, up to 3.37 TB/s) beat the ring (~100 / 62).
-//   Whole steps with the q4-27b recipe (session 14 call 5, bench/results/step-q4-27b-routes-h200-s14-call5.txt):
-//   6.401 ms at depth 0 on this route; no other ring / generic choice for down, gdn_out / o, lm_head or k|v is
-//   faster beyond noise. Variant 36 at 5 / 6 bits (qgemv_pp_wide_kernel) is written for down / gdn_out / o and
-//   not yet timed (bench/device_s14_call6.sh).
+//   Whole steps with the q4-27b recipe (5-bit down / gdn_out / o, 6-bit lm_head and k|v): on the rings above,
+//   6.401 ms at depth 0, and no other ring / generic choice faster beyond noise (session 14 call 5,
+//   bench/results/step-q4-27b-routes-h200-s14-call5.txt). Variant 36 at 5 bits (qgemv_pp_wide_kernel) on down:
+//   6.054 ms, on gdn_out / o: 6.131, on both: 5.658 (session 15 call 1, step-q4-27b-wide-h200-s15-call1.txt),
+//   so 5-bit runs 36 on K > 8192 and on the 5120-row shapes; other 5-bit shapes keep ring 18 (not timed on steps).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
   if (BITS == 4) return a.K > 8192 ? 36 : a.N >= 24576 ? 37 : a.N >= 12288 ? 30 : 4;
-  if (BITS == 5) return a.K > 8192 ? 19 : 18;
+  if (BITS == 5) return a.K > 8192 || a.N <= 5120 ? 36 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
   return 1;  // 8-bit: generic path
 }
