@@ -42,7 +42,8 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(45))  # 0 = route by shape, 1..44 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(47))  # 0 = route by shape, 1..46 forced (qgemv.cu launch_bits)
+QGEMV_COL_VARIANTS = [45, 46]  # the row split across K (qgemv_col_kernel), every width
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35, 37, 38]  # 4-bit integer dot products on x staged as 16-bit integers
 
@@ -199,7 +200,8 @@ def test_random_q_packing_matches_quant_module(nat):
 
 
 @pytest.mark.parametrize("bits, variant", [(b, v) for b in (4, 5, 6, 8) for v in [0, 1] + QGEMV_RING_VARIANTS] +
-                         [(4, v) for v in QGEMV_IDOT_VARIANTS] + [(5, 36), (6, 36)])
+                         [(4, v) for v in QGEMV_IDOT_VARIANTS] + [(5, 36), (6, 36)] +
+                         [(b, v) for b in (4, 5, 6, 8) for v in QGEMV_COL_VARIANTS])
 @pytest.mark.parametrize("epi, N, K, group", [
     (0, 253, 1120, 32),    # K = 32 * 35: last batch of 3 lanes; N odd: a last row group of 1 row (R2 and R4)
     (1, 250, 1152, 64),    # N = 4k + 2: the last R4 group is half empty
@@ -442,6 +444,10 @@ def test_qgemv_x_layout_of_wide_widths(nat):
         assert nat.qgemv_x_layout(5120, 17408, 5, 64, 1) == X_LANES
         assert nat.qgemv_x_layout(5120, 6144, 6, 64, 1) == X_LANES
         assert nat.qgemv_x_layout(5120, 6144, 8, 64, 1) == X_PERM8  # 8-bit: the generic path
+    for v in QGEMV_COL_VARIANTS:  # the column split reads perm8 at every width
+        with forced_qgemv_variant(nat, v):
+            for bits in (4, 5, 6, 8):
+                assert nat.qgemv_x_layout(5120, 17408, bits, 64, 1) == X_PERM8
 
 
 @pytest.mark.parametrize("lazy, eager, epi, N, K", [(37, 34, 2, 34816, 5120), (37, 34, 1, 250, 1152),
@@ -884,3 +890,21 @@ def test_cuda_error_becomes_exception_naming_the_op(nat):
     x.normal_()
     nat.op_rmsnorm(x.data_ptr(), 1, 64, w.data_ptr(), 1e-6, True, out.data_ptr())
     assert torch.isfinite(out.float()).all()
+
+
+@pytest.mark.parametrize("variant", QGEMV_COL_VARIANTS)
+def test_qgemv_col_variants_are_deterministic_and_close_to_the_row_walk(nat, variant):
+    """The column split sums a row's columns in a fixed order: the same bits on every call (no atomics, no
+    launch-order dependence), and within float reassociation of variant 1 (the same per-chunk arithmetic)."""
+    N, K = 5120, 17408
+    gen = torch.Generator(device="cuda").manual_seed(variant)
+    codes, scales, wd = _random_q4(N, K, gen)
+    x = to_perm8(torch.randn(1, K, device="cuda", generator=gen).half())
+    outs = []
+    for v in (variant, variant, 1):
+        out = torch.full((1, N), float("nan"), device="cuda")
+        with forced_qgemv_variant(nat, v):
+            nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, x.data_ptr(), 1, 0, out.data_ptr(), 0, N)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    assert rel_err(outs[0], outs[2]) < 1e-5

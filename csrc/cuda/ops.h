@@ -39,7 +39,7 @@ int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..36 force one (qgemv.cu;
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..46 force one (qgemv.cu;
 // 1..15 and 20..36 are 4-bit kernels (20..32, 34, 35: integer dot products), 16..19 the cp.async ring kernel for
 // every width).
 void set_qgemv_variant(int v);

@@ -31,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 44;  // T = 1 launch variants 1..44 (launch_bits; 16..19 for every width)
+constexpr int kNumVariants = 46;  // T = 1 launch variants 1..46 (launch_bits; 16..19, 45, 46 for every width)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -500,6 +500,150 @@ void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   else if (v == 43) launch_pp<XL, 2, 2, true>(a, st);
   else launch_pp<XL, 2, 4, true>(a, st);
 }
+
+// ---- T = 1, every width: the row split across K (variants 45 / 46, session 15) ----
+// Down (5120 x 17408) streams at 2.75 TB/s in a step against gate_up's 3.6, and nothing that keeps a warp on whole
+// rows fixed it: x in shared memory (31..33), more bytes in flight through a cp.async ring (session 12), two
+// register buffers (36). What those share: a warp walks one row pair from end to end (17 dependent batches of 1 KB at
+// K = 17408), and each row pair's x traffic (34 KB) exceeds its weights (19.6 KB). Here a warp owns one column of
+// 1024 weights (32 chunks, one a lane) and walks a run of rows in it: its x is 16 registers loaded once per column,
+// each row is one coalesced 512-byte load of codes (a batch of B rows is B independent loads), and the rows of a batch
+// are summed across the warp together (a transposing reduction: B - 1 + log2(32 / B) shuffles for B rows, not 5 B).
+// A block owns a range of rows; its (column, row) cells, column-major, are cut evenly among its warps, each cell's
+// sum goes to shared memory, and after a barrier each row adds its columns in column order (fixed, so a row's result
+// does not depend on the launch: deterministic, though not bit-equal to the row-walking kernels).
+constexpr int kColWarps = 16;  // one 512-thread block an SM
+
+// The B per-lane values v[i] (rows i of a batch) summed over the warp. Afterwards lane l holds the sum of row
+// col_reduce_row<B>(l), and every lane whose low log2(32 / B) bits are zero holds a different row.
+template <int B>
+__device__ __forceinline__ int col_reduce_row(int lane) {
+  int row = 0;
+#pragma unroll
+  for (int n = B, o = 16; n > 1; n >>= 1, o >>= 1) row += (lane & o) ? n / 2 : 0;
+  return row;
+}
+template <int B>
+__device__ __forceinline__ float col_reduce(float (&v)[B], int lane) {
+#pragma unroll
+  for (int n = B, o = 16; n > 1; n >>= 1, o >>= 1) {  // halve the values a lane holds, exchanging the other half
+    const bool upper = lane & o;
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const float send = upper ? v[i] : v[i + n / 2];
+      const float keep = upper ? v[i + n / 2] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+    }
+  }
+#pragma unroll
+  for (int o = 16 / B; o >= 1; o >>= 1) v[0] += __shfl_xor_sync(0xffffffffu, v[0], o);
+  return v[0];
+}
+
+// B rows a batch, two batches in registers (the next one loads while this one is summed); PRE: the first batch's
+// weights are loaded before the PDL wait. rows_per_block (even for SwiGLU: whole pairs) rows to a block.
+template <int BITS, int B, bool PRE>
+__global__ void __launch_bounds__(kColWarps * 32, 1) qgemv_col_kernel(GemvArgs a, int rows_per_block) {
+  static_assert(B >= 1 && B <= 32 && (B & (B - 1)) == 0, "B: a power of two up to 32");
+  extern __shared__ float cell[];  // [column][row of the block]
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nch = a.K >> 5;
+  const int ncol = (nch + 31) >> 5;
+  const int row0 = blockIdx.x * rows_per_block;
+  const int rows = min(rows_per_block, a.N - row0);  // >= 1: the grid covers N exactly
+  const int cells = ncol * rows;
+  const int cell_end = (int)((long long)cells * (warp + 1) / kColWarps);
+  int u = (int)((long long)cells * warp / kColWarps);
+  const size_t ngroups = (size_t)(a.K >> a.gshift);
+  Chunk<BITS> wa[B], wb[B];
+  __half sa[B], sb[B];
+  // rows rl .. rl + B - 1 of column col (clamped to the run's last row re - 1: re-read, never summed)
+  auto load = [&](int col, int rl, int re, Chunk<BITS> (&w)[B], __half (&sc)[B]) {
+    const int c = col * 32 + lane;
+    if (c >= nch) return;
+#pragma unroll
+    for (int i = 0; i < B; ++i) {
+      const int row = row0 + min(rl + i, re - 1);
+      load_chunk<BITS>(a, row, c, w[i]);
+      sc[i] = a.scales[(size_t)row * ngroups + ((c * 32) >> a.gshift)];
+    }
+  };
+  auto sum = [&](int col, int rl, int re, const uint4 (&xv)[4], const Chunk<BITS> (&w)[B], const __half (&sc)[B]) {
+    const bool live = col * 32 + lane < nch;
+    float v[B];
+#pragma unroll
+    for (int i = 0; i < B; ++i) v[i] = live ? __half2float(sc[i]) * chunk_dot_fast<BITS>(w[i], xv) : 0.f;
+    const float total = col_reduce<B>(v, lane);
+    const int r = rl + col_reduce_row<B>(lane);
+    if ((lane & (32 / B - 1)) == 0 && r < re) cell[col * rows + r] = total;
+  };
+  // the first run: its first batch may load before the wait
+  int col = u / max(rows, 1);
+  if (PRE && u < cell_end) load(col, u - col * rows, min(cell_end - col * rows, rows), wa, sa);
+  pdl_wait();
+  pdl_trigger();
+  // the residual this thread's row adds to (GEMV_ADD), read now so that its latency hides under the stream
+  const float prior = a.epi == GEMV_ADD && (int)threadIdx.x < rows ? a.out_f32[row0 + threadIdx.x] : 0.f;
+  bool preloaded = PRE;
+  while (u < cell_end) {  // one run of rows rb .. re - 1 in column col a pass
+    col = u / rows;
+    const int rb = u - col * rows;
+    const int re = min(cell_end - col * rows, rows);
+    uint4 xv[4] = {};
+    const int c = col * 32 + lane;
+    if (c < nch) {
+      const uint4* xp = reinterpret_cast<const uint4*>(a.x) + c * 4;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+    }
+    if (!preloaded) load(col, rb, re, wa, sa);
+    preloaded = false;
+    for (int rl = rb; rl < re; rl += 2 * B) {
+      if (rl + B < re) load(col, rl + B, re, wb, sb);
+      sum(col, rl, re, xv, wa, sa);
+      if (rl + 2 * B < re) load(col, rl + 2 * B, re, wa, sa);
+      if (rl + B < re) sum(col, rl + B, re, xv, wb, sb);
+    }
+    u += re - rb;
+  }
+  __syncthreads();
+  if (a.epi == GEMV_SWIGLU) {
+    for (int p = threadIdx.x; 2 * p + 1 < rows; p += blockDim.x) {
+      float g = 0.f, up = 0.f;
+      for (int cc = 0; cc < ncol; ++cc) {
+        g += cell[cc * rows + 2 * p];
+        up += cell[cc * rows + 2 * p + 1];
+      }
+      a.out_h[swiglu_pos(a, (row0 >> 1) + p)] = __float2half(silu(g) * up);
+    }
+  } else {
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+      float y = 0.f;
+      for (int cc = 0; cc < ncol; ++cc) y += cell[cc * rows + r];
+      if (a.epi == GEMV_STORE) a.out_f32[row0 + r] = y;
+      else a.out_f32[row0 + r] = (r == (int)threadIdx.x ? prior : a.out_f32[row0 + r]) + y;
+    }
+  }
+}
+
+// Variants 45 / 46: qgemv_col_kernel with / without its first batch loaded before the PDL wait. One block an SM, rows
+// cut evenly among the blocks (whole SwiGLU pairs). B = 8 rows a batch at 4 bits, 4 at 5 / 6 / 8 (registers).
+template <int BITS, bool PRE>
+void launch_col(const GemvArgs& a, cudaStream_t st) {
+  constexpr int B = BITS == 4 ? 8 : 4;
+  int rows_per_block = ceil_div(a.N, sm_count());
+  if (a.epi == GEMV_SWIGLU) rows_per_block += rows_per_block & 1;
+  const int blocks = ceil_div(a.N, rows_per_block);
+  const int ncol = ceil_div(a.K >> 5, 32);
+  const size_t smem = (size_t)ncol * rows_per_block * sizeof(float);
+  if (smem > 48 * 1024)
+    throw std::invalid_argument("qgemv variant 45 / 46: " + std::to_string(smem) + " bytes of partial sums a block "
+                                "(at most 48 KiB: fewer rows or columns)");
+  launch_pdl("qgemv", qgemv_col_kernel<BITS, B, PRE>, dim3(blocks), dim3(kColWarps * 32), smem, st, a,
+             rows_per_block);
+}
+inline bool is_col_variant(int v) { return v == 45 || v == 46; }
 
 // ---- T = 1, 4-bit: x staged in shared memory (variants 6..15) ----
 // Profile of variant 1 (ncu, gate_up): L1/TEX is the busiest unit (76 %), DRAM at 52 %. Each lane's
@@ -1211,6 +1355,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       } else if constexpr (BITS == 5 || BITS == 6) {
         launch_pp_wide<true, BITS>(a, st);  // 36
       }
+      return;
+    }
+    if (is_col_variant(v)) {  // every width, x in perm8 order
+      if (v == 45) launch_col<BITS, true>(a, st);
+      else launch_col<BITS, false>(a, st);
       return;
     }
     // 36 at 5 / 6 bits: qgemv_pp_kernel with the high plane (session 14), x in perm8 order here
