@@ -14,7 +14,7 @@ timeout 120 python3 bench/step_probe.py --kv int8 --depths 0 \
   --routes "5120x17408=45;5120x17408=46;5120x6144=45;5120x6144=46" 2>&1 | grep -E "recipe|step|Error|error" \
   | tee $out/steps-q4g64.txt
 timeout 150 python3 bench/step_probe.py --recipe q4-27b --kv int8 --depths 0 \
-  --routes "5120x17408=45;5120x6144=45;5120x6144=46;248320x5120=36;2048x5120=36" 2>&1 \
+  --routes "5120x17408=45;5120x6144=45;5120x6144=46;248320x5120=36;248320x5120=45;2048x5120=36" 2>&1 \
   | grep -E "recipe|step|Error|error" | tee $out/steps-q4-27b.txt
 timeout 120 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 tests/test_native_artifact.py \
   tests/test_native_model.py -k "not timing_probe" > $out/tests-model.log 2>&1

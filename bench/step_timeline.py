@@ -39,13 +39,21 @@ _NAMED_ROLES = (("embed", "embed"), ("gdn_kernel", "gdn_step"), ("gdn_conv_decod
 
 
 def gemv_role(i: int, names: list[str], prev: str) -> str:
-    """A GEMV's role from its neighbours: what follows an input projection, what precedes the MLP's two."""
+    """A GEMV's role from its neighbours: what follows an input projection, what precedes the MLP's two. An input
+    projection in two formats (engine.plan.SPLIT_ROLES: a recipe that stores GDN b|a or attention k|v apart) is two
+    GEMVs, the head ("gdn_in", "attn_qkv") then the tail ("gdn_ba", "attn_kv")."""
     nxt = names[i + 1] if i + 1 < len(names) else ""
+    nxt2 = names[i + 2] if i + 2 < len(names) else ""
     if i == len(names) - 1:
         return "lm_head"
-    if "gdn_kernel" in nxt or "conv" in nxt:
+    gdn_next = lambda n: "gdn_kernel" in n or "conv" in n  # noqa: E731
+    if gdn_next(nxt):
+        return "gdn_ba" if prev == "gdn_in" else "gdn_in"
+    if prev == "rmsnorm" and "qgemv" in nxt and gdn_next(nxt2):  # a split projection always runs the norm first
         return "gdn_in"
     if "attn_prep" in nxt:
+        return "attn_kv" if prev == "attn_qkv" else "attn_qkv"
+    if prev == "rmsnorm" and "qgemv" in nxt and "attn_prep" in nxt2:
         return "attn_qkv"
     return {"gdn_step": "gdn_out", "attn_combine": "attn_o", "gdn_out": "gate_up", "attn_o": "gate_up",
             "rmsnorm": "gate_up", "gate_up": "down"}.get(prev, "gemv (?)")

@@ -40,6 +40,19 @@ def test_two_kernel_gdn_and_separate_norm_are_named_too():
                                    "lm_head"]
 
 
+def test_split_input_projections_name_their_tails():
+    t = _timeline()
+    # a recipe with GDN b|a and attention k|v in formats of their own (q4-27b): the norm runs first, then two GEMVs
+    gdn = ["rmsnorm_kernel", "qgemv4_sx_kernel", "qgemv_kernel", "gdn_conv_decode_kernel", "qgemv_pp_wide_kernel",
+           "qgemv4_sx_kernel", "qgemv_pp_wide_kernel"]
+    attn = ["rmsnorm_kernel", "qgemv4_sx_kernel", "qgemv_ring_kernel", "attn_prep_kernel", "attn_split_v4_kernel",
+            "attn_combine_kernel", "qgemv_pp_wide_kernel", "qgemv4_sx_kernel", "qgemv_pp_wide_kernel"]
+    names = ["embed_kernel"] + gdn + attn + gdn + ["rmsnorm_kernel", "qgemv_ring_kernel"]
+    g = ["rmsnorm", "gdn_in", "gdn_ba", "gdn_step", "gdn_out", "gate_up", "down"]
+    a = ["rmsnorm", "attn_qkv", "attn_kv", "attn_prep", "attn_split", "attn_combine", "attn_o", "gate_up", "down"]
+    assert t.role_names(names) == ["embed"] + g + a + g + ["rmsnorm", "lm_head"]
+
+
 def test_role_bytes_are_the_4bit_group64_sizes():
     pytest.importorskip("torch")  # engine.registry reads the checkpoint layout through the loader
     from engine.plan import DEFAULT_RECIPE
