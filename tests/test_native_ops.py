@@ -439,6 +439,8 @@ def test_qgemv_x_layout_of_wide_widths(nat):
     assert nat.qgemv_x_layout(5120, 17408, 5, 64, 1) == X_LANES  # the route: 36 on down
     assert nat.qgemv_x_layout(5120, 6144, 5, 64, 1) == X_LANES  # and on gdn_out / o
     assert nat.qgemv_x_layout(6144, 5120, 5, 64, 1) == X_PERM8  # other 5-bit shapes: ring 18
+    assert nat.qgemv_x_layout(2048, 5120, 6, 64, 1) == X_PERM8  # few rows (split tails): the column split 45
+    assert nat.qgemv_x_layout(96, 5120, 8, 64, 1) == X_PERM8
     assert nat.qgemv_x_layout(5120, 6144, 6, 64, 1) == X_PERM8  # 6-bit: the rings
     with forced_qgemv_variant(nat, 36):
         assert nat.qgemv_x_layout(5120, 17408, 5, 64, 1) == X_LANES

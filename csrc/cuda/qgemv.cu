@@ -1327,9 +1327,15 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   bench/results/step-q4-27b-routes-h200-s14-call5.txt). Variant 36 at 5 bits (qgemv_pp_wide_kernel) on down:
 //   6.054 ms, on gdn_out / o: 6.131, on both: 5.658 (session 15 call 1, step-q4-27b-wide-h200-s15-call1.txt),
 //   so 5-bit runs 36 on K > 8192 and on the 5120-row shapes; other 5-bit shapes keep ring 18 (not timed on steps).
+//   The tails of q4-27b's split input projections (GDN b|a: 96 x 5120 at 8 bits, 48 warps on 12 SMs on the generic
+//   path; attention k|v: 2048 x 5120 at 6 bits) run the column split 45, which spreads a few rows over every SM:
+//   5.653 -> 5.481 ms a step, b|a 5.78 -> 2.37 us, k|v 7.47 -> 4.83 (session 15 call 3,
+//   bench/results/step-tails-q4-27b-h200-s15-call3.txt). On down / gdn_out / o, 45 / 46 lost (call 2: q4g64 down
+//   4.736 / 4.821 ms against 4.647, gdn_out / o 4.837 / 4.885; q4-27b 5.757 / 5.807 against 5.684).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
   if (BITS == 4) return a.K > 8192 ? 36 : a.N >= 24576 ? 37 : a.N >= 12288 ? 30 : 4;
+  if (a.N <= 2048) return 45;  // 5 / 6 / 8-bit: few rows (the tails above)
   if (BITS == 5) return a.K > 8192 || a.N <= 5120 ? 36 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
   return 1;  // 8-bit: generic path
