@@ -342,6 +342,49 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
         assert run(bad).isnan().all()
 
 
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+@pytest.mark.parametrize("variant", QGEMV_COL_VARIANTS + [0])
+@pytest.mark.parametrize("epi, N, K", [(0, 96, 5120), (0, 2048, 5120), (1, 253, 1152), (2, 198, 2080)])
+def test_qgemv_col_normed(nat, bits, variant, epi, N, K):
+    """The column split takes the norm fused at every width (each block sums the squares of the residual row, each
+    warp normalises its own column and rounds x to fp16 as the norm kernel does): against fp64; one NaN in the
+    residual turns every output to NaN. Variant 0: the route, which sends these few-row shapes to 45 at 5 / 6 / 8 bits
+    (the split projections' tails) and not at 4."""
+    gen = torch.Generator(device="cuda").manual_seed(bits * 100 + variant + N + K + epi)
+    codes, high, scales, wd = _random_q(N, K, bits, 32 if K % 64 else 64, gen)
+    group = 32 if K % 64 else 64
+    resid = torch.randn(1, K, device="cuda", generator=gen) * 3
+    w = torch.randn(K, device="cuda", generator=gen) * 0.2
+    xin = torch.empty(1, K, device="cuda").half()
+    rd = resid.double()
+    xd = rd * torch.rsqrt(rd.pow(2).mean(-1, keepdim=True) + 1e-6) * (w.double() + 1)
+    y = (wd @ xd.T).T
+    fused = variant != 0 or bits != 4
+
+    padded = (N // 2 + 7) // 8 * 8  # SwiGLU: perm8 positions of an odd pair count reach the next multiple of 8
+
+    def run(r):
+        out, args, before = _gemv_out(epi, N, gen, swiglu_width=padded)
+        with forced_qgemv_variant(nat, variant):
+            assert nat.qgemv_fuses_norm(N, K, bits, group, 1) == fused
+            nat.op_qgemv_normed(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K,
+                                bits, group, r.data_ptr(), w.data_ptr(), 1e-6, True, 1, epi, *args, xin.data_ptr())
+        got = _gemv_result(out, before, epi)
+        return got[:, :N // 2] if epi == 2 else got
+
+    got = run(resid)
+    assert not got.isnan().any()
+    tol = gemv_tol(variant) + TOL_FP16_OUT  # x rounded to fp16 as the norm kernel rounds it
+    if epi == 2:
+        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
+    else:
+        assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
+    if fused:
+        bad = resid.clone()
+        bad[0, 77] = float("nan")
+        assert run(bad).isnan().all()
+
+
 # ---- the lanes input layout (ops.h GEMV_X_LANES): read by variant 4, written by the SwiGLU epilogue ----
 X_PERM8, X_LANES = 0, 1
 

@@ -48,9 +48,10 @@ void set_qgemv_variant(int v);
 void set_qgemv_shape_variant(int N, int K, int v);
 void clear_qgemv_shape_variants();
 
-// qgemv on x = rmsnorm_to_gemv_input(resid, T, K, norm_w, eps, add_one): for T = 1 4-bit matrices on the
-// integer-dot route (qgemv_fuses_norm) every block of the GEMV computes the norm of resid itself while it stages x
-// (one kernel, and x is never rounded to fp16); otherwise the norm runs first, into xin ([T, K] fp16 scratch).
+// qgemv on x = rmsnorm_to_gemv_input(resid, T, K, norm_w, eps, add_one): for T = 1 matrices whose route takes the
+// norm fused (qgemv_fuses_norm: 4-bit on the integer-dot kernels, x never rounded to fp16; any width on the column
+// split 45 / 46, x rounded as the norm kernel rounds it) every block of the GEMV computes the norm of resid itself (one
+// kernel); otherwise the norm runs first, into xin ([T, K] fp16 scratch).
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
                   int out_layout = GEMV_X_PERM8);

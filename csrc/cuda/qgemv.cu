@@ -542,7 +542,9 @@ __device__ __forceinline__ float col_reduce(float (&v)[B], int lane) {
 
 // B rows a batch, two batches in registers (the next one loads while this one is summed); PRE: the first batch's
 // weights are loaded before the PDL wait. rows_per_block (even for SwiGLU: whole pairs) rows to a block.
-template <int BITS, int B, bool PRE>
+// NORM (qgemv_normed): x is the RMSNorm of a.nx, x_k = fp16(nx_k * rstd * (nw_k + nadd)) as rmsnorm_kernel rounds it;
+// every block sums the squares of the row itself (K fp32 from L2) and each warp normalises its column's 32 chunks.
+template <int BITS, int B, bool PRE, bool NORM>
 __global__ void __launch_bounds__(kColWarps * 32, 1) qgemv_col_kernel(GemvArgs a, int rows_per_block) {
   static_assert(B >= 1 && B <= 32 && (B & (B - 1)) == 0, "B: a power of two up to 32");
   extern __shared__ float cell[];  // [column][row of the block]
@@ -585,6 +587,16 @@ __global__ void __launch_bounds__(kColWarps * 32, 1) qgemv_col_kernel(GemvArgs a
   pdl_trigger();
   // the residual this thread's row adds to (GEMV_ADD), read now so that its latency hides under the stream
   const float prior = a.epi == GEMV_ADD && (int)threadIdx.x < rows ? a.out_f32[row0 + threadIdx.x] : 0.f;
+  float rstd = 0.f;
+  if constexpr (NORM) {
+    __shared__ float red[32];
+    float ss = 0.f;
+    for (int k = threadIdx.x * 4; k < a.K; k += blockDim.x * 4) {
+      const float4 v = *reinterpret_cast<const float4*>(a.nx + k);
+      ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    rstd = rsqrtf(block_sum(ss, red) / a.K + a.neps);
+  }
   bool preloaded = PRE;
   while (u < cell_end) {  // one run of rows rb .. re - 1 in column col a pass
     col = u / rows;
@@ -593,9 +605,23 @@ __global__ void __launch_bounds__(kColWarps * 32, 1) qgemv_col_kernel(GemvArgs a
     uint4 xv[4] = {};
     const int c = col * 32 + lane;
     if (c < nch) {
-      const uint4* xp = reinterpret_cast<const uint4*>(a.x) + c * 4;
+      if constexpr (NORM) {  // elements 32c .. 32c + 31, natural order in nx / nw, perm8 order in xv
+        __half* xh = reinterpret_cast<__half*>(xv);
+        const float4* xp = reinterpret_cast<const float4*>(a.nx + c * 32);
+        const float4* wp = reinterpret_cast<const float4*>(a.nw + c * 32);
 #pragma unroll
-      for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+        for (int q = 0; q < 8; ++q) {
+          const float4 v = xp[q], w = __ldg(wp + q);
+          xh[perm8(4 * q + 0)] = __float2half(v.x * rstd * (w.x + a.nadd));
+          xh[perm8(4 * q + 1)] = __float2half(v.y * rstd * (w.y + a.nadd));
+          xh[perm8(4 * q + 2)] = __float2half(v.z * rstd * (w.z + a.nadd));
+          xh[perm8(4 * q + 3)] = __float2half(v.w * rstd * (w.w + a.nadd));
+        }
+      } else {
+        const uint4* xp = reinterpret_cast<const uint4*>(a.x) + c * 4;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+      }
     }
     if (!preloaded) load(col, rb, re, wa, sa);
     preloaded = false;
@@ -629,7 +655,7 @@ __global__ void __launch_bounds__(kColWarps * 32, 1) qgemv_col_kernel(GemvArgs a
 
 // Variants 45 / 46: qgemv_col_kernel with / without its first batch loaded before the PDL wait. One block an SM, rows
 // cut evenly among the blocks (whole SwiGLU pairs). B = 8 rows a batch at 4 bits, 4 at 5 / 6 / 8 (registers).
-template <int BITS, bool PRE>
+template <int BITS, bool PRE, bool NORM = false>
 void launch_col(const GemvArgs& a, cudaStream_t st) {
   constexpr int B = BITS == 4 ? 8 : 4;
   int rows_per_block = ceil_div(a.N, sm_count());
@@ -640,7 +666,7 @@ void launch_col(const GemvArgs& a, cudaStream_t st) {
   if (smem > 48 * 1024)
     throw std::invalid_argument("qgemv variant 45 / 46: " + std::to_string(smem) + " bytes of partial sums a block "
                                 "(at most 48 KiB: fewer rows or columns)");
-  launch_pdl("qgemv", qgemv_col_kernel<BITS, B, PRE>, dim3(blocks), dim3(kColWarps * 32), smem, st, a,
+  launch_pdl("qgemv", qgemv_col_kernel<BITS, B, PRE, NORM>, dim3(blocks), dim3(kColWarps * 32), smem, st, a,
              rows_per_block);
 }
 inline bool is_col_variant(int v) { return v == 45 || v == 46; }
@@ -1591,6 +1617,30 @@ int fused_norm_variant(const GemvArgs& a) {
   const int v = t1_variant<4>(a);
   return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 ? v : 0;
 }
+
+// The T = 1 variant of a matrix of any width (t1_variant of its width).
+int t1_variant_any(const GemvArgs& a, int bits) {
+  switch (bits) {
+    case 4: return t1_variant<4>(a);
+    case 5: return t1_variant<5>(a);
+    case 6: return t1_variant<6>(a);
+    default: return t1_variant<8>(a);
+  }
+}
+
+// T = 1 on the column split (variants 45 / 46, every width): it takes the norm fused.
+bool col_fuses_norm(const GemvArgs& a, int bits) { return a.T == 1 && is_col_variant(t1_variant_any(a, bits)); }
+
+// The column split with the norm fused (a.nx / a.nw / a.neps / a.nadd set; col_fuses_norm).
+void launch_col_normed(const GemvArgs& a, int bits, cudaStream_t st) {
+  const bool pre = t1_variant_any(a, bits) == 45;
+  switch (bits) {
+    case 4: pre ? launch_col<4, true, true>(a, st) : launch_col<4, false, true>(a, st); break;
+    case 5: pre ? launch_col<5, true, true>(a, st) : launch_col<5, false, true>(a, st); break;
+    case 6: pre ? launch_col<6, true, true>(a, st) : launch_col<6, false, true>(a, st); break;
+    default: pre ? launch_col<8, true, true>(a, st) : launch_col<8, false, true>(a, st); break;
+  }
+}
 }  // namespace
 
 static bool g_lanes = true;  // set_qgemv_lanes
@@ -1611,8 +1661,10 @@ int qgemv_x_layout(const QMatrix& W, int T) {
 void set_qgemv_lanes(bool on) { g_lanes = on; }
 
 bool qgemv_fuses_norm(const QMatrix& W, int T) {
-  if (W.q.bits != 4 || T != 1) return false;
-  return fused_norm_variant(gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) != 0;
+  if (T != 1) return false;
+  const GemvArgs a = gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0);
+  if (col_fuses_norm(a, W.q.bits)) return true;
+  return W.q.bits == 4 && fused_norm_variant(a) != 0;
 }
 
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
@@ -1620,6 +1672,15 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
                   int out_layout) {
   GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo, GEMV_X_PERM8, out_layout);
   const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;  // float4 loads
+  if (aligned && col_fuses_norm(a, W.q.bits)) {
+    a.nx = resid;
+    a.nw = norm_w;
+    a.neps = eps;
+    a.nadd = add_one ? 1.f : 0.f;
+    launch_col_normed(a, W.q.bits, stream);
+    MR_CHECK_LAUNCH("qgemv_normed");
+    return;
+  }
   const int v = W.q.bits == 4 && aligned ? fused_norm_variant(a) : 0;
   if (v) {
     a.nx = resid;
