@@ -408,13 +408,9 @@ void NativeEngine::normed_store(const SplitQMatrix& W, const float* norm_w, int 
     qgemv_normed(W.head, w.resid, norm_w, eps_, true, T, GEMV_STORE, out, nullptr, ldo, xin, stream_);
     return;
   }
-  // two segments whose tail takes the norm fused (few rows: the column split): each GEMV normalises resid itself
-  // where it can, so no norm kernel runs when the head fuses it too (q4-27b's 4-bit heads: one kernel fewer a layer)
-  if (!(skip_ & 1) && !(skip_ & 32) && qgemv_fuses_norm(W.tail, T)) {
-    qgemv_normed(W.head, w.resid, norm_w, eps_, true, T, GEMV_STORE, out, nullptr, ldo, xin, stream_);
-    qgemv_normed(W.tail, w.resid, norm_w, eps_, true, T, GEMV_STORE, out + W.head.rows, nullptr, ldo, xin, stream_);
-    return;
-  }
+  // Two segments: the norm kernel once, then both GEMVs on xin. (Session 15 call 4 measured each GEMV fusing the norm
+  // instead, the 4-bit head on its integer-dot kernel and the few-row tail on the column split: 5.612 ms a q4-27b
+  // step against 5.481 with the norm kernel; bench/results/step-tails-normed-q4-27b-h200-s15-call4.txt.)
   if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, (int)dims_.hidden, norm_w, eps_, true, xin, stream_);
   mark("rmsnorm");
   if (!(skip_ & 32)) matmul_store(W, xin, T, out, ldo);
