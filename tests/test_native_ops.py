@@ -290,6 +290,28 @@ def test_rmsnorm(nat, T, add_one):
     assert rel_err(from_perm8(out.float()), ref) < TOL_FP16_OUT
 
 
+def _normed_gemv_reference(resid, w, wd):
+    """fp64 W (rmsnorm(resid) * (w + 1)), eps 1e-6: [T, N]."""
+    rd = resid.double()
+    xd = rd * torch.rsqrt(rd.pow(2).mean(-1, keepdim=True) + 1e-6) * (w.double() + 1)
+    return (wd @ xd.T).T
+
+
+def _check_normed(run, resid, y, epi, tol, fused):
+    """run(resid) against the fp64 y within tol (SwiGLU on y's row pairs, the residual add at twice tol); where the norm
+    is fused, one NaN in the residual must turn every output to NaN (every block normalises the whole row)."""
+    got = run(resid)
+    assert not got.isnan().any()
+    if epi == 2:
+        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
+    else:
+        assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
+    if fused:
+        bad = resid.clone()
+        bad[0, 77] = float("nan")
+        assert run(bad).isnan().all()
+
+
 @pytest.mark.parametrize("variant, epi, N, K, T, fused", [
     (0, 2, 34816, 5120, 1, True),    # gate_up on the route (34): the norm inside the GEMV
     (0, 0, 16480, 5120, 1, True),    # gdn_in (30)
@@ -317,9 +339,7 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
     resid = torch.randn(T, K, device="cuda", generator=gen) * 3
     w = torch.randn(K, device="cuda", generator=gen) * 0.2
     xin = torch.empty(T, K, device="cuda").half()
-    rd = resid.double()
-    xd = rd * torch.rsqrt(rd.pow(2).mean(-1, keepdim=True) + 1e-6) * (w.double() + 1)
-    y = (wd @ xd.T).T  # [T, N]
+    y = _normed_gemv_reference(resid, w, wd)
 
     def run(r):
         out, args, before = _gemv_out(epi, N, gen, T=T)
@@ -329,17 +349,8 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
                                 True, T, epi, *args, xin.data_ptr())
         return _gemv_result(out, before, epi)
 
-    got = run(resid)
-    assert not got.isnan().any()
     tol = TOL_GEMV_IDOT if fused else gemv_tol(variant) + TOL_FP16_OUT  # unfused: x rounded to fp16 by the norm
-    if epi == 2:
-        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
-    else:
-        assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
-    if fused:
-        bad = resid.clone()
-        bad[0, 77] = float("nan")
-        assert run(bad).isnan().all()
+    _check_normed(run, resid, y, epi, tol, fused)
 
 
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])
@@ -356,9 +367,7 @@ def test_qgemv_col_normed(nat, bits, variant, epi, N, K):
     resid = torch.randn(1, K, device="cuda", generator=gen) * 3
     w = torch.randn(K, device="cuda", generator=gen) * 0.2
     xin = torch.empty(1, K, device="cuda").half()
-    rd = resid.double()
-    xd = rd * torch.rsqrt(rd.pow(2).mean(-1, keepdim=True) + 1e-6) * (w.double() + 1)
-    y = (wd @ xd.T).T
+    y = _normed_gemv_reference(resid, w, wd)
     fused = variant != 0 or bits != 4
 
     padded = (N // 2 + 7) // 8 * 8  # SwiGLU: perm8 positions of an odd pair count reach the next multiple of 8
@@ -372,17 +381,8 @@ def test_qgemv_col_normed(nat, bits, variant, epi, N, K):
         got = _gemv_result(out, before, epi)
         return got[:, :N // 2] if epi == 2 else got
 
-    got = run(resid)
-    assert not got.isnan().any()
     tol = gemv_tol(variant) + TOL_FP16_OUT  # x rounded to fp16 as the norm kernel rounds it
-    if epi == 2:
-        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
-    else:
-        assert rel_err(got, y) < tol * (2 if epi == 1 else 1)
-    if fused:
-        bad = resid.clone()
-        bad[0, 77] = float("nan")
-        assert run(bad).isnan().all()
+    _check_normed(run, resid, y, epi, tol, fused)
 
 
 # ---- the lanes input layout (ops.h GEMV_X_LANES): read by variant 4, written by the SwiGLU epilogue ----
