@@ -4,6 +4,8 @@ it a few times for `ncu` to profile.
     python3 bench/gemv_probe.py                           # 4-bit table: shape x variant -> us, GB/s
     python3 bench/gemv_probe.py --bits 4,5,6,8            # one table per width
     python3 bench/gemv_probe.py --bits 5 --variants 1,16  # a subset
+    python3 bench/gemv_probe.py --variants 36 --shapes half=2560x17408,down=5120x17408,double=10240x17408
+                                                          # other shapes (step ms then counts the 27B's shapes only)
     ncu --clock-control none -k regex:qgemv --launch-skip 3 --launch-count 4 --section ... \\
         python3 bench/gemv_probe.py --variants 16 --reps 5
 
@@ -57,13 +59,27 @@ def make_matrix(n: int, k: int, bits: int, copies: int = 1):
     return codes, high, scales, nbytes
 
 
+def parse_shapes(text: str) -> dict[str, tuple[int, int]]:
+    """'down=5120x17408,half=2560x17408' -> {"down": (5120, 17408), "half": (2560, 17408)}; K a multiple of 64."""
+    shapes = {}
+    for item in text.split(","):
+        name, _, shape = item.strip().partition("=")
+        n, _, k = shape.partition("x")
+        if not (name and n.isdigit() and k.isdigit() and int(n) > 0 and int(k) > 0 and int(k) % GROUP == 0):
+            raise SystemExit(f"--shapes: {item.strip()!r} is not name=NxK with K a multiple of {GROUP}")
+        shapes[name] = (int(n), int(k))
+    return shapes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bits", default="4", help="comma-separated widths out of 4,5,6,8")
     ap.add_argument("--variants", default="", help="comma-separated variant ids (default: every one that differs)")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--json", default="", help="write {bits: {shape: {variant: us}}, 'best': ...} here")
+    ap.add_argument("--shapes", default="", help="name=NxK,... instead of the 27B's layer shapes")
     args = ap.parse_args()
+    shapes = parse_shapes(args.shapes) if args.shapes.strip() else SHAPES
     report = {}
     widths = [int(b) for b in args.bits.split(",") if b != ""]
     nat = load_native()
@@ -75,7 +91,7 @@ def main() -> None:
         else:
             variants = VARIANTS_4BIT if bits == 4 else VARIANTS_WIDE
         data = {}
-        for name, (n, k) in SHAPES.items():
+        for name, (n, k) in shapes.items():
             one = n * k * bits // 8 + n * (k // GROUP) * 2
             codes, high, scales, nbytes = make_matrix(n, k, bits, copies=max(1, -(-STREAM_BYTES // one)))
             x = torch.randn(1, k, device="cuda").half()
@@ -86,7 +102,7 @@ def main() -> None:
         try:
             for v in variants:
                 nat.set_qgemv_variant(v)
-                for name, (n, k) in SHAPES.items():
+                for name, (n, k) in shapes.items():
                     codes, high, scales, x, out, nbytes = data[name]
                     ms = nat.op_qgemv_time(codes.data_ptr(), 0 if high is None else high.data_ptr(),
                                            scales.data_ptr(), n, k, bits, GROUP, x.data_ptr(), 1, out.data_ptr(),
@@ -99,9 +115,9 @@ def main() -> None:
         del data
         torch.cuda.empty_cache()
 
-        names = list(SHAPES)
+        names = list(shapes)
         print(f"\n{bits}-bit, group {GROUP}")
-        head = "variant " + "".join(f"{nm + f' {SHAPES[nm][0]}x{SHAPES[nm][1]}':>24s}" for nm in names)
+        head = "variant " + "".join(f"{nm + f' {shapes[nm][0]}x{shapes[nm][1]}':>24s}" for nm in names)
         print(head + f"{'step ms':>10s}")
         print(" " * 8 + "".join(f"{'us':>12s}{'GB/s':>12s}" for _ in names))
         best = {nm: min(variants, key=lambda v: res[v, nm][0]) for nm in names}
@@ -110,13 +126,13 @@ def main() -> None:
             for nm in names:
                 us, gbs = res[v, nm]
                 row += f"{us:11.1f}{'*' if best[nm] == v else ' '}{gbs:12.0f}"
-            row += f"{sum(PER_STEP[nm] * res[v, nm][0] for nm in names) / 1000:10.3f}"
+            row += f"{sum(PER_STEP.get(nm, 0) * res[v, nm][0] for nm in names) / 1000:10.3f}"
             print(row)
         report[bits] = {"us": {nm: {v: round(res[v, nm][0], 2) for v in variants} for nm in names},
-                        "best": {f"{SHAPES[nm][0]}x{SHAPES[nm][1]}": best[nm] for nm in names}}
+                        "best": {f"{shapes[nm][0]}x{shapes[nm][1]}": best[nm] for nm in names}}
         route = ", ".join(f"{nm} {best[nm]}" for nm in names)
         print(f"per-shape best ({route}): step ms "
-              f"{sum(PER_STEP[nm] * res[best[nm], nm][0] for nm in names) / 1000:.3f}")
+              f"{sum(PER_STEP.get(nm, 0) * res[best[nm], nm][0] for nm in names) / 1000:.3f}")
     print("* fastest for the shape; step ms = the GEMVs of one decode step with this variant for every shape "
           "(PER_STEP launches of each)")
     if args.json:

@@ -24,7 +24,8 @@ def kernels(path):
 
 def main(before, after):
     a, b = kernels(before), kernels(after)
-    unnamed = lambda ks, name: ks[name].replace(name, "KERNEL")  # noqa: E731
+    # the kernel's name, and its mangled name inside the names of its static shared variables (_ZZ<name>E4nred)
+    unnamed = lambda ks, name: ks[name].replace(name, "KERNEL").replace(name[2:], "KERNEL")  # noqa: E731
     new_bodies = {unnamed(b, n): n for n in b.keys() - a.keys()}
     renamed = set()
     for name in sorted(a.keys() - b.keys()):

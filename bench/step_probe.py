@@ -32,6 +32,9 @@ def main() -> None:
     ap.add_argument("--norm-early", default="",
                     help="after the GEMV runs, time the fused norm's weights loaded before the PDL wait (1, the "
                          "default) and after it (0), e.g. 1,0,1 (set_qgemv_norm_weights_early)")
+    ap.add_argument("--keep-x-fused", default="",
+                    help="steps with a split projection's head writing the normalised x itself (1) and with the norm "
+                         "kernel first (0, the default), e.g. 0,1,0 (set_qgemv_keep_x_fused; q4-27b)")
     ap.add_argument("--carveouts", default="",
                     help="after the norm runs, time the built-in route with one shared-memory carveout preference for "
                          "every kernel of the step (percent; -1 = each kernel's own), e.g. -1,0,50,100 "
@@ -82,6 +85,11 @@ def main() -> None:
             e.reset_graphs()
             time_depths(e, depths, args.steps, f"step kv {kv} norm weights early {early}")
         nat.set_qgemv_norm_weights_early(True)
+        for fused in [int(x) for x in args.keep_x_fused.split(",") if x.strip()]:
+            nat.set_qgemv_keep_x_fused(bool(fused))
+            e.reset_graphs()
+            time_depths(e, depths, args.steps, f"step kv {kv} split head writes x {fused}")
+        nat.set_qgemv_keep_x_fused(False)
         for c in [int(x) for x in args.carveouts.split(",") if x.strip()]:
             nat.set_step_smem_carveout(c)
             e.reset_graphs()

@@ -139,6 +139,42 @@ def test_split_engine_equals_fused_engine_on_the_same_weights(tiny_native_ckpt):
     assert max(errs) < TOL_SPLIT_VS_FUSED
 
 
+def test_split_head_writing_x_equals_the_norm_kernel(tiny_native_ckpt):
+    """A split projection's head on the fused-norm variant 30 leaves the normalised x for its tail (qgemv_normed's
+    keep_x: the head's blocks write it) instead of a norm kernel writing it first: the same decode logits within the
+    one-fp16-step differences of x (the sum of squares in another order), with variant 30 forced on every 4-bit
+    matrix of a tiny engine whose 4-bit heads have 8-bit tails."""
+    from engine.native import load_native
+    from engine.native_backend import NativeModel
+    from engine.plan import Recipe, uniform_recipe
+    nat = load_native()
+    src = source_from_checkpoint(tiny_native_ckpt)
+    recipe = Recipe("split4", uniform_recipe(4, 64).roles, {"gdn_in": (8, 32), "attn_qkv": (8, 32)})
+    model = NativeModel.from_checkpoint(src, kv_dtype="bf16", max_context=256, vram_budget_bytes=2 << 30,
+                                        recipe=recipe, prefill_chunk=64)
+    g = torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, 1000, (40,), generator=g)
+    tokens = torch.randint(0, 1000, (8,), generator=g).tolist()
+
+    def decode(fused: bool):
+        nat.set_qgemv_keep_x_fused(fused)
+        model.engine.reset_graphs()
+        st = model.new_state(64)
+        model.forward(prompt, st, last_only=True)
+        return [model.forward(torch.tensor([t]), st).logits[-1] for t in tokens]
+
+    nat.set_qgemv_variant(30)
+    try:
+        written, normed = decode(True), decode(False)
+    finally:
+        nat.set_qgemv_variant(0)
+        nat.set_qgemv_keep_x_fused(False)  # the default
+        model.engine.reset_graphs()
+    errs = [rel_err(a, b) for a, b in zip(written, normed)]
+    print(f"head writes x vs norm kernel: worst decode logit rel err {max(errs):.2e}")
+    assert max(errs) < 1e-2
+
+
 def test_default_recipe_artifact_generates_through_the_engine(artifacts):
     from engine.api import Engine, EngineOptions, Finished, TextDelta
     from engine.sampling import SamplingParams

@@ -353,6 +353,53 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
     _check_normed(run, resid, y, epi, tol, fused)
 
 
+@contextlib.contextmanager
+def keep_x_fused(nat, on):
+    """set_qgemv_keep_x_fused for the body, restored to its default (off) after it, also on failure."""
+    nat.set_qgemv_keep_x_fused(on)
+    try:
+        yield
+    finally:
+        nat.set_qgemv_keep_x_fused(False)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("variant, epi, N", [(30, 0, 16384),   # a split GDN projection's head (forced)
+                                             (0, 0, 12288),    # the attention q head: routed to 30
+                                             (0, 0, 16480),    # routed to 30, a last partial row group
+                                             (38, 0, 16384),   # another fused variant: the norm kernel writes x
+                                             (0, 2, 34816)])   # gate_up's route (37): the norm kernel writes x
+def test_qgemv_normed_keeps_x(nat, variant, epi, N, fused):
+    """keep_x: xin holds the normalised x afterwards, as the norm kernel writes it (fp16, perm8), whether variant 30's
+    blocks wrote it (XOUT) or the norm kernel ran first (other routes, or set_qgemv_keep_x_fused(False)); the GEMV
+    is right against fp64 either way."""
+    K = 5120
+    gen = torch.Generator(device="cuda").manual_seed(variant * 3 + N + epi + fused)
+    codes, high, scales, wd = _random_q(N, K, 4, 64, gen)
+    resid = torch.randn(1, K, device="cuda", generator=gen) * 3
+    w = torch.randn(K, device="cuda", generator=gen) * 0.2
+    want = torch.empty(1, K, device="cuda").half()
+    nat.op_rmsnorm(resid.data_ptr(), 1, K, w.data_ptr(), 1e-6, True, want.data_ptr())
+    xin = torch.full((1, K), float("nan"), device="cuda").half()
+    out, args, before = _gemv_out(epi, N, gen)
+    with forced_qgemv_variant(nat, variant), keep_x_fused(nat, fused):
+        nat.op_qgemv_normed(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, resid.data_ptr(), w.data_ptr(), 1e-6,
+                            True, 1, epi, *args, xin.data_ptr(), keep_x=True)
+    assert not xin.isnan().any()  # every element written
+    # the same rounding as the norm kernel; only the sum of squares' order may differ: at most one fp16 step
+    step = torch.finfo(torch.float16).eps * want.float().abs().clamp_min(2 ** -14)
+    assert ((xin.float() - want.float()).abs() <= step).all()
+    if not (fused and variant in (0, 30) and epi == 0):  # the norm kernel wrote it: exactly its output
+        assert torch.equal(xin, want)
+    got = _gemv_result(out, before, epi)
+    y = _normed_gemv_reference(resid, w, wd)
+    tol = TOL_GEMV_IDOT + TOL_FP16_OUT
+    if epi == 2:
+        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
+    else:
+        assert rel_err(got, y) < tol
+
+
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])
 @pytest.mark.parametrize("variant", QGEMV_COL_VARIANTS + [0])
 @pytest.mark.parametrize("epi, N, K", [(0, 96, 5120), (0, 2048, 5120), (1, 253, 1152), (2, 198, 2080)])

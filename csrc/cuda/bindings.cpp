@@ -139,18 +139,24 @@ void register_cuda_bindings(py::module_& m) {
      py::arg("ldo"), py::arg("x_layout") = 0, py::arg("out_layout") = 0);
   m.def("op_qgemv_normed", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
                               int group, uintptr_t resid, uintptr_t norm_w, float eps, bool add_one, int T, int epi,
-                              uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t xin, int out_layout) {
+                              uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t xin, int out_layout,
+                              bool keep_x) {
     qgemv_normed(qmat(codes, high, scales, N, K, bits, group), ptr<const float>(resid), ptr<const float>(norm_w), eps,
-                 add_one, T, epi, ptr<float>(out_f32), ptr<__half>(out_h), ldo, ptr<__half>(xin), 0, out_layout);
+                 add_one, T, epi, ptr<float>(out_f32), ptr<__half>(out_h), ldo, ptr<__half>(xin), 0, out_layout,
+                 keep_x);
     sync0("qgemv_normed");
   }, py::arg("codes"), py::arg("high"), py::arg("scales"), py::arg("N"), py::arg("K"), py::arg("bits"),
      py::arg("group"), py::arg("resid"), py::arg("norm_w"), py::arg("eps"), py::arg("add_one"), py::arg("T"),
-     py::arg("epi"), py::arg("out_f32"), py::arg("out_h"), py::arg("ldo"), py::arg("xin"), py::arg("out_layout") = 0);
+     py::arg("epi"), py::arg("out_f32"), py::arg("out_h"), py::arg("ldo"), py::arg("xin"), py::arg("out_layout") = 0,
+     py::arg("keep_x") = false);
   m.def("qgemv_x_layout", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_x_layout(qmat(0, 0, 0, N, K, bits, group), T);
   }, "the input order (0 perm8, 1 lanes) a GEMV of this shape reads on the current route");
   m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,
         "the fused norm's weights loaded before the PDL wait (default on; off: after it)");
+  m.def("set_qgemv_keep_x_fused", &set_qgemv_keep_x_fused,
+        "qgemv_normed's keep_x by the fused kernel writing x where the route has one (on) or by the norm kernel "
+        "first (off, the default)");
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_fuses_norm(qmat(0, 0, 0, N, K, bits, group), T);

@@ -52,9 +52,15 @@ void clear_qgemv_shape_variants();
 // norm fused (qgemv_fuses_norm: 4-bit on the integer-dot kernels, x never rounded to fp16; any width on the column
 // split 45 / 46, x rounded as the norm kernel rounds it) every block of the GEMV computes the norm of resid itself (one
 // kernel); otherwise the norm runs first, into xin ([T, K] fp16 scratch).
+// keep_x: xin holds the normalised x afterwards (fp16 perm8, as rmsnorm_to_gemv_input writes it), for a second GEMV on
+// the same input: with set_qgemv_keep_x_fused on, the fused kernel of variant 30 writes it as it goes; otherwise (and
+// on any other route) the norm kernel runs first as above.
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
-                  int out_layout = GEMV_X_PERM8);
+                  int out_layout = GEMV_X_PERM8, bool keep_x = false);
+// qgemv_normed's keep_x by variant 30 writing x (on) or by the norm kernel (off, the default: written in session 15
+// after its last device call, so not yet timed on whole steps; bench/step_probe.py --keep-x-fused 0,1 compares them).
+void set_qgemv_keep_x_fused(bool on);
 bool qgemv_fuses_norm(const QMatrix& W, int T);
 // The fused norm's weights (constant) loaded before the PDL wait, so that after it each block reads only the residual
 // from L2 (default on); off loads them after the wait, as before session 11 (an A/B switch for bench/step_probe.py).

@@ -923,11 +923,17 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 // the PDL wait a thread converts its first batch's scales and then adds nadd to the norm weights it only then loads:
 // up to three round trips ahead of the wait, on the critical path wherever the block became resident late (after
 // its predecessor's block on the SM exited). The same arithmetic: bit-equal.
+// XOUT (NORM only; session 15): the blocks also write the normalised x (fp16, perm8 order, rounded as
+// rmsnorm_to_gemv_input rounds it) to a.x, which the fused kernel never reads (qgemv_normed passes its xin scratch
+// there), each block a slice of K once it knows the norm's factor, so that another GEMV on the same input (a split
+// projection's tail) reads it without a norm kernel of its own (qgemv_normed's keep_x). GemvArgs keeps its layout:
+// a field more changes the code of every kernel that takes it.
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool LAZY = false>
+          bool LAZY = false, bool XOUT = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
   static_assert(IDOT || !NORM, "the fused norm stages the integer planes");
+  static_assert(NORM || !XOUT, "only the fused norm has a normalised x to write");
   extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2
   __shared__ float nred[NORM ? 32 : 1];
   const int lane = threadIdx.x & 31;
@@ -973,6 +979,13 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
     else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
+  }
+  if constexpr (XOUT) {  // this block's slice of K (its first threads; the row walk's first batch is in flight)
+    __half* xout = const_cast<__half*>(a.x);
+    const int per = (a.K + gridDim.x - 1) / gridDim.x;
+    const int k_end = min(a.K, (int)(blockIdx.x + 1) * per);
+    for (int k = blockIdx.x * per + threadIdx.x; k < k_end; k += blockDim.x)
+      xout[perm8(k)] = __float2half(a.nx[k] * norm_r * (a.nw[k] + a.nadd));
   }
   const int2* xmeta = reinterpret_cast<const int2*>(xs + 4 * nch);  // IDOT only
 
@@ -1107,9 +1120,9 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool LAZY = false>
+          bool LAZY = false, bool XOUT = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -1645,8 +1658,10 @@ void launch_col_normed(const GemvArgs& a, int bits, cudaStream_t st) {
 
 static bool g_lanes = true;  // set_qgemv_lanes
 static bool g_norm_w_early = true;  // set_qgemv_norm_weights_early
+static bool g_keep_x_fused = false;  // set_qgemv_keep_x_fused (off until timed on a GPU: bench/NOTES.md session 15)
 
 void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
+void set_qgemv_keep_x_fused(bool on) { g_keep_x_fused = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || T != 1) return GEMV_X_PERM8;
@@ -1669,9 +1684,26 @@ bool qgemv_fuses_norm(const QMatrix& W, int T) {
 
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
-                  int out_layout) {
+                  int out_layout, bool keep_x) {
   GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo, GEMV_X_PERM8, out_layout);
   const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;  // float4 loads
+  if (keep_x) {  // xin must hold the normalised x afterwards: variant 30 writes it (XOUT), else the norm kernel does
+    const int v = W.q.bits == 4 && aligned && g_keep_x_fused ? fused_norm_variant(a) : 0;
+    if (v == 30) {
+      a.nx = resid;
+      a.nw = norm_w;
+      a.nw_early = g_norm_w_early;
+      a.neps = eps;
+      a.nadd = add_one ? 1.f : 0.f;  // a.x is xin: XOUT writes the normalised x there
+      if (launch_sx<8, 1, 16, 1, true, false, false, true, true, false, true>(a, stream, false)) {
+        MR_CHECK_LAUNCH("qgemv_normed");
+        return;
+      }
+    }
+    rmsnorm_to_gemv_input(resid, T, (int)W.cols, norm_w, eps, add_one, xin, stream);
+    qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
+    return;
+  }
   if (aligned && col_fuses_norm(a, W.q.bits)) {
     a.nx = resid;
     a.nw = norm_w;
