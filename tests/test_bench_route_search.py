@@ -4,7 +4,6 @@ its head and tail matrices (q4-27b's 4-bit heads and their 8-bit b|a / 6-bit k|v
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,10 @@ import pytest
 
 def _search():
     pytest.importorskip("torch")  # engine.registry reads the checkpoint layout through the loader
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        spec = importlib.util.spec_from_file_location("route_search", bench / "route_search.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(bench))
+    path = Path(__file__).resolve().parents[1] / "bench" / "route_search.py"
+    spec = importlib.util.spec_from_file_location("route_search", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # its engine and step_probe imports are inside main()
     return mod
 
 
