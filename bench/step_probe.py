@@ -34,7 +34,7 @@ def main() -> None:
                          "default) and after it (0), e.g. 1,0,1 (set_qgemv_norm_weights_early)")
     ap.add_argument("--keep-x-fused", default="",
                     help="steps with a split projection's head writing the normalised x itself (1) and with the norm "
-                         "kernel first (0, the default), e.g. 0,1,0 (set_qgemv_keep_x_fused; q4-27b)")
+                         "kernel first (0; 1 is the default), e.g. 0,1,0 (set_qgemv_keep_x_fused; q4-27b)")
     ap.add_argument("--carveouts", default="",
                     help="after the norm runs, time the built-in route with one shared-memory carveout preference for "
                          "every kernel of the step (percent; -1 = each kernel's own), e.g. -1,0,50,100 "
@@ -89,7 +89,7 @@ def main() -> None:
             nat.set_qgemv_keep_x_fused(bool(fused))
             e.reset_graphs()
             time_depths(e, depths, args.steps, f"step kv {kv} split head writes x {fused}")
-        nat.set_qgemv_keep_x_fused(False)
+        nat.set_qgemv_keep_x_fused(True)
         for c in [int(x) for x in args.carveouts.split(",") if x.strip()]:
             nat.set_step_smem_carveout(c)
             e.reset_graphs()

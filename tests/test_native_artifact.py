@@ -168,7 +168,7 @@ def test_split_head_writing_x_equals_the_norm_kernel(tiny_native_ckpt):
         written, normed = decode(True), decode(False)
     finally:
         nat.set_qgemv_variant(0)
-        nat.set_qgemv_keep_x_fused(False)  # the default
+        nat.set_qgemv_keep_x_fused(True)  # the default
         model.engine.reset_graphs()
     errs = [rel_err(a, b) for a, b in zip(written, normed)]
     print(f"head writes x vs norm kernel: worst decode logit rel err {max(errs):.2e}")

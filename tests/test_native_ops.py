@@ -355,12 +355,12 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
 
 @contextlib.contextmanager
 def keep_x_fused(nat, on):
-    """set_qgemv_keep_x_fused for the body, restored to its default (off) after it, also on failure."""
+    """set_qgemv_keep_x_fused for the body, restored to its default (on) after it, also on failure."""
     nat.set_qgemv_keep_x_fused(on)
     try:
         yield
     finally:
-        nat.set_qgemv_keep_x_fused(False)
+        nat.set_qgemv_keep_x_fused(True)
 
 
 @pytest.mark.parametrize("fused", [True, False])

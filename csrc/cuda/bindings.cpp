@@ -156,7 +156,7 @@ void register_cuda_bindings(py::module_& m) {
         "the fused norm's weights loaded before the PDL wait (default on; off: after it)");
   m.def("set_qgemv_keep_x_fused", &set_qgemv_keep_x_fused,
         "qgemv_normed's keep_x by the fused kernel writing x where the route has one (on) or by the norm kernel "
-        "first (off, the default)");
+        "first (off; on is the default)");
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_fuses_norm(qmat(0, 0, 0, N, K, bits, group), T);

@@ -58,8 +58,8 @@ void clear_qgemv_shape_variants();
 void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, float eps, bool add_one, int T,
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
                   int out_layout = GEMV_X_PERM8, bool keep_x = false);
-// qgemv_normed's keep_x by variant 30 writing x (on) or by the norm kernel (off, the default: written in session 15
-// after its last device call, so not yet timed on whole steps; bench/step_probe.py --keep-x-fused 0,1 compares them).
+// qgemv_normed's keep_x by variant 30 writing x (on, the default: q4-27b 5.524 -> 5.467 ms a step, session 16) or by
+// the norm kernel (off; bench/step_probe.py --keep-x-fused 0,1 compares them).
 void set_qgemv_keep_x_fused(bool on);
 bool qgemv_fuses_norm(const QMatrix& W, int T);
 // The fused norm's weights (constant) loaded before the PDL wait, so that after it each block reads only the residual
