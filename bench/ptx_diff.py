@@ -11,8 +11,20 @@ import sys
 ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]+_\d+_\w+?_cu_[0-9a-f]{8}")
 
 
+def _static_shared(m):
+    """_ZZ<enclosing function>E<n><name> (a function's static variable) -> STATIC_<name>: a device function that holds
+    the variable (a kernel body moved into a __forceinline__ function) changes the mangled name, not the code."""
+    name = m.group(0)
+    for cut in range(len(name) - 1, 3, -1):
+        tail = re.fullmatch(r"E(\d+)(\w+)", name[cut:])
+        if tail and len(tail.group(2)) == int(tail.group(1)):
+            return "STATIC_" + tail.group(2)
+    return name
+
+
 def kernels(path):
     text = ANON.sub("ANON", open(path).read())
+    text = re.sub(r"_ZZ\w+", _static_shared, text)
     text = re.sub(r"\$L__BB\d+_\d+", "L", text)
     parts = re.split(r"\n(?=(?:\.visible |\.weak )?\.entry )", text)
     out = {}

@@ -139,11 +139,13 @@ def test_split_engine_equals_fused_engine_on_the_same_weights(tiny_native_ckpt):
     assert max(errs) < TOL_SPLIT_VS_FUSED
 
 
-def test_split_head_writing_x_equals_the_norm_kernel(tiny_native_ckpt):
-    """A split projection's head on the fused-norm variant 30 leaves the normalised x for its tail (qgemv_normed's
-    keep_x: the head's blocks write it) instead of a norm kernel writing it first: the same decode logits within the
-    one-fp16-step differences of x (the sum of squares in another order), with variant 30 forced on every 4-bit
-    matrix of a tiny engine whose 4-bit heads have 8-bit tails."""
+@pytest.mark.parametrize("way", ["head writes x", "one kernel"])
+def test_split_projection_fused_equals_the_norm_kernel(tiny_native_ckpt, way):
+    """A split projection's head on the fused-norm variant 30 either leaves the normalised x for its tail (qgemv_normed's
+    keep_x: the head's blocks write it) or runs the tail in the same kernel (qgemv_normed_split, set_qgemv_split_fused),
+    instead of a norm kernel writing x first and two GEMVs: the same decode logits within the one-fp16-step differences
+    of x (the sum of squares in another order) and the tail's sums in another order, with variant 30 forced on every
+    4-bit matrix of a tiny engine whose 4-bit heads have 8-bit tails."""
     from engine.native import load_native
     from engine.native_backend import NativeModel
     from engine.plan import Recipe, uniform_recipe
@@ -156,8 +158,9 @@ def test_split_head_writing_x_equals_the_norm_kernel(tiny_native_ckpt):
     prompt = torch.randint(0, 1000, (40,), generator=g)
     tokens = torch.randint(0, 1000, (8,), generator=g).tolist()
 
-    def decode(fused: bool):
-        nat.set_qgemv_keep_x_fused(fused)
+    def decode(keep_x: bool, split: bool):
+        nat.set_qgemv_keep_x_fused(keep_x)
+        nat.set_qgemv_split_fused(split)
         model.engine.reset_graphs()
         st = model.new_state(64)
         model.forward(prompt, st, last_only=True)
@@ -165,13 +168,15 @@ def test_split_head_writing_x_equals_the_norm_kernel(tiny_native_ckpt):
 
     nat.set_qgemv_variant(30)
     try:
-        written, normed = decode(True), decode(False)
+        fused = decode(True, False) if way == "head writes x" else decode(False, True)
+        normed = decode(False, False)
     finally:
         nat.set_qgemv_variant(0)
-        nat.set_qgemv_keep_x_fused(True)  # the default
+        nat.set_qgemv_keep_x_fused(True)  # the defaults
+        nat.set_qgemv_split_fused(False)
         model.engine.reset_graphs()
-    errs = [rel_err(a, b) for a, b in zip(written, normed)]
-    print(f"head writes x vs norm kernel: worst decode logit rel err {max(errs):.2e}")
+    errs = [rel_err(a, b) for a, b in zip(fused, normed)]
+    print(f"{way} vs norm kernel: worst decode logit rel err {max(errs):.2e}")
     assert max(errs) < 1e-2
 
 

@@ -400,6 +400,62 @@ def test_qgemv_normed_keeps_x(nat, variant, epi, N, fused):
         assert rel_err(got, y) < tol
 
 
+@contextlib.contextmanager
+def split_fused(nat, on):
+    """set_qgemv_split_fused for the body, restored to its default (off) after it, also on failure."""
+    nat.set_qgemv_split_fused(on)
+    try:
+        yield
+    finally:
+        nat.set_qgemv_split_fused(False)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("variant, head_rows, tail_rows, tail_bits, tail_group",
+                         [(0, 16384, 96, 8, 64),     # q4-27b's GDN projection: 4-bit qkvz head, 8-bit b|a tail
+                          (0, 12288, 2048, 6, 64),   # q4-27b's attention: 4-bit q head, 6-bit k|v tail
+                          (0, 16480, 1001, 5, 32),   # a last partial group in both segments; 5-bit, group 32
+                          (30, 64, 3000, 8, 32)])    # forced: the tail has far more row groups than the head
+def test_qgemv_normed_split(nat, variant, head_rows, tail_rows, tail_bits, tail_group, fused):
+    """A split projection in one kernel (qgemv_normed_split with set_qgemv_split_fused): the head's rows as variant 30
+    computes them alone (bit for bit), the tail's on x rounded to fp16 as the norm kernel rounds it, both against
+    fp64, every row written; one NaN in the residual reaches every output. Off: qgemv_normed(head, keep_x) and the
+    tail's own GEMV, the same figures within tolerance."""
+    K = 5120
+    gen = torch.Generator(device="cuda").manual_seed(head_rows + tail_rows + tail_bits + variant)
+    hcodes, hscales, hwd = _random_q4(head_rows, K, gen)
+    tcodes, thigh, tscales, twd = _random_q(tail_rows, K, tail_bits, tail_group, gen)
+    resid = torch.randn(1, K, device="cuda", generator=gen) * 3
+    w = torch.randn(K, device="cuda", generator=gen) * 0.2
+
+    def run(r):
+        out = torch.full((1, head_rows + tail_rows), float("nan"), device="cuda")
+        xin = torch.full((1, K), float("nan"), device="cuda").half()
+        with forced_qgemv_variant(nat, variant), split_fused(nat, fused):
+            assert nat.qgemv_split_fuses(head_rows, tail_rows, K, tail_bits, tail_group, 1) == fused
+            nat.op_qgemv_normed_split(hcodes.data_ptr(), hscales.data_ptr(), head_rows, tcodes.data_ptr(),
+                                      0 if thigh is None else thigh.data_ptr(), tscales.data_ptr(), tail_rows,
+                                      tail_bits, tail_group, K, r.data_ptr(), w.data_ptr(), 1e-6, True, 1,
+                                      out.data_ptr(), head_rows + tail_rows, xin.data_ptr())
+        return out
+
+    got = run(resid)
+    assert not got.isnan().any()  # every row of both segments written
+    head, tail = got[:, :head_rows], got[:, head_rows:]
+    assert rel_err(head, _normed_gemv_reference(resid, w, hwd)) < TOL_GEMV_IDOT
+    assert rel_err(tail, _normed_gemv_reference(resid, w, twd)) < TOL_GEMV_Q4 + TOL_FP16_OUT
+    if fused:  # the head's rows are variant 30's own: the same walk of each row, only more blocks in the grid
+        alone = torch.full((1, head_rows), float("nan"), device="cuda")
+        xin = torch.empty(1, K, device="cuda").half()
+        with forced_qgemv_variant(nat, 30):
+            nat.op_qgemv_normed(hcodes.data_ptr(), 0, hscales.data_ptr(), head_rows, K, 4, 64, resid.data_ptr(),
+                                w.data_ptr(), 1e-6, True, 1, 0, alone.data_ptr(), 0, head_rows, xin.data_ptr())
+        assert torch.equal(head, alone)
+        poisoned = resid.clone()
+        poisoned[0, 77] = float("nan")
+        assert run(poisoned).isnan().all()
+
+
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])
 @pytest.mark.parametrize("variant", QGEMV_COL_VARIANTS + [0])
 @pytest.mark.parametrize("epi, N, K", [(0, 96, 5120), (0, 2048, 5120), (1, 253, 1152), (2, 198, 2080)])

@@ -154,6 +154,21 @@ void register_cuda_bindings(py::module_& m) {
   }, "the input order (0 perm8, 1 lanes) a GEMV of this shape reads on the current route");
   m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,
         "the fused norm's weights loaded before the PDL wait (default on; off: after it)");
+  m.def("set_qgemv_split_fused", &set_qgemv_split_fused,
+        "qgemv_normed_split in one launch where the route allows (on) or as two GEMVs (off, the default)");
+  m.def("qgemv_split_fuses", [](int64_t head_rows, int64_t tail_rows, int64_t K, int tail_bits, int tail_group, int T) {
+    return qgemv_split_fuses(qmat(0, 0, 0, head_rows, K, 4, 64), qmat(0, 0, 0, tail_rows, K, tail_bits, tail_group), T);
+  }, "whether qgemv_normed_split of these shapes (a 4-bit group-64 head) runs as one kernel");
+  m.def("op_qgemv_normed_split", [](uintptr_t hcodes, uintptr_t hscales, int64_t head_rows, uintptr_t tcodes,
+                                    uintptr_t thigh, uintptr_t tscales, int64_t tail_rows, int tail_bits,
+                                    int tail_group, int64_t K, uintptr_t resid, uintptr_t norm_w, float eps,
+                                    bool add_one, int T, uintptr_t out, int ldo, uintptr_t xin) {
+    qgemv_normed_split(qmat(hcodes, 0, hscales, head_rows, K, 4, 64),
+                       qmat(tcodes, thigh, tscales, tail_rows, K, tail_bits, tail_group), ptr<const float>(resid),
+                       ptr<const float>(norm_w), eps, add_one, T, ptr<float>(out), ldo, ptr<__half>(xin), 0);
+    sync0("qgemv_normed_split");
+  }, "a split projection (4-bit group-64 head, 5/6/8-bit tail) on the normalised input, into out's head.rows + "
+     "tail.rows rows");
   m.def("set_qgemv_keep_x_fused", &set_qgemv_keep_x_fused,
         "qgemv_normed's keep_x by the fused kernel writing x where the route has one (on) or by the norm kernel "
         "first (off; on is the default)");

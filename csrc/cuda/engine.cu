@@ -404,17 +404,13 @@ void NativeEngine::enqueue_step(int lane, int T) {
 void NativeEngine::normed_store(const SplitQMatrix& W, const float* norm_w, int T, float* out, int ldo) {
   StepWorkspace& w = buf_.ws;
   auto* xin = reinterpret_cast<__half*>(w.xin);
-  // Two segments: the head on the normalised input, leaving it in xin (keep_x: the norm kernel runs first, or, with
-  // set_qgemv_keep_x_fused on, the head's fused kernel writes it where the route has one), then the tail on xin.
-  // (Session 15 call 4 measured each GEMV fusing the norm instead, the tail on the column split: 5.612 ms a q4-27b
-  // step against 5.481 with the norm kernel and both GEMVs on xin; step-tails-normed-q4-27b-h200-s15-call4.txt.)
+  // Two segments: qgemv_normed_split, one kernel for both where the route allows (set_qgemv_split_fused), else the
+  // head on the normalised input leaving it in xin (keep_x: the head's fused kernel writes it, or the norm kernel runs
+  // first), then the tail on xin. (Session 15 call 4 measured each GEMV fusing the norm instead, the tail on the
+  // column split: 5.612 ms a q4-27b step against 5.481; step-tails-normed-q4-27b-h200-s15-call4.txt.)
   if (!(skip_ & 1) && !(skip_ & 32)) {
-    qgemv_normed(W.head, w.resid, norm_w, eps_, true, T, GEMV_STORE, out, nullptr, ldo, xin, stream_, GEMV_X_PERM8,
-                 /*keep_x=*/W.split());
-    if (W.split()) {
-      mark("gemv split head");
-      matmul(W.tail, xin, T, GEMV_STORE, out + W.head.rows, nullptr, ldo, nullptr, 0);
-    }
+    if (W.split()) qgemv_normed_split(W.head, W.tail, w.resid, norm_w, eps_, true, T, out, ldo, xin, stream_);
+    else qgemv_normed(W.head, w.resid, norm_w, eps_, true, T, GEMV_STORE, out, nullptr, ldo, xin, stream_);
     return;
   }
   if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, (int)dims_.hidden, norm_w, eps_, true, xin, stream_);

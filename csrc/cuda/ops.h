@@ -62,6 +62,17 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
 // the norm kernel (off; bench/step_probe.py --keep-x-fused 0,1 compares them).
 void set_qgemv_keep_x_fused(bool on);
 bool qgemv_fuses_norm(const QMatrix& W, int T);
+// A split projection's two segments on one normalised input x = rmsnorm(resid) * (norm_w + add_one): out[0, head.rows)
+// = head x and out[head.rows, head.rows + tail.rows) = tail x (T = 1; T > 1 rows ldo apart). Where
+// qgemv_split_fuses (set_qgemv_split_fused on, T = 1, a 4-bit head routed to the fused variant 30, a 5/6/8-bit tail of
+// the same K) one kernel runs both, the tail on the warps the head leaves idle; otherwise qgemv_normed(head, keep_x)
+// then qgemv(tail, xin). xin: [T, K] fp16 scratch.
+void qgemv_normed_split(const QMatrix& head, const QMatrix& tail, const float* resid, const float* norm_w, float eps,
+                        bool add_one, int T, float* out, int ldo, __half* xin, cudaStream_t stream);
+bool qgemv_split_fuses(const QMatrix& head, const QMatrix& tail, int T);
+// qgemv_normed_split in one launch (on) or two (off, the default until timed on whole steps).
+void set_qgemv_split_fused(bool on);
+
 // The fused norm's weights (constant) loaded before the PDL wait, so that after it each block reads only the residual
 // from L2 (default on); off loads them after the wait, as before session 11 (an A/B switch for bench/step_probe.py).
 void set_qgemv_norm_weights_early(bool on);

@@ -928,13 +928,95 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 // there), each block a slice of K once it knows the norm's factor, so that another GEMV on the same input (a split
 // projection's tail) reads it without a norm kernel of its own (qgemv_normed's keep_x). GemvArgs keeps its layout:
 // a field more changes the code of every kernel that takes it.
-template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool LAZY = false, bool XOUT = false>
-__global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
+// The fp16 copy of x after the integer planes (kXqBytesPerChunk a chunk), 16-byte aligned.
+__device__ inline uint4* tail_x(uint4* xs, int nch) {
+  return reinterpret_cast<uint4*>(reinterpret_cast<char*>(xs) + ((nch * kXqBytesPerChunk + 15) & ~15));
+}
+__device__ inline const uint4* tail_x(const uint4* xs, int nch) { return tail_x(const_cast<uint4*>(xs), nch); }
+
+// x = fp16(nx * r * (nw + nadd)) (as XOUT and rmsnorm_to_gemv_input round it) into the swizzled fp16 layout of
+// stage_x, once the norm's factor r is known: piece q is elements 8q..8q+7 in perm8 order (0, 4, 1, 5, 2, 6, 3, 7).
+// The residual and the norm weights come back from L1 / L2, where stage_xq_normed has just read them.
+__device__ inline void stage_x_normed_f16(uint4* xh, const GemvArgs& a, int nch, int nt, float r) {
+  const float4* xg = reinterpret_cast<const float4*>(a.nx);
+  const float4* wg = reinterpret_cast<const float4*>(a.nw);
+  for (int q = threadIdx.x; q < 4 * nch; q += nt) {
+    const float4 u0 = __ldg(xg + 2 * q), u1 = __ldg(xg + 2 * q + 1);
+    const float4 w0 = __ldg(wg + 2 * q), w1 = __ldg(wg + 2 * q + 1);
+    const float e[8] = {u0.x * r * (w0.x + a.nadd), u0.y * r * (w0.y + a.nadd), u0.z * r * (w0.z + a.nadd),
+                        u0.w * r * (w0.w + a.nadd), u1.x * r * (w1.x + a.nadd), u1.y * r * (w1.y + a.nadd),
+                        u1.z * r * (w1.z + a.nadd), u1.w * r * (w1.w + a.nadd)};
+    uint4 v;
+    __half2* h2 = reinterpret_cast<__half2*>(&v);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) h2[p] = __halves2half2(__float2half(e[p]), __float2half(e[p + 4]));
+    xh[xs_slot(q >> 2, q & 3)] = v;
+  }
+}
+
+// TAIL (5, 6 or 8; session 16): a split projection's second segment in the same launch (qgemv4_split_kernel, on
+// variant 30's template only): its rows are row groups of kTailRows after the head's, walked by the warps the head
+// leaves without a row group (gdn_in's 2048 groups of 8 rows leave 64 of 2112 warps; the attention q's 1536 leave
+// 576), on x in fp16 as the norm kernel rounds it (staged in shared memory beside the integer planes), into out_f32
+// past the head's N rows. The tail's batch reuses the head's registers (w, s), so the register cap holds.
+struct SplitTail {
+  const uint8_t* codes;
+  const uint8_t* high;
+  const __half* scales;
+  int N, gshift;
+};
+constexpr int kTailRows = 4;
+__host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
+
+// The tail's batch: chunk c of rows 4 tg .. 4 tg + 3, in the head's batch registers (8 rows x one 16-byte chunk): 8-bit
+// codes in w[2i], w[2i + 1]; 5/6-bit codes in w[i], their high-plane bits in w[4 + i].
+template <int TB, typename ScaleT>
+__device__ inline void load_tail_batch(const SplitTail& t, int K, int tg, int c, Chunk<4> (&w)[8][1], ScaleT (&s)[8][1]) {
+  const int ngroups = K >> t.gshift;
+#pragma unroll
+  for (int i = 0; i < kTailRows; ++i) {
+    const size_t r = min(tg * kTailRows + i, t.N - 1);  // last partial group: re-read the last row
+    if constexpr (TB == 8) {
+      w[2 * i][0].lo = ld_stream16<false>(t.codes + r * K + c * 32, 0);
+      w[2 * i + 1][0].lo = ld_stream16<false>(t.codes + r * K + c * 32 + 16, 0);
+    } else {
+      w[i][0].lo = ld_stream16<false>(t.codes + r * (K / 2) + c * 16, 0);
+      if constexpr (TB == 6) {
+        const uint8_t* hp = t.high + r * (K / 4) + c * 8;
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
+                     : "=r"(w[4 + i][0].lo.x), "=r"(w[4 + i][0].lo.y) : "l"(hp));
+      } else {
+        const uint8_t* hp = t.high + r * (K / 8) + c * 4;
+        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(w[4 + i][0].lo.x) : "l"(hp));
+      }
+    }
+    const __half* sp = t.scales + r * ngroups + ((c * 32) >> t.gshift);
+    if constexpr (std::is_same_v<ScaleT, float>) s[i][0] = ld_stream_half(sp);
+    else s[i][0] = ld_stream_f16_bits(sp);
+  }
+}
+
+template <int TB>
+__device__ inline Chunk<TB> tail_chunk(const Chunk<4> (&w)[8][1], int i) {
+  Chunk<TB> ch;
+  if constexpr (TB == 8) {
+    ch.lo = w[2 * i][0].lo;
+    ch.hi8 = w[2 * i + 1][0].lo;
+  } else {
+    ch.lo = w[i][0].lo;
+    ch.high = make_uint2(w[4 + i][0].lo.x, w[4 + i][0].lo.y);
+  }
+  return ch;
+}
+
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT, bool NORM, bool LAZY,
+          bool XOUT, int TAIL>
+__device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
   static_assert(IDOT || !NORM, "the fused norm stages the integer planes");
   static_assert(NORM || !XOUT, "only the fused norm has a normalised x to write");
-  extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2
+  static_assert(TAIL == 0 || (NORM && ROWS == 8 && U == 1 && !PIPE && !XOUT), "the tail rides on variant 30's walk");
+  extern __shared__ uint4 xs[];  // 4 * (K / 32) slots of 16 bytes (SX only), then (IDOT) K / 32 int2; TAIL: fp16 x
   __shared__ float nred[NORM ? 32 : 1];
   const int lane = threadIdx.x & 31;
   const int nch = a.K >> 5;
@@ -968,6 +1050,10 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
   int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
+  const int ntg = TAIL ? (t.N + kTailRows - 1) / kTailRows : 0;  // the tail's row groups, after the head's
+  if constexpr (TAIL != 0) {
+    if (g >= nrg && g < nrg + ntg && lane < nch) load_tail_batch<TAIL>(t, a.K, g - nrg, lane, w, s);
+  }
   float norm_r = 1.f;  // NORM: the norm's factor, applied to the row sums
   NormW<norm_pre_items<WARPS>()> nw;  // NORM: the norm weights of this thread's first items, before the wait (a.nw_early)
   if (NORM && a.nw_early) load_norm_w<norm_pre_items<WARPS>(), !LAZY>(nw, a, nch, WARPS * 32);
@@ -978,6 +1064,7 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
     if constexpr (NORM) norm_r = stage_xq_normed<norm_pre_items<WARPS>(), !LAZY>(xs, a, nch, WARPS * 32, nred, nw);
     else if (IDOT) stage_xq(xs, a.x, nch, WARPS * 32);
     else stage_x<WARPS * 32>(xs, a.x, nch);
+    if constexpr (TAIL != 0) stage_x_normed_f16(tail_x(xs, nch), a, nch, WARPS * 32, norm_r);
     __syncthreads();  // every thread of the block reaches this (no early exit above)
   }
   if constexpr (XOUT) {  // this block's slice of K (its first threads; the row walk's first batch is in flight)
@@ -1045,6 +1132,42 @@ __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a)
     }
     store_group<ROWS>(a, g, lane, acc);
   }
+  if constexpr (TAIL != 0) {  // the tail's row groups, on fp16 x (the batch loaded before the wait is used first)
+    const uint4* xh = tail_x(xs, nch);
+    for (; g < nrg + ntg; g += stride) {
+      const int tg = g - nrg;
+      float acc[kTailRows];
+#pragma unroll
+      for (int i = 0; i < kTailRows; ++i) acc[i] = 0.f;
+      for (int cb = lane; cb < nch; cb += 32) {
+        if (!first) load_tail_batch<TAIL>(t, a.K, tg, cb, w, s);
+        first = false;
+        uint4 xv[4];
+        load_x_chunk(xh, cb, xv);
+#pragma unroll
+        for (int i = 0; i < kTailRows; ++i)
+          acc[i] = fmaf(scale_of(s[i][0]), chunk_dot_fast<TAIL>(tail_chunk<TAIL>(w, i), xv), acc[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < kTailRows; ++i) {
+        acc[i] = warp_sum(acc[i]);
+        const int r = tg * kTailRows + i;
+        if (lane == i && r < t.N) a.out_f32[a.N + r] = acc[i];
+      }
+    }
+  }
+}
+
+template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
+          bool LAZY = false, bool XOUT = false>
+__global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
+  sx_gemv<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, 0>(a, SplitTail{});
+}
+
+// Variant 30 (fused norm) on a split projection's head with its TAIL-bit tail in the same launch (qgemv_normed_split).
+template <int TAIL>
+__global__ void __launch_bounds__(16 * 32, 1) qgemv4_split_kernel(GemvArgs a, SplitTail t) {
+  sx_gemv<8, 1, 16, 1, true, false, false, true, true, false, false, TAIL>(a, t);
 }
 
 // Grid: one resident wave (occupancy calculator, cached per shared-memory size), or fewer blocks when
@@ -1132,6 +1255,21 @@ bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
   const int per_sm = occ.get(kern, WARPS * 32, smem);
   launch_pdl("qgemv", kern, dim3(wave_blocks((a.N + ROWS - 1) / ROWS, WARPS, per_sm, balanced)), dim3(WARPS * 32), smem, st,
              a);
+  return true;
+}
+
+// Variant 30 with a TB-bit tail in one launch (qgemv4_split_kernel): the grid covers both segments' row groups.
+template <int TB>
+bool launch_split(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
+  auto kern = qgemv4_split_kernel<TB>;
+  const int nch = a.K / 32;
+  const size_t smem = (size_t)align16(nch * kXqBytesPerChunk) + (size_t)a.K * 2;  // integer planes, then fp16 x
+  static size_t raised = 48 * 1024;
+  if (!allow_dynamic_smem(kern, smem, raised, "qgemv split smem attr")) return false;
+  static OccupancyCache occ;
+  const int per_sm = occ.get(kern, 16 * 32, smem);
+  const long long groups = (a.N + 7) / 8 + (t.N + kTailRows - 1) / kTailRows;
+  launch_pdl("qgemv split", kern, dim3(wave_blocks(groups, 16, per_sm, false)), dim3(16 * 32), smem, st, a, t);
   return true;
 }
 
@@ -1738,6 +1876,47 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
   }
   rmsnorm_to_gemv_input(resid, T, (int)W.cols, norm_w, eps, add_one, xin, stream);
   qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
+}
+
+static bool g_split_fused = false;  // set_qgemv_split_fused (off until timed on a GPU: bench/NOTES.md session 16)
+void set_qgemv_split_fused(bool on) { g_split_fused = on; }
+
+bool qgemv_split_fuses(const QMatrix& head, const QMatrix& tail, int T) {
+  if (!g_split_fused || T != 1 || head.q.bits != 4 || head.cols != tail.cols || tail.rows < 1) return false;
+  if (tail.q.bits != 5 && tail.q.bits != 6 && tail.q.bits != 8) return false;
+  return fused_norm_variant(gemv_args(head, nullptr, T, GEMV_STORE, nullptr, nullptr, 0)) == 30;
+}
+
+void qgemv_normed_split(const QMatrix& head, const QMatrix& tail, const float* resid, const float* norm_w, float eps,
+                        bool add_one, int T, float* out, int ldo, __half* xin, cudaStream_t stream) {
+  const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;
+  if (aligned && qgemv_split_fuses(head, tail, T)) {
+    GemvArgs a = gemv_args(head, xin, T, GEMV_STORE, out, nullptr, ldo);
+    a.nx = resid;
+    a.nw = norm_w;
+    a.nw_early = g_norm_w_early;
+    a.neps = eps;
+    a.nadd = add_one ? 1.f : 0.f;
+    SplitTail t{};
+    t.codes = reinterpret_cast<const uint8_t*>(tail.codes);
+    t.high = reinterpret_cast<const uint8_t*>(tail.high);
+    t.scales = reinterpret_cast<const __half*>(tail.scales);
+    t.N = (int)tail.rows;
+    t.gshift = tail.q.group == 64 ? 6 : 5;
+    bool done = false;
+    switch (tail.q.bits) {
+      case 5: done = launch_split<5>(a, t, stream); break;
+      case 6: done = launch_split<6>(a, t, stream); break;
+      default: done = launch_split<8>(a, t, stream); break;
+    }
+    if (done) {
+      MR_CHECK_LAUNCH("qgemv_normed_split");
+      return;
+    }
+  }
+  qgemv_normed(head, resid, norm_w, eps, add_one, T, GEMV_STORE, out, nullptr, ldo, xin, stream, GEMV_X_PERM8,
+               /*keep_x=*/true);
+  qgemv(tail, xin, T, GEMV_STORE, out + head.rows, nullptr, ldo, stream);
 }
 
 void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
