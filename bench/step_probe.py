@@ -36,8 +36,8 @@ def main() -> None:
                     help="steps with a split projection's head writing the normalised x itself (1) and with the norm "
                          "kernel first (0; 1 is the default), e.g. 0,1,0 (set_qgemv_keep_x_fused; q4-27b)")
     ap.add_argument("--split-fused", default="",
-                    help="steps with a split projection's head and tail in one kernel (1) and as two GEMVs (0, the "
-                         "default), e.g. 0,1,0 (set_qgemv_split_fused; q4-27b)")
+                    help="steps with a split projection's head and tail in one kernel (1) and as two GEMVs (0; 1 is "
+                         "the default), e.g. 0,1,0 (set_qgemv_split_fused; q4-27b)")
     ap.add_argument("--carveouts", default="",
                     help="after the norm runs, time the built-in route with one shared-memory carveout preference for "
                          "every kernel of the step (percent; -1 = each kernel's own), e.g. -1,0,50,100 "
@@ -97,7 +97,7 @@ def main() -> None:
             nat.set_qgemv_split_fused(bool(fused))
             e.reset_graphs()
             time_depths(e, depths, args.steps, f"step kv {kv} split in one kernel {fused}")
-        nat.set_qgemv_split_fused(False)
+        nat.set_qgemv_split_fused(True)
         for c in [int(x) for x in args.carveouts.split(",") if x.strip()]:
             nat.set_step_smem_carveout(c)
             e.reset_graphs()

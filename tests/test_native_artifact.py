@@ -173,7 +173,7 @@ def test_split_projection_fused_equals_the_norm_kernel(tiny_native_ckpt, way):
     finally:
         nat.set_qgemv_variant(0)
         nat.set_qgemv_keep_x_fused(True)  # the defaults
-        nat.set_qgemv_split_fused(False)
+        nat.set_qgemv_split_fused(True)
         model.engine.reset_graphs()
     errs = [rel_err(a, b) for a, b in zip(fused, normed)]
     print(f"{way} vs norm kernel: worst decode logit rel err {max(errs):.2e}")

@@ -402,12 +402,12 @@ def test_qgemv_normed_keeps_x(nat, variant, epi, N, fused):
 
 @contextlib.contextmanager
 def split_fused(nat, on):
-    """set_qgemv_split_fused for the body, restored to its default (off) after it, also on failure."""
+    """set_qgemv_split_fused for the body, restored to its default (on) after it, also on failure."""
     nat.set_qgemv_split_fused(on)
     try:
         yield
     finally:
-        nat.set_qgemv_split_fused(False)
+        nat.set_qgemv_split_fused(True)
 
 
 @pytest.mark.parametrize("fused", [True, False])

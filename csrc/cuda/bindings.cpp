@@ -155,7 +155,7 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,
         "the fused norm's weights loaded before the PDL wait (default on; off: after it)");
   m.def("set_qgemv_split_fused", &set_qgemv_split_fused,
-        "qgemv_normed_split in one launch where the route allows (on) or as two GEMVs (off, the default)");
+        "qgemv_normed_split in one launch where the route allows (on, the default) or as two GEMVs (off)");
   m.def("qgemv_split_fuses", [](int64_t head_rows, int64_t tail_rows, int64_t K, int tail_bits, int tail_group, int T) {
     return qgemv_split_fuses(qmat(0, 0, 0, head_rows, K, 4, 64), qmat(0, 0, 0, tail_rows, K, tail_bits, tail_group), T);
   }, "whether qgemv_normed_split of these shapes (a 4-bit group-64 head) runs as one kernel");

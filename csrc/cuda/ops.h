@@ -70,7 +70,7 @@ bool qgemv_fuses_norm(const QMatrix& W, int T);
 void qgemv_normed_split(const QMatrix& head, const QMatrix& tail, const float* resid, const float* norm_w, float eps,
                         bool add_one, int T, float* out, int ldo, __half* xin, cudaStream_t stream);
 bool qgemv_split_fuses(const QMatrix& head, const QMatrix& tail, int T);
-// qgemv_normed_split in one launch (on) or two (off, the default until timed on whole steps).
+// qgemv_normed_split in one launch (on, the default: q4-27b 5.422 -> 5.263 ms a step, session 16) or two (off).
 void set_qgemv_split_fused(bool on);
 
 // The fused norm's weights (constant) loaded before the PDL wait, so that after it each block reads only the residual

@@ -1878,7 +1878,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
   qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
 }
 
-static bool g_split_fused = false;  // set_qgemv_split_fused (off until timed on a GPU: bench/NOTES.md session 16)
+static bool g_split_fused = true;  // set_qgemv_split_fused (q4-27b 5.422 -> 5.263 ms a step: bench/NOTES.md session 16)
 void set_qgemv_split_fused(bool on) { g_split_fused = on; }
 
 bool qgemv_split_fuses(const QMatrix& head, const QMatrix& tail, int T) {
