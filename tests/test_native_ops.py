@@ -42,7 +42,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(47))  # 0 = route by shape, 1..46 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(48))  # 0 = route by shape, 1..47 forced (qgemv.cu launch_bits)
 QGEMV_COL_VARIANTS = [45, 46]  # the row split across K (qgemv_col_kernel), every width
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35, 37, 38]  # 4-bit integer dot products on x staged as 16-bit integers
@@ -454,6 +454,35 @@ def test_qgemv_normed_split(nat, variant, head_rows, tail_rows, tail_bits, tail_
         poisoned = resid.clone()
         poisoned[0, 77] = float("nan")
         assert run(poisoned).isnan().all()
+
+
+@pytest.mark.parametrize("bits, group, N", [(6, 64, 4099), (8, 32, 1000), (5, 64, 517)])
+def test_qgemv_normed_headless_split_walk(nat, bits, group, N):
+    """Variant 47 (qgemv_normed only): the split kernel with no head rows walks a whole 5/6/8-bit matrix with the norm
+    fused, on x rounded to fp16 as the norm kernel rounds it: against fp64, every row written, a NaN reaching every
+    row."""
+    K = 5120
+    gen = torch.Generator(device="cuda").manual_seed(bits * 1000 + N)
+    codes, high, scales, wd = _random_q(N, K, bits, group, gen)
+    resid = torch.randn(1, K, device="cuda", generator=gen) * 3
+    w = torch.randn(K, device="cuda", generator=gen) * 0.2
+
+    def run(r):
+        out = torch.full((1, N), float("nan"), device="cuda")
+        xin = torch.empty(1, K, device="cuda").half()
+        with forced_qgemv_variant(nat, 47):
+            assert nat.qgemv_fuses_norm(N, K, bits, group, 1)
+            nat.op_qgemv_normed(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K,
+                                bits, group, r.data_ptr(), w.data_ptr(), 1e-6, True, 1, 0, out.data_ptr(), 0, N,
+                                xin.data_ptr())
+        return out
+
+    got = run(resid)
+    assert not got.isnan().any()
+    assert rel_err(got, _normed_gemv_reference(resid, w, wd)) < TOL_GEMV_Q4 + TOL_FP16_OUT
+    poisoned = resid.clone()
+    poisoned[0, 5] = float("inf")
+    assert run(poisoned).isnan().all()
 
 
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])

@@ -31,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 46;  // T = 1 launch variants 1..46 (launch_bits; 16..19, 45, 46 for every width)
+constexpr int kNumVariants = 47;  // T = 1 launch variants 1..47 (launch_bits; 16..19, 45, 46 for every width; 47 qgemv_normed only)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -1779,6 +1779,16 @@ int t1_variant_any(const GemvArgs& a, int bits) {
   }
 }
 
+SplitTail split_tail(const QMatrix& W) {
+  SplitTail t{};
+  t.codes = reinterpret_cast<const uint8_t*>(W.codes);
+  t.high = reinterpret_cast<const uint8_t*>(W.high);
+  t.scales = reinterpret_cast<const __half*>(W.scales);
+  t.N = (int)W.rows;
+  t.gshift = W.q.group == 64 ? 6 : 5;
+  return t;
+}
+
 // T = 1 on the column split (variants 45 / 46, every width): it takes the norm fused.
 bool col_fuses_norm(const GemvArgs& a, int bits) { return a.T == 1 && is_col_variant(t1_variant_any(a, bits)); }
 
@@ -1817,6 +1827,7 @@ bool qgemv_fuses_norm(const QMatrix& W, int T) {
   if (T != 1) return false;
   const GemvArgs a = gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0);
   if (col_fuses_norm(a, W.q.bits)) return true;
+  if (W.q.bits != 4 && t1_variant_any(a, W.q.bits) == 47) return true;
   return W.q.bits == 4 && fused_norm_variant(a) != 0;
 }
 
@@ -1841,6 +1852,26 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     rmsnorm_to_gemv_input(resid, T, (int)W.cols, norm_w, eps, add_one, xin, stream);
     qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
     return;
+  }
+  // 47 (5/6/8-bit, T = 1, store; session 16, not routed): the split kernel with no head rows, i.e. the fused norm and
+  // the tail's walk (row groups of 4 on fp16 x in shared memory) over the whole matrix: a probe for the 6-bit lm_head.
+  if (aligned && T == 1 && W.q.bits != 4 && epilogue == GEMV_STORE && t1_variant_any(a, W.q.bits) == 47) {
+    GemvArgs h = a;  // no head rows: only the norm (and the integer planes it stages, unused) runs before the walk
+    h.N = 0;
+    h.codes = nullptr;
+    h.scales = nullptr;
+    h.nx = resid;
+    h.nw = norm_w;
+    h.nw_early = g_norm_w_early;
+    h.neps = eps;
+    h.nadd = add_one ? 1.f : 0.f;
+    const SplitTail t = split_tail(W);
+    const bool done = W.q.bits == 5 ? launch_split<5>(h, t, stream)
+                      : W.q.bits == 6 ? launch_split<6>(h, t, stream) : launch_split<8>(h, t, stream);
+    if (done) {
+      MR_CHECK_LAUNCH("qgemv_normed");
+      return;
+    }
   }
   if (aligned && col_fuses_norm(a, W.q.bits)) {
     a.nx = resid;
@@ -1897,12 +1928,7 @@ void qgemv_normed_split(const QMatrix& head, const QMatrix& tail, const float* r
     a.nw_early = g_norm_w_early;
     a.neps = eps;
     a.nadd = add_one ? 1.f : 0.f;
-    SplitTail t{};
-    t.codes = reinterpret_cast<const uint8_t*>(tail.codes);
-    t.high = reinterpret_cast<const uint8_t*>(tail.high);
-    t.scales = reinterpret_cast<const __half*>(tail.scales);
-    t.N = (int)tail.rows;
-    t.gshift = tail.q.group == 64 ? 6 : 5;
+    const SplitTail t = split_tail(tail);
     bool done = false;
     switch (tail.q.bits) {
       case 5: done = launch_split<5>(a, t, stream); break;
