@@ -61,7 +61,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
 // qgemv_normed's keep_x by variant 30 writing x (on, the default: q4-27b 5.524 -> 5.467 ms a step, session 16) or by
 // the norm kernel (off; bench/step_probe.py --keep-x-fused 0,1 compares them).
 void set_qgemv_keep_x_fused(bool on);
-bool qgemv_fuses_norm(const QMatrix& W, int T);
+bool qgemv_fuses_norm(const QMatrix& W, int T);  // with the store epilogue (variant 47 takes no other)
 // A split projection's two segments on one normalised input x = rmsnorm(resid) * (norm_w + add_one): out[0, head.rows)
 // = head x and out[head.rows, head.rows + tail.rows) = tail x (T = 1; T > 1 rows ldo apart). Where
 // qgemv_split_fuses (set_qgemv_split_fused on, T = 1, a 4-bit head routed to the fused variant 30, a 5/6/8-bit tail of

@@ -31,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 47;  // T = 1 launch variants 1..47 (launch_bits; 16..19, 45, 46 for every width; 47 qgemv_normed only)
+constexpr int kNumVariants = 47;  // T = 1 launch variants 1..47 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -932,7 +932,6 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 __device__ inline uint4* tail_x(uint4* xs, int nch) {
   return reinterpret_cast<uint4*>(reinterpret_cast<char*>(xs) + ((nch * kXqBytesPerChunk + 15) & ~15));
 }
-__device__ inline const uint4* tail_x(const uint4* xs, int nch) { return tail_x(const_cast<uint4*>(xs), nch); }
 
 // x = fp16(nx * r * (nw + nadd)) (as XOUT and rmsnorm_to_gemv_input round it) into the swizzled fp16 layout of
 // stage_x, once the norm's factor r is known: piece q is elements 8q..8q+7 in perm8 order (0, 4, 1, 5, 2, 6, 3, 7).
@@ -1779,6 +1778,16 @@ int t1_variant_any(const GemvArgs& a, int bits) {
   }
 }
 
+// The T = 1 variant qgemv_normed runs for a 5/6/8-bit matrix: forced or per shape as t1_variant, else 47 for a 6-bit
+// matrix of at least 65536 rows with the store epilogue (q4-27b's lm_head: 296 -> 255 us and no norm kernel, session 16
+// call 6; 5 / 8 bits unmeasured there, so not routed), else the width's route.
+int normed_wide_variant(const GemvArgs& a, int bits, int epilogue) {
+  const int chosen = g_variant ? g_variant : shape_variant(a);
+  if (chosen) return chosen;
+  if (bits == 6 && epilogue == GEMV_STORE && a.T == 1 && a.N >= 65536) return 47;
+  return t1_variant_any(a, bits);
+}
+
 SplitTail split_tail(const QMatrix& W) {
   SplitTail t{};
   t.codes = reinterpret_cast<const uint8_t*>(W.codes);
@@ -1827,7 +1836,7 @@ bool qgemv_fuses_norm(const QMatrix& W, int T) {
   if (T != 1) return false;
   const GemvArgs a = gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0);
   if (col_fuses_norm(a, W.q.bits)) return true;
-  if (W.q.bits != 4 && t1_variant_any(a, W.q.bits) == 47) return true;
+  if (W.q.bits != 4 && normed_wide_variant(a, W.q.bits, GEMV_STORE) == 47) return true;  // the store epilogue only
   return W.q.bits == 4 && fused_norm_variant(a) != 0;
 }
 
@@ -1853,9 +1862,10 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
     return;
   }
-  // 47 (5/6/8-bit, T = 1, store; session 16, not routed): the split kernel with no head rows, i.e. the fused norm and
-  // the tail's walk (row groups of 4 on fp16 x in shared memory) over the whole matrix: a probe for the 6-bit lm_head.
-  if (aligned && T == 1 && W.q.bits != 4 && epilogue == GEMV_STORE && t1_variant_any(a, W.q.bits) == 47) {
+  // 47 (5/6/8-bit, T = 1, store; session 16; normed_wide_variant routes the 6-bit lm_head here): the split kernel with
+  // no head rows, i.e. the fused norm and the tail's walk (row groups of 4 on fp16 x in shared memory) over the whole
+  // matrix.
+  if (aligned && T == 1 && W.q.bits != 4 && epilogue == GEMV_STORE && normed_wide_variant(a, W.q.bits, epilogue) == 47) {
     GemvArgs h = a;  // no head rows: only the norm (and the integer planes it stages, unused) runs before the walk
     h.N = 0;
     h.codes = nullptr;
