@@ -354,13 +354,14 @@ def test_qgemv_normed(nat, variant, epi, N, K, T, fused):
 
 
 @contextlib.contextmanager
-def keep_x_fused(nat, on):
-    """set_qgemv_keep_x_fused for the body, restored to its default (on) after it, also on failure."""
-    nat.set_qgemv_keep_x_fused(on)
+def switched(setter, on, default=True):
+    """A native on/off switch (set_qgemv_keep_x_fused, set_qgemv_split_fused, ...) set for the body, restored to its
+    default after it, also on failure."""
+    setter(on)
     try:
         yield
     finally:
-        nat.set_qgemv_keep_x_fused(True)
+        setter(default)
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -382,7 +383,7 @@ def test_qgemv_normed_keeps_x(nat, variant, epi, N, fused):
     nat.op_rmsnorm(resid.data_ptr(), 1, K, w.data_ptr(), 1e-6, True, want.data_ptr())
     xin = torch.full((1, K), float("nan"), device="cuda").half()
     out, args, before = _gemv_out(epi, N, gen)
-    with forced_qgemv_variant(nat, variant), keep_x_fused(nat, fused):
+    with forced_qgemv_variant(nat, variant), switched(nat.set_qgemv_keep_x_fused, fused):
         nat.op_qgemv_normed(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, 64, resid.data_ptr(), w.data_ptr(), 1e-6,
                             True, 1, epi, *args, xin.data_ptr(), keep_x=True)
     assert not xin.isnan().any()  # every element written
@@ -398,16 +399,6 @@ def test_qgemv_normed_keeps_x(nat, variant, epi, N, fused):
         assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < tol + TOL_FP16_OUT
     else:
         assert rel_err(got, y) < tol
-
-
-@contextlib.contextmanager
-def split_fused(nat, on):
-    """set_qgemv_split_fused for the body, restored to its default (on) after it, also on failure."""
-    nat.set_qgemv_split_fused(on)
-    try:
-        yield
-    finally:
-        nat.set_qgemv_split_fused(True)
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -431,7 +422,7 @@ def test_qgemv_normed_split(nat, variant, head_rows, tail_rows, tail_bits, tail_
     def run(r):
         out = torch.full((1, head_rows + tail_rows), float("nan"), device="cuda")
         xin = torch.full((1, K), float("nan"), device="cuda").half()
-        with forced_qgemv_variant(nat, variant), split_fused(nat, fused):
+        with forced_qgemv_variant(nat, variant), switched(nat.set_qgemv_split_fused, fused):
             assert nat.qgemv_split_fuses(head_rows, tail_rows, K, tail_bits, tail_group, 1) == fused
             nat.op_qgemv_normed_split(hcodes.data_ptr(), hscales.data_ptr(), head_rows, tcodes.data_ptr(),
                                       0 if thigh is None else thigh.data_ptr(), tscales.data_ptr(), tail_rows,

@@ -1818,6 +1818,18 @@ static bool g_norm_w_early = true;  // set_qgemv_norm_weights_early
 static bool g_keep_x_fused = true;  // set_qgemv_keep_x_fused (q4-27b 5.524 -> 5.467 ms a step: bench/NOTES.md session 16)
 
 void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
+
+namespace {
+// The fused norm's inputs of a qgemv_normed launch: x = rmsnorm(resid) * (norm_w + add_one), eps.
+void set_fused_norm(GemvArgs& a, const float* resid, const float* norm_w, float eps, bool add_one) {
+  a.nx = resid;
+  a.nw = norm_w;
+  a.nw_early = g_norm_w_early;
+  a.neps = eps;
+  a.nadd = add_one ? 1.f : 0.f;
+}
+
+}  // namespace
 void set_qgemv_keep_x_fused(bool on) { g_keep_x_fused = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
@@ -1848,11 +1860,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
   if (keep_x) {  // xin must hold the normalised x afterwards: variant 30 writes it (XOUT), else the norm kernel does
     const int v = W.q.bits == 4 && aligned && g_keep_x_fused ? fused_norm_variant(a) : 0;
     if (v == 30) {
-      a.nx = resid;
-      a.nw = norm_w;
-      a.nw_early = g_norm_w_early;
-      a.neps = eps;
-      a.nadd = add_one ? 1.f : 0.f;  // a.x is xin: XOUT writes the normalised x there
+      set_fused_norm(a, resid, norm_w, eps, add_one);  // a.x is xin: XOUT writes the normalised x there
       if (launch_sx<8, 1, 16, 1, true, false, false, true, true, false, true>(a, stream, false)) {
         MR_CHECK_LAUNCH("qgemv_normed");
         return;
@@ -1870,11 +1878,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     h.N = 0;
     h.codes = nullptr;
     h.scales = nullptr;
-    h.nx = resid;
-    h.nw = norm_w;
-    h.nw_early = g_norm_w_early;
-    h.neps = eps;
-    h.nadd = add_one ? 1.f : 0.f;
+    set_fused_norm(h, resid, norm_w, eps, add_one);
     const SplitTail t = split_tail(W);
     const bool done = W.q.bits == 5 ? launch_split<5>(h, t, stream)
                       : W.q.bits == 6 ? launch_split<6>(h, t, stream) : launch_split<8>(h, t, stream);
@@ -1884,21 +1888,14 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     }
   }
   if (aligned && col_fuses_norm(a, W.q.bits)) {
-    a.nx = resid;
-    a.nw = norm_w;
-    a.neps = eps;
-    a.nadd = add_one ? 1.f : 0.f;
+    set_fused_norm(a, resid, norm_w, eps, add_one);  // (the column split does not read nw_early)
     launch_col_normed(a, W.q.bits, stream);
     MR_CHECK_LAUNCH("qgemv_normed");
     return;
   }
   const int v = W.q.bits == 4 && aligned ? fused_norm_variant(a) : 0;
   if (v) {
-    a.nx = resid;
-    a.nw = norm_w;
-    a.nw_early = g_norm_w_early;
-    a.neps = eps;
-    a.nadd = add_one ? 1.f : 0.f;
+    set_fused_norm(a, resid, norm_w, eps, add_one);
     bool done = false;
     switch (v) {
       case 23: done = launch_sx<4, 2, 8, 3, true, false, false, true, true>(a, stream, false); break;
@@ -1933,11 +1930,7 @@ void qgemv_normed_split(const QMatrix& head, const QMatrix& tail, const float* r
   const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;
   if (aligned && qgemv_split_fuses(head, tail, T)) {
     GemvArgs a = gemv_args(head, xin, T, GEMV_STORE, out, nullptr, ldo);
-    a.nx = resid;
-    a.nw = norm_w;
-    a.nw_early = g_norm_w_early;
-    a.neps = eps;
-    a.nadd = add_one ? 1.f : 0.f;
+    set_fused_norm(a, resid, norm_w, eps, add_one);
     const SplitTail t = split_tail(tail);
     bool done = false;
     switch (tail.q.bits) {
