@@ -928,9 +928,11 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
 // there), each block a slice of K once it knows the norm's factor, so that another GEMV on the same input (a split
 // projection's tail) reads it without a norm kernel of its own (qgemv_normed's keep_x). GemvArgs keeps its layout:
 // a field more changes the code of every kernel that takes it.
+__host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
+
 // The fp16 copy of x after the integer planes (kXqBytesPerChunk a chunk), 16-byte aligned.
 __device__ inline uint4* tail_x(uint4* xs, int nch) {
-  return reinterpret_cast<uint4*>(reinterpret_cast<char*>(xs) + ((nch * kXqBytesPerChunk + 15) & ~15));
+  return reinterpret_cast<uint4*>(reinterpret_cast<char*>(xs) + align16(nch * kXqBytesPerChunk));
 }
 
 // x = fp16(nx * r * (nw + nadd)) (as XOUT and rmsnorm_to_gemv_input round it) into the swizzled fp16 layout of
@@ -965,7 +967,6 @@ struct SplitTail {
   int N, gshift;
 };
 constexpr int kTailRows = 4;
-__host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
 
 // The tail's batch: chunk c of rows 4 tg .. 4 tg + 3, in the head's batch registers (8 rows x one 16-byte chunk): 8-bit
 // codes in w[2i], w[2i + 1]; 5/6-bit codes in w[i], their high-plane bits in w[4 + i].
