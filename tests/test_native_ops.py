@@ -447,19 +447,21 @@ def test_qgemv_normed_split(nat, variant, head_rows, tail_rows, tail_bits, tail_
         assert run(poisoned).isnan().all()
 
 
-@pytest.mark.parametrize("variant, bits, group, N", [(47, 6, 64, 4099), (47, 8, 32, 1000), (47, 5, 64, 517),
-                                                     (0, 6, 64, 65539)])  # routed: a 6-bit lm_head-sized matrix
-def test_qgemv_normed_headless_split_walk(nat, variant, bits, group, N):
+@pytest.mark.parametrize("variant, bits, group, N, K", [(47, 6, 64, 4099, 5120), (47, 8, 32, 1000, 5120),
+                                                        (47, 5, 64, 517, 5120),
+                                                        (47, 6, 64, 248320, 128),  # the demo model's lm_head, forced
+                                                        (0, 6, 64, 65539, 5120)])  # routed: a 6-bit lm_head's size
+def test_qgemv_normed_headless_split_walk(nat, variant, bits, group, N, K):
     """Variant 47 (qgemv_normed only; the route of a 6-bit matrix of 65536 rows or more with the store epilogue, i.e. the
     6-bit lm_head): the split kernel with no head rows walks a whole 5/6/8-bit matrix with the norm fused, on x rounded
     to fp16 as the norm kernel rounds it: against fp64, every row written, a NaN reaching every row."""
-    K = 5120
     gen = torch.Generator(device="cuda").manual_seed(bits * 1000 + N)
     codes, high, scales, wd = _random_q(N, K, bits, group, gen)
     resid = torch.randn(1, K, device="cuda", generator=gen) * 3
     w = torch.randn(K, device="cuda", generator=gen) * 0.2
     if variant == 0:  # the route: 6-bit lm_head-sized matrices only (the 6-bit gate_up's 34816 rows stay on their ring)
         assert not nat.qgemv_fuses_norm(34816, K, 6, 64, 1) and not nat.qgemv_fuses_norm(N, K, 8, 64, 1)
+        assert not nat.qgemv_fuses_norm(248320, 128, 6, 64, 1)  # small K (the demo model) stays on its ring
 
     def run(r):
         out = torch.full((1, N), float("nan"), device="cuda")

@@ -1780,12 +1780,13 @@ int t1_variant_any(const GemvArgs& a, int bits) {
 }
 
 // The T = 1 variant qgemv_normed runs for a 5/6/8-bit matrix: forced or per shape as t1_variant, else 47 for a 6-bit
-// matrix of at least 65536 rows with the store epilogue (q4-27b's lm_head: 296 -> 255 us and no norm kernel, session 16
-// call 6; 5 / 8 bits unmeasured there, so not routed), else the width's route.
+// matrix of at least 65536 rows and K >= 2048 with the store epilogue (q4-27b's lm_head, K = 5120: 296 -> 255 us and no
+// norm kernel, session 16 call 6; 5 / 8 bits and the demo model's K = 128 unmeasured there, so not routed), else the
+// width's route.
 int normed_wide_variant(const GemvArgs& a, int bits, int epilogue) {
   const int chosen = g_variant ? g_variant : shape_variant(a);
   if (chosen) return chosen;
-  if (bits == 6 && epilogue == GEMV_STORE && a.T == 1 && a.N >= 65536) return 47;
+  if (bits == 6 && epilogue == GEMV_STORE && a.T == 1 && a.N >= 65536 && a.K >= 2048) return 47;
   return t1_variant_any(a, bits);
 }
 
