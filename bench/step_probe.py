@@ -83,26 +83,13 @@ def main() -> None:
         nat.set_pdl(True)
         nat.set_qgemv_lanes(True)
         nat.set_qgemv_variant(0)
-        for early in [int(x) for x in args.norm_early.split(",") if x.strip()]:
-            nat.set_qgemv_norm_weights_early(bool(early))
-            e.reset_graphs()
-            time_depths(e, depths, args.steps, f"step kv {kv} norm weights early {early}")
-        nat.set_qgemv_norm_weights_early(True)
-        for fused in [int(x) for x in args.keep_x_fused.split(",") if x.strip()]:
-            nat.set_qgemv_keep_x_fused(bool(fused))
-            e.reset_graphs()
-            time_depths(e, depths, args.steps, f"step kv {kv} split head writes x {fused}")
-        nat.set_qgemv_keep_x_fused(True)
-        for fused in [int(x) for x in args.split_fused.split(",") if x.strip()]:
-            nat.set_qgemv_split_fused(bool(fused))
-            e.reset_graphs()
-            time_depths(e, depths, args.steps, f"step kv {kv} split in one kernel {fused}")
-        nat.set_qgemv_split_fused(True)
-        for c in [int(x) for x in args.carveouts.split(",") if x.strip()]:
-            nat.set_step_smem_carveout(c)
-            e.reset_graphs()
-            time_depths(e, depths, args.steps, f"step kv {kv} smem carveout {c}")
-        nat.set_step_smem_carveout(args.routes_carveout)
+        def switch(setter, values: str, restore, label: str) -> None:
+            time_switch(e, setter, values, restore, depths, args.steps, f"step kv {kv} {label}")
+
+        switch(lambda v: nat.set_qgemv_norm_weights_early(bool(v)), args.norm_early, True, "norm weights early")
+        switch(lambda v: nat.set_qgemv_keep_x_fused(bool(v)), args.keep_x_fused, True, "split head writes x")
+        switch(lambda v: nat.set_qgemv_split_fused(bool(v)), args.split_fused, True, "split in one kernel")
+        switch(nat.set_step_smem_carveout, args.carveouts, args.routes_carveout, "smem carveout")
         for route in routes:
             apply_route(nat, e, route)
             time_depths(e, depths, args.steps, f"step kv {kv} route {format_route(route)}")
@@ -116,6 +103,16 @@ def main() -> None:
         nat.set_attn_variant(default_attn)
         e.reset_graphs()
         del model, e
+
+
+def time_switch(engine, setter, values: str, restore, depths: list[int], steps: int, label: str) -> None:
+    """Steps with setter(v) for each v of the comma-separated ints `values` (the graph recaptured for each), labelled
+    '<label> v', then setter(restore)."""
+    for v in [int(x) for x in values.split(",") if x.strip()]:
+        setter(v)
+        engine.reset_graphs()
+        time_depths(engine, depths, steps, f"{label} {v}")
+    setter(restore)
 
 
 def time_depths(engine, depths: list[int], steps: int, label: str) -> None:

@@ -39,9 +39,10 @@ int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..46 force one (qgemv.cu
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..47 force one (qgemv.cu
 // launch_bits: 1..15 and 20..44 are 4-bit kernels (20..35, 37, 38: integer dot products; 36 also takes 5 / 6 bits),
-// 16..19 the cp.async ring kernel and 45 / 46 the column split for every width).
+// 16..19 the cp.async ring kernel and 45 / 46 the column split for every width; 47, in qgemv_normed only, the split
+// kernel with no head rows at 5 / 6 / 8 bits, elsewhere the generic kernel).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.

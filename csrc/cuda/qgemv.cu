@@ -913,21 +913,6 @@ __device__ inline void store_group(const GemvArgs& a, int g, int lane, float (&a
   }
 }
 
-// ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
-// SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
-// IDOT integer dot products on x staged as 16-bit integers (needs SX).
-// NORM (IDOT only): x is the RMSNorm of a.nx, computed by every block while it stages x (qgemv_normed).
-// LAZY (variants 37 / 38, session 13, not yet measured): the batches' fp16 scales and the fused norm's weights stay as
-// loaded until they are used. Otherwise (SASS of 34 on sm_90) each chunk's scales are converted right after their
-// loads, before the next chunk's loads are issued (U = 2: two DRAM round trips a batch instead of one), and before
-// the PDL wait a thread converts its first batch's scales and then adds nadd to the norm weights it only then loads:
-// up to three round trips ahead of the wait, on the critical path wherever the block became resident late (after
-// its predecessor's block on the SM exited). The same arithmetic: bit-equal.
-// XOUT (NORM only; session 15): the blocks also write the normalised x (fp16, perm8 order, rounded as
-// rmsnorm_to_gemv_input rounds it) to a.x, which the fused kernel never reads (qgemv_normed passes its xin scratch
-// there), each block a slice of K once it knows the norm's factor, so that another GEMV on the same input (a split
-// projection's tail) reads it without a norm kernel of its own (qgemv_normed's keep_x). GemvArgs keeps its layout:
-// a field more changes the code of every kernel that takes it.
 __host__ __device__ constexpr int align16(int bytes) { return (bytes + 15) & ~15; }
 
 // The fp16 copy of x after the integer planes (kXqBytesPerChunk a chunk), 16-byte aligned.
@@ -1009,6 +994,22 @@ __device__ inline Chunk<TB> tail_chunk(const Chunk<4> (&w)[8][1], int i) {
   return ch;
 }
 
+// ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
+// SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
+// IDOT integer dot products on x staged as 16-bit integers (needs SX).
+// NORM (IDOT only): x is the RMSNorm of a.nx, computed by every block while it stages x (qgemv_normed).
+// LAZY (variants 37 / 38, session 13; 37 routed for gate_up and lm_head since session 14): the batches' fp16 scales and the fused norm's weights stay as
+// loaded until they are used. Otherwise (SASS of 34 on sm_90) each chunk's scales are converted right after their
+// loads, before the next chunk's loads are issued (U = 2: two DRAM round trips a batch instead of one), and before
+// the PDL wait a thread converts its first batch's scales and then adds nadd to the norm weights it only then loads:
+// up to three round trips ahead of the wait, on the critical path wherever the block became resident late (after
+// its predecessor's block on the SM exited). The same arithmetic: bit-equal.
+// XOUT (NORM only; session 15): the blocks also write the normalised x (fp16, perm8 order, rounded as
+// rmsnorm_to_gemv_input rounds it) to a.x, which the fused kernel never reads (qgemv_normed passes its xin scratch
+// there), each block a slice of K once it knows the norm's factor, so that another GEMV on the same input (a split
+// projection's tail) reads it without a norm kernel of its own (qgemv_normed's keep_x). GemvArgs keeps its layout:
+// a field more changes the code of every kernel that takes it.
+// TAIL (0, or 5 / 6 / 8 for qgemv4_split_kernel): a split projection's tail walked after the head (SplitTail above).
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT, bool NORM, bool LAZY,
           bool XOUT, int TAIL>
 __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
@@ -1271,6 +1272,15 @@ bool launch_split(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
   const long long groups = (a.N + 7) / 8 + (t.N + kTailRows - 1) / kTailRows;
   launch_pdl("qgemv split", kern, dim3(wave_blocks(groups, 16, per_sm, false)), dim3(16 * 32), smem, st, a, t);
   return true;
+}
+
+// launch_split at the tail's width (5, 6 or 8).
+bool launch_split_bits(const GemvArgs& a, const SplitTail& t, int tail_bits, cudaStream_t st) {
+  switch (tail_bits) {
+    case 5: return launch_split<5>(a, t, st);
+    case 6: return launch_split<6>(a, t, st);
+    default: return launch_split<8>(a, t, st);
+  }
 }
 
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
@@ -1821,6 +1831,8 @@ static bool g_keep_x_fused = true;  // set_qgemv_keep_x_fused (q4-27b 5.524 -> 5
 
 void set_qgemv_norm_weights_early(bool on) { g_norm_w_early = on; }
 
+void set_qgemv_keep_x_fused(bool on) { g_keep_x_fused = on; }
+
 namespace {
 // The fused norm's inputs of a qgemv_normed launch: x = rmsnorm(resid) * (norm_w + add_one), eps.
 void set_fused_norm(GemvArgs& a, const float* resid, const float* norm_w, float eps, bool add_one) {
@@ -1831,8 +1843,11 @@ void set_fused_norm(GemvArgs& a, const float* resid, const float* norm_w, float 
   a.nadd = add_one ? 1.f : 0.f;
 }
 
+// The fused norm reads the residual and its weights as float4.
+bool norm_inputs_aligned(const float* resid, const float* norm_w) {
+  return ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;
+}
 }  // namespace
-void set_qgemv_keep_x_fused(bool on) { g_keep_x_fused = on; }
 
 int qgemv_x_layout(const QMatrix& W, int T) {
   if (!g_lanes || T != 1) return GEMV_X_PERM8;
@@ -1858,7 +1873,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
                   int epilogue, float* out_f32, __half* out_h, int ldo, __half* xin, cudaStream_t stream,
                   int out_layout, bool keep_x) {
   GemvArgs a = gemv_args(W, xin, T, epilogue, out_f32, out_h, ldo, GEMV_X_PERM8, out_layout);
-  const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;  // float4 loads
+  const bool aligned = norm_inputs_aligned(resid, norm_w);
   if (keep_x) {  // xin must hold the normalised x afterwards: variant 30 writes it (XOUT), else the norm kernel does
     const int v = W.q.bits == 4 && aligned && g_keep_x_fused ? fused_norm_variant(a) : 0;
     if (v == 30) {
@@ -1881,10 +1896,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     h.codes = nullptr;
     h.scales = nullptr;
     set_fused_norm(h, resid, norm_w, eps, add_one);
-    const SplitTail t = split_tail(W);
-    const bool done = W.q.bits == 5 ? launch_split<5>(h, t, stream)
-                      : W.q.bits == 6 ? launch_split<6>(h, t, stream) : launch_split<8>(h, t, stream);
-    if (done) {
+    if (launch_split_bits(h, split_tail(W), W.q.bits, stream)) {
       MR_CHECK_LAUNCH("qgemv_normed");
       return;
     }
@@ -1929,18 +1941,10 @@ bool qgemv_split_fuses(const QMatrix& head, const QMatrix& tail, int T) {
 
 void qgemv_normed_split(const QMatrix& head, const QMatrix& tail, const float* resid, const float* norm_w, float eps,
                         bool add_one, int T, float* out, int ldo, __half* xin, cudaStream_t stream) {
-  const bool aligned = ((reinterpret_cast<uintptr_t>(resid) | reinterpret_cast<uintptr_t>(norm_w)) & 15) == 0;
-  if (aligned && qgemv_split_fuses(head, tail, T)) {
+  if (norm_inputs_aligned(resid, norm_w) && qgemv_split_fuses(head, tail, T)) {
     GemvArgs a = gemv_args(head, xin, T, GEMV_STORE, out, nullptr, ldo);
     set_fused_norm(a, resid, norm_w, eps, add_one);
-    const SplitTail t = split_tail(tail);
-    bool done = false;
-    switch (tail.q.bits) {
-      case 5: done = launch_split<5>(a, t, stream); break;
-      case 6: done = launch_split<6>(a, t, stream); break;
-      default: done = launch_split<8>(a, t, stream); break;
-    }
-    if (done) {
+    if (launch_split_bits(a, split_tail(tail), tail.q.bits, stream)) {
       MR_CHECK_LAUNCH("qgemv_normed_split");
       return;
     }
