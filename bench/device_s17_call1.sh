@@ -6,6 +6,10 @@
 #   bash bench/device_s17_call1.sh     (carry .whl; ~2 minutes)
 set -uo pipefail
 source bench/device_setup.sh
+# the GPU tests session 16 added after its last call (variant 47 forced on every shape, the demo's K = 128, the routes)
+timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 90 tests/test_native_ops.py \
+  -k "headless or launch_variants" > $out/tests.log 2>&1
+echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | head -12
 for recipe in q5g64 q8g64; do
   timeout 150 python3 bench/step_probe.py --recipe $recipe --kv int8 --depths 0 \
     --routes "248320x5120=47;248320x5120=0;248320x5120=47" 2>&1 | grep -E "recipe|step|Error|error" \
