@@ -1,4 +1,4 @@
-"""Decode step time of the native engine on random 27B-shaped weights (24 GiB budget), without the full
+"""Decode step time of the native engine on random 27B-shaped weights (24 GiB budget unless --budget-gib), without the full
 benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
 
     python3 bench/step_probe.py [--kv int8] [--depths 0,131072] [--steps 50] [--pdl 1,0]
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--attn-variants", default="",
                     help="attention split variants to time after the GEMV runs, one run each (csrc/cuda/attention.cu; "
                          "bf16 KV runs variant 4's code for 5 and 6)")
+    ap.add_argument("--budget-gib", type=float, default=24, help="the engine's VRAM budget (q8g64's weights need ~30)")
     ap.add_argument("--recipe", default="q4g64",
                     help="weight formats: a converter recipe id (engine/recipe.py, e.g. q4-27b) or a uniform qBgG "
                          "(default q4g64, the benchmark's)")
@@ -67,7 +68,8 @@ def main() -> None:
     from engine.native_backend import NativeModel
     depths = [int(d) for d in args.depths.split(",")]
     for kv in args.kv.split(","):
-        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, vram_budget_bytes=24 << 30,
+        model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1,
+                                       vram_budget_bytes=int(args.budget_gib * (1 << 30)),
                                        recipe=recipe)
         e = model.engine
         from engine.native import load_native

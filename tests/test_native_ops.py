@@ -42,7 +42,7 @@ def test_qgemv_store_and_residual_add(nat, bits, group, T):
     assert rel_err(acc - res, ref) < tol * 2
 
 
-QGEMV_VARIANTS = list(range(48))  # 0 = route by shape, 1..47 forced (qgemv.cu launch_bits)
+QGEMV_VARIANTS = list(range(49))  # 0 = route by shape, 1..48 forced (qgemv.cu launch_bits)
 QGEMV_COL_VARIANTS = [45, 46]  # the row split across K (qgemv_col_kernel), every width
 QGEMV_RING_VARIANTS = [16, 17, 18, 19]  # cp.async ring kernel, every width
 QGEMV_IDOT_VARIANTS = list(range(20, 33)) + [34, 35, 37, 38]  # 4-bit integer dot products on x staged as 16-bit integers
@@ -450,17 +450,19 @@ def test_qgemv_normed_split(nat, variant, head_rows, tail_rows, tail_bits, tail_
 @pytest.mark.parametrize("variant, bits, group, N, K", [(47, 6, 64, 4099, 5120), (47, 8, 32, 1000, 5120),
                                                         (47, 5, 64, 517, 5120),
                                                         (47, 6, 64, 248320, 128),  # the demo model's lm_head, forced
-                                                        (0, 6, 64, 65539, 5120)])  # routed: a 6-bit lm_head's size
+                                                        (0, 6, 64, 65539, 5120),   # routed: lm_head sizes
+                                                        (0, 5, 64, 16480, 5120),   # a uniform recipe's gdn_in
+                                                        (0, 8, 64, 14338, 5120)])  # the attention qkv, a partial group
 def test_qgemv_normed_headless_split_walk(nat, variant, bits, group, N, K):
-    """Variant 47 (qgemv_normed only; the route of a 6-bit matrix of 65536 rows or more with the store epilogue, i.e. the
-    6-bit lm_head): the split kernel with no head rows walks a whole 5/6/8-bit matrix with the norm fused, on x rounded
-    to fp16 as the norm kernel rounds it: against fp64, every row written, a NaN reaching every row."""
+    """Variant 47 (qgemv_normed only; the route of 5/6/8-bit matrices of 8192 rows or more at K >= 2048 with the store
+    or SwiGLU epilogue): the split kernel with no head rows walks a whole 5/6/8-bit matrix with the norm fused, on x
+    rounded to fp16 as the norm kernel rounds it: against fp64, every row written, a NaN reaching every row."""
     gen = torch.Generator(device="cuda").manual_seed(bits * 1000 + N)
     codes, high, scales, wd = _random_q(N, K, bits, group, gen)
     resid = torch.randn(1, K, device="cuda", generator=gen) * 3
     w = torch.randn(K, device="cuda", generator=gen) * 0.2
-    if variant == 0:  # the route: 6-bit lm_head-sized matrices only (the 6-bit gate_up's 34816 rows stay on their ring)
-        assert not nat.qgemv_fuses_norm(34816, K, 6, 64, 1) and not nat.qgemv_fuses_norm(N, K, 8, 64, 1)
+    if variant == 0:  # the route: many rows at K >= 2048 only
+        assert not nat.qgemv_fuses_norm(4096, K, bits, 64, 1)  # few rows: the width's own route
         assert not nat.qgemv_fuses_norm(248320, 128, 6, 64, 1)  # small K (the demo model) stays on its ring
 
     def run(r):
@@ -479,6 +481,80 @@ def test_qgemv_normed_headless_split_walk(nat, variant, bits, group, N, K):
     poisoned = resid.clone()
     poisoned[0, 5] = float("inf")
     assert run(poisoned).isnan().all()
+
+
+@pytest.mark.parametrize("variant", [47, 0])
+@pytest.mark.parametrize("bits, group, N", [(5, 64, 34816),   # a uniform recipe's gate_up (routed to 47)
+                                            (6, 32, 8196),    # a last group of one pair (8196 rows: 2049 groups of 4)
+                                            (8, 64, 1030)])   # few rows: forced only
+@pytest.mark.parametrize("layout", [0, 1])  # the SwiGLU output in perm8 order or in down's lanes layout
+def test_qgemv_normed_walk_swiglu(nat, variant, bits, group, N, layout):
+    """Variant 47 with the SwiGLU epilogue (gate_up of the 5/6/8-bit recipes, session 17): pairs (2p, 2p + 1) of the
+    normalised walk give silu(gate) * up in fp16, written in perm8 order or in the lanes layout of N / 2 elements;
+    against fp64 on x rounded to fp16, every pair written, a NaN in the residual reaching every output."""
+    if layout == 1 and N % 64:
+        pytest.skip("the lanes layout needs N / 2 a multiple of 32")
+    if variant == 0 and N < 8192:
+        pytest.skip("routed to 47 from 8192 rows only")
+    K = 5120
+    gen = torch.Generator(device="cuda").manual_seed(bits * 77 + N + layout)
+    codes, high, scales, wd = _random_q(N, K, bits, group, gen)
+    resid = torch.randn(1, K, device="cuda", generator=gen) * 3
+    w = torch.randn(K, device="cuda", generator=gen) * 0.2
+    width = (N // 2 + 7) // 8 * 8
+
+    def run(r):
+        out = torch.full((1, width), float("nan"), device="cuda").half()
+        xin = torch.empty(1, K, device="cuda").half()
+        with forced_qgemv_variant(nat, variant):
+            nat.op_qgemv_normed(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K,
+                                bits, group, r.data_ptr(), w.data_ptr(), 1e-6, True, 1, 2, 0, out.data_ptr(), width,
+                                xin.data_ptr(), out_layout=layout)
+        got = from_lanes(out.float()) if layout == 1 else from_perm8(out.float())
+        return got[:, :N // 2]
+
+    y = _normed_gemv_reference(resid, w, wd)
+    got = run(resid)
+    assert not got.isnan().any()
+    assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < TOL_GEMV_Q4 + 2 * TOL_FP16_OUT
+    poisoned = resid.clone()
+    poisoned[0, 77] = float("nan")
+    assert run(poisoned).isnan().all()
+
+
+@pytest.mark.parametrize("bits", [5, 6, 8])
+@pytest.mark.parametrize("epi, N, K", [(1, 5120, 17408),  # down: 17 chunks a lane
+                                       (1, 5120, 6144),   # gdn_out / the attention output
+                                       (0, 1001, 5120),   # a last partial group
+                                       (2, 8196, 5120),   # SwiGLU, a last group of one pair
+                                       (0, 96, 512)])     # 16 chunks: half the lanes idle
+def test_qgemv_walk_variant48(nat, bits, epi, N, K):
+    """Variant 48 (plain qgemv at 5 / 6 / 8 bits; the 8-bit route at K >= 2048): variant 47's walk on the given fp16 x,
+    with the store, residual-add and SwiGLU epilogues, against fp64 (every row written); and the route: 48 for 8-bit
+    matrices at K >= 2048, the generic path below."""
+    gen = torch.Generator(device="cuda").manual_seed(bits * 31 + N + K + epi)
+    group = 64
+    codes, high, scales, wd = _random_q(N, K, bits, group, gen)
+    x = torch.randn(1, K, device="cuda", generator=gen).half()
+    y = (wd @ x.double().T).T
+    padded = (N // 2 + 7) // 8 * 8
+
+    def call(variant):
+        out, args, before = _gemv_out(epi, N, torch.Generator(device="cuda").manual_seed(99), swiglu_width=padded)
+        with forced_qgemv_variant(nat, variant):
+            nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits,
+                         group, to_perm8(x).data_ptr(), 1, epi, *args)
+        got = _gemv_result(out, before, epi)
+        return got[:, :N // 2] if epi == 2 else got
+
+    got = call(48)
+    assert not got.isnan().any()
+    if bits == 8 and N > 2048:  # the route is 48 itself (the same kernel: the same bits)
+        assert torch.equal(call(0), got)
+    if epi == 2:
+        assert rel_err(got, torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2]) < TOL_GEMV_Q4 + TOL_FP16_OUT
+    else:
+        assert rel_err(got, y) < TOL_GEMV_Q4 * (2 if epi == 1 else 1)
 
 
 @pytest.mark.parametrize("bits", [4, 5, 6, 8])

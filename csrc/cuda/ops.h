@@ -39,10 +39,11 @@ int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..47 force one (qgemv.cu
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..48 force one (qgemv.cu
 // launch_bits: 1..15 and 20..44 are 4-bit kernels (20..35, 37, 38: integer dot products; 36 also takes 5 / 6 bits),
 // 16..19 the cp.async ring kernel and 45 / 46 the column split for every width; 47, in qgemv_normed only, the split
-// kernel with no head rows at 5 / 6 / 8 bits, elsewhere the generic kernel).
+// kernel with no head rows at 5 / 6 / 8 bits (store or SwiGLU), elsewhere the generic kernel; 48, at 5 / 6 / 8 bits,
+// the same walk on the given fp16 x with every epilogue (the 8-bit route), at 4 bits the generic kernel).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.
@@ -62,7 +63,7 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
 // qgemv_normed's keep_x by variant 30 writing x (on, the default: q4-27b 5.524 -> 5.467 ms a step, session 16) or by
 // the norm kernel (off; bench/step_probe.py --keep-x-fused 0,1 compares them).
 void set_qgemv_keep_x_fused(bool on);
-bool qgemv_fuses_norm(const QMatrix& W, int T);  // with the store epilogue (variant 47 takes no other)
+bool qgemv_fuses_norm(const QMatrix& W, int T);  // with the store epilogue
 // A split projection's two segments on one normalised input x = rmsnorm(resid) * (norm_w + add_one): out[0, head.rows)
 // = head x and out[head.rows, head.rows + tail.rows) = tail x (T = 1; T > 1 rows ldo apart). Where
 // qgemv_split_fuses (set_qgemv_split_fused on, T = 1, a 4-bit head routed to the fused variant 30, a 5/6/8-bit tail of

@@ -31,7 +31,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 47;  // T = 1 launch variants 1..47 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only)
+constexpr int kNumVariants = 48;  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -994,6 +994,48 @@ __device__ inline Chunk<TB> tail_chunk(const Chunk<4> (&w)[8][1], int i) {
   return ch;
 }
 
+// The tail's row groups tg, tg + stride, ... of one warp on the fp16 x in shared memory xh; `first`: the batch in
+// (w, s) was loaded ahead (before the PDL wait) for the warp's first group. Rows go to out_f32 past the head's a.N rows
+// (store or, variant 48, add), or (SwiGLU: variants 47 / 48 on gate_up, no head rows) as pairs to out_h.
+template <int TB, typename ScaleT>
+__device__ inline void walk_tail_groups(const GemvArgs& a, const SplitTail& t, int tg, int stride, bool first,
+                                        Chunk<4> (&w)[8][1], ScaleT (&s)[8][1], const uint4* xh) {
+  const int lane = threadIdx.x & 31, nch = a.K >> 5;
+  const int ntg = (t.N + kTailRows - 1) / kTailRows;
+  for (; tg < ntg; tg += stride) {
+    float acc[kTailRows];
+#pragma unroll
+    for (int i = 0; i < kTailRows; ++i) acc[i] = 0.f;
+    for (int cb = lane; cb < nch; cb += 32) {
+      if (!first) load_tail_batch<TB>(t, a.K, tg, cb, w, s);
+      first = false;
+      uint4 xv[4];
+      load_x_chunk(xh, cb, xv);
+#pragma unroll
+      for (int i = 0; i < kTailRows; ++i)
+        acc[i] = fmaf(scale_of(s[i][0]), chunk_dot_fast<TB>(tail_chunk<TB>(w, i), xv), acc[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kTailRows; ++i) acc[i] = warp_sum(acc[i]);
+    if (a.epi == GEMV_SWIGLU) {  // lane j writes pair 2 tg + j, as store_group
+#pragma unroll
+      for (int j = 0; j < kTailRows / 2; ++j) {
+        const int pair = tg * (kTailRows / 2) + j;
+        if (lane == j && 2 * pair + 1 < t.N)
+          a.out_h[a.out_lanes ? lanes_pos(pair, t.N >> 1) : perm8(pair)] = __float2half(silu(acc[2 * j]) * acc[2 * j + 1]);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kTailRows; ++i) {
+        const int r = tg * kTailRows + i;
+        if (lane != i || r >= t.N) continue;
+        if (a.epi == GEMV_ADD) a.out_f32[a.N + r] += acc[i];
+        else a.out_f32[a.N + r] = acc[i];
+      }
+    }
+  }
+}
+
 // ROWS rows per warp, U chunks per row in flight, WARPS warps per block, MINB min blocks per SM (register cap),
 // SX x from shared memory (else __ldg through L1 as in qgemv_kernel), PIPE software pipeline, EVICT L2 evict-first,
 // IDOT integer dot products on x staged as 16-bit integers (needs SX).
@@ -1133,30 +1175,8 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
     }
     store_group<ROWS>(a, g, lane, acc);
   }
-  if constexpr (TAIL != 0) {  // the tail's row groups, on fp16 x (the batch loaded before the wait is used first)
-    const uint4* xh = tail_x(xs, nch);
-    for (; g < nrg + ntg; g += stride) {
-      const int tg = g - nrg;
-      float acc[kTailRows];
-#pragma unroll
-      for (int i = 0; i < kTailRows; ++i) acc[i] = 0.f;
-      for (int cb = lane; cb < nch; cb += 32) {
-        if (!first) load_tail_batch<TAIL>(t, a.K, tg, cb, w, s);
-        first = false;
-        uint4 xv[4];
-        load_x_chunk(xh, cb, xv);
-#pragma unroll
-        for (int i = 0; i < kTailRows; ++i)
-          acc[i] = fmaf(scale_of(s[i][0]), chunk_dot_fast<TAIL>(tail_chunk<TAIL>(w, i), xv), acc[i]);
-      }
-#pragma unroll
-      for (int i = 0; i < kTailRows; ++i) {
-        acc[i] = warp_sum(acc[i]);
-        const int r = tg * kTailRows + i;
-        if (lane == i && r < t.N) a.out_f32[a.N + r] = acc[i];
-      }
-    }
-  }
+  if constexpr (TAIL != 0)  // the tail's row groups, on fp16 x (the batch loaded before the wait is used first)
+    walk_tail_groups<TAIL>(a, t, g - nrg, stride, first, w, s, tail_x(xs, nch));
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
@@ -1281,6 +1301,40 @@ bool launch_split_bits(const GemvArgs& a, const SplitTail& t, int tail_bits, cud
     case 6: return launch_split<6>(a, t, st);
     default: return launch_split<8>(a, t, st);
   }
+}
+
+// Variant 48 (5 / 6 / 8 bits, T = 1, qgemv; session 17): variant 47's walk on x given in fp16 (perm8 order), with every
+// epilogue: row groups of 4 over one 16-warp block per SM, one chunk of each row a lane in flight, x staged once per
+// block in shared memory (stage_x's swizzled copy, which is the layout tail_x holds). For the 5/6/8-bit matrices
+// without a norm in front (down, gdn_out, the attention output) and 8-bit ones, which had no kernel but the generic
+// path.
+template <int TB>
+__global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, SplitTail t) {
+  extern __shared__ uint4 xs[];
+  const int lane = threadIdx.x & 31, nch = a.K >> 5;
+  const int ntg = (t.N + kTailRows - 1) / kTailRows;
+  const int tg = blockIdx.x * 16 + (threadIdx.x >> 5);
+  Chunk<4> w[8][1];
+  float s[8][1];
+  if (tg < ntg && lane < nch) load_tail_batch<TB>(t, a.K, tg, lane, w, s);  // weights before the wait (pdl.cuh)
+  pdl_wait();
+  pdl_trigger();
+  stage_x<16 * 32>(xs, a.x, nch);
+  __syncthreads();
+  walk_tail_groups<TB>(a, t, tg, gridDim.x * 16, true, w, s, xs);
+}
+
+template <int TB>
+bool launch_walk(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
+  auto kern = qgemv_walk_kernel<TB>;
+  const size_t smem = (size_t)a.K * 2;
+  static size_t raised = 48 * 1024;
+  if (!allow_dynamic_smem(kern, smem, raised, "qgemv walk smem attr")) return false;
+  static OccupancyCache occ;
+  const int per_sm = occ.get(kern, 16 * 32, smem);
+  const long long groups = (t.N + kTailRows - 1) / kTailRows;
+  launch_pdl("qgemv walk", kern, dim3(wave_blocks(groups, 16, per_sm, false)), dim3(16 * 32), smem, st, a, t);
+  return true;
 }
 
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
@@ -1525,7 +1579,7 @@ int t1_route(const GemvArgs& a) {
   if (a.N <= 2048) return 45;  // 5 / 6 / 8-bit: few rows (the tails above)
   if (BITS == 5) return a.K > 8192 || a.N <= 5120 ? 36 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
-  return 1;  // 8-bit: generic path
+  return a.K >= 2048 ? 48 : 1;  // 8-bit: the walk (session 17), the generic path for small K (the demo model)
 }
 
 // The T = 1 variant a launch of a runs: forced (set_qgemv_variant), per shape (set_qgemv_shape_variant), or routed.
@@ -1554,6 +1608,15 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       if (v == 45) launch_col<BITS, true>(a, st);
       else launch_col<BITS, false>(a, st);
       return;
+    }
+    // 48 at 5 / 6 / 8 bits: variant 47's walk on the given x (perm8 order), every epilogue (session 17)
+    if constexpr (BITS != 4) {
+      if (v == 48) {
+        GemvArgs h = a;  // no head rows: the whole matrix is the walk's
+        h.N = 0;
+        const SplitTail t{a.codes, a.high, a.scales, a.N, a.gshift};
+        if (launch_walk<BITS>(h, t, st)) return;
+      }
     }
     // 36 at 5 / 6 bits: qgemv_pp_kernel with the high plane (session 14), x in perm8 order here
     if constexpr (BITS == 5 || BITS == 6) {
@@ -1789,14 +1852,17 @@ int t1_variant_any(const GemvArgs& a, int bits) {
   }
 }
 
-// The T = 1 variant qgemv_normed runs for a 5/6/8-bit matrix: forced or per shape as t1_variant, else 47 for a 6-bit
-// matrix of at least 65536 rows and K >= 2048 with the store epilogue (q4-27b's lm_head, K = 5120: 296 -> 255 us and no
-// norm kernel, session 16 call 6; 5 / 8 bits and the demo model's K = 128 unmeasured there, so not routed), else the
-// width's route.
+// Variant 47's epilogues (the split kernel's walk stores rows or SwiGLU pairs; the residual add is variant 48's only).
+bool normed_walk_epilogue(int epilogue) { return epilogue == GEMV_STORE || epilogue == GEMV_SWIGLU; }
+
+// The T = 1 variant qgemv_normed runs for a 5/6/8-bit matrix: forced or per shape as t1_variant, else 47 (the fused
+// norm, then the walk on fp16 x) for the store and SwiGLU epilogues at K >= 2048 and N >= 8192 (the lm_head, gate_up and
+// the uniform recipes' input projections: session 16 call 6 measured the 6-bit lm_head 296 -> 255 us, session 17 the
+// 5-bit one and the rest; the demo model's K = 128 keeps the ring it was tested on), else the width's route.
 int normed_wide_variant(const GemvArgs& a, int bits, int epilogue) {
   const int chosen = g_variant ? g_variant : shape_variant(a);
   if (chosen) return chosen;
-  if (bits == 6 && epilogue == GEMV_STORE && a.T == 1 && a.N >= 65536 && a.K >= 2048) return 47;
+  if (bits != 4 && a.T == 1 && normed_walk_epilogue(epilogue) && a.N >= 8192 && a.K >= 2048) return 47;
   return t1_variant_any(a, bits);
 }
 
@@ -1865,7 +1931,7 @@ bool qgemv_fuses_norm(const QMatrix& W, int T) {
   if (T != 1) return false;
   const GemvArgs a = gemv_args(W, nullptr, T, GEMV_STORE, nullptr, nullptr, 0);
   if (col_fuses_norm(a, W.q.bits)) return true;
-  if (W.q.bits != 4 && normed_wide_variant(a, W.q.bits, GEMV_STORE) == 47) return true;  // the store epilogue only
+  if (W.q.bits != 4 && normed_wide_variant(a, W.q.bits, GEMV_STORE) == 47) return true;
   return W.q.bits == 4 && fused_norm_variant(a) != 0;
 }
 
@@ -1887,10 +1953,10 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
     return;
   }
-  // 47 (5/6/8-bit, T = 1, store; session 16; normed_wide_variant routes the 6-bit lm_head here): the split kernel with
-  // no head rows, i.e. the fused norm and the tail's walk (row groups of 4 on fp16 x in shared memory) over the whole
-  // matrix.
-  if (aligned && T == 1 && W.q.bits != 4 && epilogue == GEMV_STORE && normed_wide_variant(a, W.q.bits, epilogue) == 47) {
+  // 47 (5/6/8-bit, T = 1, store or SwiGLU; sessions 16-17; normed_wide_variant's route): the split kernel with no head
+  // rows, i.e. the fused norm and the tail's walk (row groups of 4 on fp16 x in shared memory) over the whole matrix.
+  if (aligned && T == 1 && W.q.bits != 4 && normed_walk_epilogue(epilogue) &&
+      normed_wide_variant(a, W.q.bits, epilogue) == 47) {
     GemvArgs h = a;  // no head rows: only the norm (and the integer planes it stages, unused) runs before the walk
     h.N = 0;
     h.codes = nullptr;
