@@ -994,20 +994,64 @@ __device__ inline Chunk<TB> tail_chunk(const Chunk<4> (&w)[8][1], int i) {
   return ch;
 }
 
-// The tail's row groups tg, tg + stride, ... of one warp on the fp16 x in shared memory xh; `first`: the batch in
-// (w, s) was loaded ahead (before the PDL wait) for the warp's first group. Rows go to out_f32 past the head's a.N rows
-// (store or, variant 48, add), or (SwiGLU: variants 47 / 48 on gate_up, no head rows) as pairs to out_h.
+// One finished row group tg of the walk (acc: its row sums, the same in every lane): rows to out_f32 past the head's
+// a.N rows (store, or variant 48's add), or (SwiGLU: variants 47 / 48 on gate_up, no head rows) pairs to out_h.
+__device__ inline void store_tail_group(const GemvArgs& a, const SplitTail& t, int tg, int lane,
+                                        const float (&acc)[kTailRows]) {
+  if (a.epi == GEMV_SWIGLU) {  // lane j writes pair 2 tg + j, as store_group
+#pragma unroll
+    for (int j = 0; j < kTailRows / 2; ++j) {
+      const int pair = tg * (kTailRows / 2) + j;
+      if (lane == j && 2 * pair + 1 < t.N)
+        a.out_h[a.out_lanes ? lanes_pos(pair, t.N >> 1) : perm8(pair)] = __float2half(silu(acc[2 * j]) * acc[2 * j + 1]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kTailRows; ++i) {
+      const int r = tg * kTailRows + i;
+      if (lane != i || r >= t.N) continue;
+      if (a.epi == GEMV_ADD) a.out_f32[a.N + r] += acc[i];
+      else a.out_f32[a.N + r] = acc[i];
+    }
+  }
+}
+
+// BALANCE (the headless walks 47 / 48, session 17): a whole matrix's row groups rarely fill whole rounds of the grid's
+// warps (gate_up's 8704 groups are 4.12 rounds of 2112 warps: the warps with a fifth group made the kernel a fifth
+// longer, 2.58 TB/s against the lm_head's 3.9 over 29 rounds). So only the whole rounds are walked a group a warp; the
+// L groups left over go ceil(L / grid) to a block, and each is cut across K among 16 / that many of the block's warps,
+// whose sums are added in warp order through shared memory (deterministic for a given grid). The first chunk of a
+// lane's walk, which the kernel loads ahead of the PDL wait: this lane's first (group, chunk), or group -1.
+struct WalkStart {
+  int tg, cb;
+};
+__device__ inline WalkStart walk_start(int ntg, int tg0, int stride, int nch, bool balance) {
+  const int lane = threadIdx.x & 31;
+  const int full = balance ? ntg / stride * stride : ntg;
+  if (tg0 < full) return {lane < nch ? tg0 : -1, lane};  // a lane past the row's chunks loads nothing
+  if (!balance || full == ntg) return {-1, 0};
+  const int gpb = (ntg - full + gridDim.x - 1) / gridDim.x, warps_per = (blockDim.x >> 5) / gpb;
+  const int warp = threadIdx.x >> 5, m = warp / warps_per, part = warp % warps_per;
+  const int lg = blockIdx.x * gpb + m;
+  const int cb = part * nch / warps_per + lane;
+  if (m >= gpb || full + lg >= ntg || cb >= (part + 1) * nch / warps_per) return {-1, 0};
+  return {full + lg, cb};
+}
+
+// The walk of one warp on the fp16 x in shared memory xh: row groups tg, tg + stride, ... (below `full` only, when
+// balanced; then the leftover part above); `first`: the batch in (w, s) is this lane's walk_start, loaded ahead. With
+// balance, every thread of the block must call this (a barrier).
 template <int TB, typename ScaleT>
 __device__ inline void walk_tail_groups(const GemvArgs& a, const SplitTail& t, int tg, int stride, bool first,
-                                        Chunk<4> (&w)[8][1], ScaleT (&s)[8][1], const uint4* xh) {
+                                        Chunk<4> (&w)[8][1], ScaleT (&s)[8][1], const uint4* xh, bool balance) {
   const int lane = threadIdx.x & 31, nch = a.K >> 5;
   const int ntg = (t.N + kTailRows - 1) / kTailRows;
-  for (; tg < ntg; tg += stride) {
-    float acc[kTailRows];
+  const int full = balance ? ntg / stride * stride : ntg;
+  auto walk = [&](int g, int c0, int c1, float (&acc)[kTailRows]) {
 #pragma unroll
     for (int i = 0; i < kTailRows; ++i) acc[i] = 0.f;
-    for (int cb = lane; cb < nch; cb += 32) {
-      if (!first) load_tail_batch<TB>(t, a.K, tg, cb, w, s);
+    for (int cb = c0 + lane; cb < c1; cb += 32) {
+      if (!first) load_tail_batch<TB>(t, a.K, g, cb, w, s);
       first = false;
       uint4 xv[4];
       load_x_chunk(xh, cb, xv);
@@ -1017,22 +1061,34 @@ __device__ inline void walk_tail_groups(const GemvArgs& a, const SplitTail& t, i
     }
 #pragma unroll
     for (int i = 0; i < kTailRows; ++i) acc[i] = warp_sum(acc[i]);
-    if (a.epi == GEMV_SWIGLU) {  // lane j writes pair 2 tg + j, as store_group
+  };
+  for (; tg < full; tg += stride) {
+    float acc[kTailRows];
+    walk(tg, 0, nch, acc);
+    store_tail_group(a, t, tg, lane, acc);
+  }
+  if (!balance || full == ntg) return;  // block-uniform
+  __shared__ float part_sums[32][kTailRows];
+  const int gpb = (ntg - full + gridDim.x - 1) / gridDim.x, warps_per = (blockDim.x >> 5) / gpb;
+  const int warp = threadIdx.x >> 5, m = warp / warps_per, part = warp % warps_per;
+  const int g = full + blockIdx.x * gpb + m;
+  const bool mine = m < gpb && g < ntg;
+  float acc[kTailRows];
+  walk(mine ? g : 0, part * nch / warps_per, mine ? (part + 1) * nch / warps_per : 0, acc);
+  if (lane == 0) {
 #pragma unroll
-      for (int j = 0; j < kTailRows / 2; ++j) {
-        const int pair = tg * (kTailRows / 2) + j;
-        if (lane == j && 2 * pair + 1 < t.N)
-          a.out_h[a.out_lanes ? lanes_pos(pair, t.N >> 1) : perm8(pair)] = __float2half(silu(acc[2 * j]) * acc[2 * j + 1]);
-      }
-    } else {
+    for (int i = 0; i < kTailRows; ++i) part_sums[warp][i] = acc[i];
+  }
+  __syncthreads();
+  if (mine && part == 0) {
+    float sum[kTailRows];
 #pragma unroll
-      for (int i = 0; i < kTailRows; ++i) {
-        const int r = tg * kTailRows + i;
-        if (lane != i || r >= t.N) continue;
-        if (a.epi == GEMV_ADD) a.out_f32[a.N + r] += acc[i];
-        else a.out_f32[a.N + r] = acc[i];
-      }
+    for (int i = 0; i < kTailRows; ++i) sum[i] = part_sums[warp][i];
+    for (int p = 1; p < warps_per; ++p) {
+#pragma unroll
+      for (int i = 0; i < kTailRows; ++i) sum[i] += part_sums[warp + p][i];
     }
+    store_tail_group(a, t, g, lane, sum);
   }
 }
 
@@ -1095,7 +1151,12 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   const int ntg = TAIL ? (t.N + kTailRows - 1) / kTailRows : 0;  // the tail's row groups, after the head's
   if constexpr (TAIL != 0) {
-    if (g >= nrg && g < nrg + ntg && lane < nch) load_tail_batch<TAIL>(t, a.K, g - nrg, lane, w, s);
+    if (nrg == 0) {  // no head rows (variant 47): the balanced walk's first chunk
+      const WalkStart ws = walk_start(ntg, g, stride, nch, true);
+      if (ws.tg >= 0) load_tail_batch<TAIL>(t, a.K, ws.tg, ws.cb, w, s);
+    } else if (g >= nrg && g < nrg + ntg && lane < nch) {
+      load_tail_batch<TAIL>(t, a.K, g - nrg, lane, w, s);
+    }
   }
   float norm_r = 1.f;  // NORM: the norm's factor, applied to the row sums
   NormW<norm_pre_items<WARPS>()> nw;  // NORM: the norm weights of this thread's first items, before the wait (a.nw_early)
@@ -1176,7 +1237,7 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
     store_group<ROWS>(a, g, lane, acc);
   }
   if constexpr (TAIL != 0)  // the tail's row groups, on fp16 x (the batch loaded before the wait is used first)
-    walk_tail_groups<TAIL>(a, t, g - nrg, stride, first, w, s, tail_x(xs, nch));
+    walk_tail_groups<TAIL>(a, t, g - nrg, stride, first, w, s, tail_x(xs, nch), nrg == 0);
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
@@ -1289,7 +1350,8 @@ bool launch_split(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
   if (!allow_dynamic_smem(kern, smem, raised, "qgemv split smem attr")) return false;
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, 16 * 32, smem);
-  const long long groups = (a.N + 7) / 8 + (t.N + kTailRows - 1) / kTailRows;
+  long long groups = (a.N + 7) / 8 + (t.N + kTailRows - 1) / kTailRows;
+  if (a.N == 0) groups = std::max(groups, 16LL * sm_count() * per_sm);  // the balanced walk spreads over a whole wave
   launch_pdl("qgemv split", kern, dim3(wave_blocks(groups, 16, per_sm, false)), dim3(16 * 32), smem, st, a, t);
   return true;
 }
@@ -1311,17 +1373,18 @@ bool launch_split_bits(const GemvArgs& a, const SplitTail& t, int tail_bits, cud
 template <int TB>
 __global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, SplitTail t) {
   extern __shared__ uint4 xs[];
-  const int lane = threadIdx.x & 31, nch = a.K >> 5;
+  const int nch = a.K >> 5;
   const int ntg = (t.N + kTailRows - 1) / kTailRows;
   const int tg = blockIdx.x * 16 + (threadIdx.x >> 5);
   Chunk<4> w[8][1];
   float s[8][1];
-  if (tg < ntg && lane < nch) load_tail_batch<TB>(t, a.K, tg, lane, w, s);  // weights before the wait (pdl.cuh)
+  const WalkStart ws = walk_start(ntg, tg, gridDim.x * 16, nch, true);
+  if (ws.tg >= 0) load_tail_batch<TB>(t, a.K, ws.tg, ws.cb, w, s);  // weights before the wait (pdl.cuh)
   pdl_wait();
   pdl_trigger();
   stage_x<16 * 32>(xs, a.x, nch);
   __syncthreads();
-  walk_tail_groups<TB>(a, t, tg, gridDim.x * 16, true, w, s, xs);
+  walk_tail_groups<TB>(a, t, tg, gridDim.x * 16, true, w, s, xs, true);
 }
 
 template <int TB>
@@ -1332,7 +1395,8 @@ bool launch_walk(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
   if (!allow_dynamic_smem(kern, smem, raised, "qgemv walk smem attr")) return false;
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, 16 * 32, smem);
-  const long long groups = (t.N + kTailRows - 1) / kTailRows;
+  // one whole wave: the balanced walk spreads fewer groups than warps over every SM
+  const long long groups = std::max<long long>((t.N + kTailRows - 1) / kTailRows, 16LL * sm_count() * per_sm);
   launch_pdl("qgemv walk", kern, dim3(wave_blocks(groups, 16, per_sm, false)), dim3(16 * 32), smem, st, a, t);
   return true;
 }
