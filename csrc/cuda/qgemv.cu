@@ -994,8 +994,8 @@ __device__ inline Chunk<TB> tail_chunk(const Chunk<4> (&w)[8][1], int i) {
   return ch;
 }
 
-// One finished row group tg of the walk (acc: its row sums, the same in every lane): rows to out_f32 past the head's
-// a.N rows (store, or variant 48's add), or (SwiGLU: variants 47 / 48 on gate_up, no head rows) pairs to out_h.
+// One finished row group tg of the walk kernel (acc: its row sums, the same in every lane): rows to out_f32 (store or
+// add), or (SwiGLU: gate_up) pairs to out_h.
 __device__ inline void store_tail_group(const GemvArgs& a, const SplitTail& t, int tg, int lane,
                                         const float (&acc)[kTailRows]) {
   if (a.epi == GEMV_SWIGLU) {  // lane j writes pair 2 tg + j, as store_group
@@ -1016,42 +1016,55 @@ __device__ inline void store_tail_group(const GemvArgs& a, const SplitTail& t, i
   }
 }
 
-// BALANCE (the headless walks 47 / 48, session 17): a whole matrix's row groups rarely fill whole rounds of the grid's
-// warps (gate_up's 8704 groups are 4.12 rounds of 2112 warps: the warps with a fifth group made the kernel a fifth
-// longer, 2.58 TB/s against the lm_head's 3.9 over 29 rounds). So only the whole rounds are walked a group a warp; the
-// L groups left over go ceil(L / grid) to a block, and each is cut across K among 16 / that many of the block's warps,
-// whose sums are added in warp order through shared memory (deterministic for a given grid). The first chunk of a
-// lane's walk, which the kernel loads ahead of the PDL wait: this lane's first (group, chunk), or group -1.
+// The balanced walk of the headless kernels (47 / 48, session 17): a whole matrix's row groups rarely fill whole rounds
+// of the grid's warps (gate_up's 8704 groups are 4.12 rounds of 2112 warps: the warps with a fifth group made the
+// kernel a fifth longer, session 17 call 2). So only the whole rounds are walked a group a warp; the L groups left over
+// go ceil(L / grid) to a block, and each is cut across K among 16 / that many of the block's warps, whose sums are added
+// in warp order through shared memory (deterministic for a given grid). walk_start: a lane's first (group, chunk) and
+// the end of that group's chunk range, which the kernel loads ahead of the PDL wait; group -1 when it has none.
 struct WalkStart {
-  int tg, cb;
+  int tg, cb, c1;
 };
-__device__ inline WalkStart walk_start(int ntg, int tg0, int stride, int nch, bool balance) {
+struct WalkLeftover {  // this warp's share of the leftover groups: group g, chunks [c0, c1), part `part` of `parts`
+  int g, c0, c1, part, parts;
+  bool mine;
+};
+__device__ inline WalkLeftover walk_leftover(int ntg, int full, int nch) {
+  const int gpb = (ntg - full + gridDim.x - 1) / gridDim.x, parts = (blockDim.x >> 5) / gpb;
+  const int warp = threadIdx.x >> 5, m = warp / parts, part = warp % parts;
+  WalkLeftover w;
+  w.g = full + blockIdx.x * gpb + m;
+  w.mine = m < gpb && w.g < ntg;
+  w.c0 = part * nch / parts;
+  w.c1 = w.mine ? (part + 1) * nch / parts : 0;
+  w.part = part;
+  w.parts = parts;
+  return w;
+}
+__device__ inline WalkStart walk_start(int ntg, int tg0, int stride, int nch) {
   const int lane = threadIdx.x & 31;
-  const int full = balance ? ntg / stride * stride : ntg;
-  if (tg0 < full) return {lane < nch ? tg0 : -1, lane};  // a lane past the row's chunks loads nothing
-  if (!balance || full == ntg) return {-1, 0};
-  const int gpb = (ntg - full + gridDim.x - 1) / gridDim.x, warps_per = (blockDim.x >> 5) / gpb;
-  const int warp = threadIdx.x >> 5, m = warp / warps_per, part = warp % warps_per;
-  const int lg = blockIdx.x * gpb + m;
-  const int cb = part * nch / warps_per + lane;
-  if (m >= gpb || full + lg >= ntg || cb >= (part + 1) * nch / warps_per) return {-1, 0};
-  return {full + lg, cb};
+  const int full = ntg / stride * stride;
+  if (tg0 < full) return {lane < nch ? tg0 : -1, lane, nch};  // a lane past the row's chunks loads nothing
+  if (full == ntg) return {-1, 0, 0};
+  const WalkLeftover w = walk_leftover(ntg, full, nch);
+  if (w.c0 + lane >= w.c1) return {-1, 0, 0};
+  return {w.g, w.c0 + lane, w.c1};
 }
 
-// The walk of one warp on the fp16 x in shared memory xh: row groups tg, tg + stride, ... (below `full` only, when
-// balanced; then the leftover part above); `first`: the batch in (w, s) is this lane's walk_start, loaded ahead. With
-// balance, every thread of the block must call this (a barrier).
+// The tail's row groups tg, tg + stride, ... of one warp of the split kernel on the fp16 x in shared memory xh, stored
+// past the head's a.N rows; `first`: the batch in (w, s) was loaded ahead (before the PDL wait) for the warp's first
+// group.
 template <int TB, typename ScaleT>
 __device__ inline void walk_tail_groups(const GemvArgs& a, const SplitTail& t, int tg, int stride, bool first,
-                                        Chunk<4> (&w)[8][1], ScaleT (&s)[8][1], const uint4* xh, bool balance) {
+                                        Chunk<4> (&w)[8][1], ScaleT (&s)[8][1], const uint4* xh) {
   const int lane = threadIdx.x & 31, nch = a.K >> 5;
   const int ntg = (t.N + kTailRows - 1) / kTailRows;
-  const int full = balance ? ntg / stride * stride : ntg;
-  auto walk = [&](int g, int c0, int c1, float (&acc)[kTailRows]) {
+  for (; tg < ntg; tg += stride) {
+    float acc[kTailRows];
 #pragma unroll
     for (int i = 0; i < kTailRows; ++i) acc[i] = 0.f;
-    for (int cb = c0 + lane; cb < c1; cb += 32) {
-      if (!first) load_tail_batch<TB>(t, a.K, g, cb, w, s);
+    for (int cb = lane; cb < nch; cb += 32) {
+      if (!first) load_tail_batch<TB>(t, a.K, tg, cb, w, s);
       first = false;
       uint4 xv[4];
       load_x_chunk(xh, cb, xv);
@@ -1060,35 +1073,11 @@ __device__ inline void walk_tail_groups(const GemvArgs& a, const SplitTail& t, i
         acc[i] = fmaf(scale_of(s[i][0]), chunk_dot_fast<TB>(tail_chunk<TB>(w, i), xv), acc[i]);
     }
 #pragma unroll
-    for (int i = 0; i < kTailRows; ++i) acc[i] = warp_sum(acc[i]);
-  };
-  for (; tg < full; tg += stride) {
-    float acc[kTailRows];
-    walk(tg, 0, nch, acc);
-    store_tail_group(a, t, tg, lane, acc);
-  }
-  if (!balance || full == ntg) return;  // block-uniform
-  __shared__ float part_sums[32][kTailRows];
-  const int gpb = (ntg - full + gridDim.x - 1) / gridDim.x, warps_per = (blockDim.x >> 5) / gpb;
-  const int warp = threadIdx.x >> 5, m = warp / warps_per, part = warp % warps_per;
-  const int g = full + blockIdx.x * gpb + m;
-  const bool mine = m < gpb && g < ntg;
-  float acc[kTailRows];
-  walk(mine ? g : 0, part * nch / warps_per, mine ? (part + 1) * nch / warps_per : 0, acc);
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i < kTailRows; ++i) part_sums[warp][i] = acc[i];
-  }
-  __syncthreads();
-  if (mine && part == 0) {
-    float sum[kTailRows];
-#pragma unroll
-    for (int i = 0; i < kTailRows; ++i) sum[i] = part_sums[warp][i];
-    for (int p = 1; p < warps_per; ++p) {
-#pragma unroll
-      for (int i = 0; i < kTailRows; ++i) sum[i] += part_sums[warp + p][i];
+    for (int i = 0; i < kTailRows; ++i) {
+      acc[i] = warp_sum(acc[i]);
+      const int r = tg * kTailRows + i;
+      if (lane == i && r < t.N) a.out_f32[a.N + r] = acc[i];
     }
-    store_tail_group(a, t, g, lane, sum);
   }
 }
 
@@ -1151,12 +1140,7 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   const int ntg = TAIL ? (t.N + kTailRows - 1) / kTailRows : 0;  // the tail's row groups, after the head's
   if constexpr (TAIL != 0) {
-    if (nrg == 0) {  // no head rows (variant 47): the balanced walk's first chunk
-      const WalkStart ws = walk_start(ntg, g, stride, nch, true);
-      if (ws.tg >= 0) load_tail_batch<TAIL>(t, a.K, ws.tg, ws.cb, w, s);
-    } else if (g >= nrg && g < nrg + ntg && lane < nch) {
-      load_tail_batch<TAIL>(t, a.K, g - nrg, lane, w, s);
-    }
+    if (g >= nrg && g < nrg + ntg && lane < nch) load_tail_batch<TAIL>(t, a.K, g - nrg, lane, w, s);
   }
   float norm_r = 1.f;  // NORM: the norm's factor, applied to the row sums
   NormW<norm_pre_items<WARPS>()> nw;  // NORM: the norm weights of this thread's first items, before the wait (a.nw_early)
@@ -1237,7 +1221,7 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
     store_group<ROWS>(a, g, lane, acc);
   }
   if constexpr (TAIL != 0)  // the tail's row groups, on fp16 x (the batch loaded before the wait is used first)
-    walk_tail_groups<TAIL>(a, t, g - nrg, stride, first, w, s, tail_x(xs, nch), nrg == 0);
+    walk_tail_groups<TAIL>(a, t, g - nrg, stride, first, w, s, tail_x(xs, nch));
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
@@ -1350,8 +1334,7 @@ bool launch_split(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
   if (!allow_dynamic_smem(kern, smem, raised, "qgemv split smem attr")) return false;
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, 16 * 32, smem);
-  long long groups = (a.N + 7) / 8 + (t.N + kTailRows - 1) / kTailRows;
-  if (a.N == 0) groups = std::max(groups, 16LL * sm_count() * per_sm);  // the balanced walk spreads over a whole wave
+  const long long groups = (a.N + 7) / 8 + (t.N + kTailRows - 1) / kTailRows;
   launch_pdl("qgemv split", kern, dim3(wave_blocks(groups, 16, per_sm, false)), dim3(16 * 32), smem, st, a, t);
   return true;
 }
@@ -1365,40 +1348,118 @@ bool launch_split_bits(const GemvArgs& a, const SplitTail& t, int tail_bits, cud
   }
 }
 
-// Variant 48 (5 / 6 / 8 bits, T = 1, qgemv; session 17): variant 47's walk on x given in fp16 (perm8 order), with every
-// epilogue: row groups of 4 over one 16-warp block per SM, one chunk of each row a lane in flight, x staged once per
-// block in shared memory (stage_x's swizzled copy, which is the layout tail_x holds). For the 5/6/8-bit matrices
-// without a norm in front (down, gdn_out, the attention output) and 8-bit ones, which had no kernel but the generic
-// path.
+// Variants 47 / 48 (5 / 6 / 8 bits, T = 1; session 17): a whole matrix in row groups of 4 rows (one group a warp at a
+// time, the balanced walk above), one 16-warp block per SM, x staged once per block in shared memory as fp16 (stage_x's
+// swizzled copy). A lane's chunks of a group are taken two at a time (both batches in flight before either is summed:
+// the walk is latency-bound, session 17 call 3: gate_up at 5 bits 2.81 TB/s with one), summed into the rows in chunk
+// order, so the figures are those of one at a time. NORM (47, qgemv_normed: store or SwiGLU): x is the RMSNorm of a.nx,
+// each block summing the squares in the split kernel's order and rounding x to fp16 as the norm kernel does; else
+// (48, qgemv: every epilogue) x is given in perm8 order.
 template <int TB>
-__global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, SplitTail t) {
-  extern __shared__ uint4 xs[];
-  const int nch = a.K >> 5;
-  const int ntg = (t.N + kTailRows - 1) / kTailRows;
-  const int tg = blockIdx.x * 16 + (threadIdx.x >> 5);
+struct WalkBatch {
   Chunk<4> w[8][1];
   float s[8][1];
-  const WalkStart ws = walk_start(ntg, tg, gridDim.x * 16, nch, true);
-  if (ws.tg >= 0) load_tail_batch<TB>(t, a.K, ws.tg, ws.cb, w, s);  // weights before the wait (pdl.cuh)
-  pdl_wait();
-  pdl_trigger();
-  stage_x<16 * 32>(xs, a.x, nch);
-  __syncthreads();
-  walk_tail_groups<TB>(a, t, tg, gridDim.x * 16, true, w, s, xs, true);
+};
+template <int TB>
+__device__ inline void walk_dot(const WalkBatch<TB>& b, const uint4* xh, int cb, float (&acc)[kTailRows]) {
+  uint4 xv[4];
+  load_x_chunk(xh, cb, xv);
+#pragma unroll
+  for (int i = 0; i < kTailRows; ++i) acc[i] = fmaf(b.s[i][0], chunk_dot_fast<TB>(tail_chunk<TB>(b.w, i), xv), acc[i]);
 }
 
-template <int TB>
+template <int TB, bool NORM>
+__global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, SplitTail t) {
+  extern __shared__ uint4 xs[];
+  __shared__ float red[32];
+  __shared__ float part_sums[16][kTailRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nch = a.K >> 5;
+  const int ntg = (t.N + kTailRows - 1) / kTailRows, stride = gridDim.x * 16;
+  const int full = ntg / stride * stride;
+  WalkBatch<TB> b0, b1;
+  const WalkStart ws = walk_start(ntg, blockIdx.x * 16 + warp, stride, nch);
+  if (ws.tg >= 0) {  // weights before the wait (pdl.cuh): the lane's first two chunks
+    load_tail_batch<TB>(t, a.K, ws.tg, ws.cb, b0.w, b0.s);
+    if (ws.cb + 32 < ws.c1) load_tail_batch<TB>(t, a.K, ws.tg, ws.cb + 32, b1.w, b1.s);
+  }
+  pdl_wait();
+  pdl_trigger();
+  if constexpr (NORM) {
+    const float4* xg = reinterpret_cast<const float4*>(a.nx);
+    float ss = 0.f;
+    for (int q = threadIdx.x; q < 4 * nch; q += 16 * 32) {
+      const float4 u0 = __ldg(xg + 2 * q), u1 = __ldg(xg + 2 * q + 1);
+      ss += u0.x * u0.x + u0.y * u0.y + u0.z * u0.z + u0.w * u0.w + u1.x * u1.x + u1.y * u1.y + u1.z * u1.z + u1.w * u1.w;
+    }
+    const float r = rsqrtf(block_sum(ss, red) / (32 * nch) + a.neps);  // NaN in nx: NaN here too
+    stage_x_normed_f16(xs, a, nch, 16 * 32, r);
+  } else {
+    stage_x<16 * 32>(xs, a.x, nch);
+  }
+  __syncthreads();
+  bool first = true;
+  auto walk = [&](int g, int c0, int c1, float (&acc)[kTailRows]) {
+#pragma unroll
+    for (int i = 0; i < kTailRows; ++i) acc[i] = 0.f;
+    for (int cb = c0 + lane; cb < c1; cb += 64) {
+      const bool two = cb + 32 < c1;
+      if (!first) {
+        load_tail_batch<TB>(t, a.K, g, cb, b0.w, b0.s);
+        if (two) load_tail_batch<TB>(t, a.K, g, cb + 32, b1.w, b1.s);
+      }
+      first = false;
+      walk_dot<TB>(b0, xs, cb, acc);
+      if (two) walk_dot<TB>(b1, xs, cb + 32, acc);
+    }
+#pragma unroll
+    for (int i = 0; i < kTailRows; ++i) acc[i] = warp_sum(acc[i]);
+  };
+  for (int tg = blockIdx.x * 16 + warp; tg < full; tg += stride) {
+    float acc[kTailRows];
+    walk(tg, 0, nch, acc);
+    store_tail_group(a, t, tg, lane, acc);
+  }
+  if (full == ntg) return;  // block-uniform: no leftover groups
+  const WalkLeftover lo = walk_leftover(ntg, full, nch);
+  float acc[kTailRows];
+  walk(lo.mine ? lo.g : 0, lo.c0, lo.c1, acc);
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < kTailRows; ++i) part_sums[warp][i] = acc[i];
+  }
+  __syncthreads();
+  if (lo.mine && lo.part == 0) {
+    float sum[kTailRows];
+#pragma unroll
+    for (int i = 0; i < kTailRows; ++i) sum[i] = part_sums[warp][i];
+    for (int p = 1; p < lo.parts; ++p) {
+#pragma unroll
+      for (int i = 0; i < kTailRows; ++i) sum[i] += part_sums[warp + p][i];
+    }
+    store_tail_group(a, t, lo.g, lane, sum);
+  }
+}
+
+// The walk over a whole matrix (a.N = 0: no head rows; t: the matrix), on one whole wave.
+template <int TB, bool NORM>
 bool launch_walk(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
-  auto kern = qgemv_walk_kernel<TB>;
+  auto kern = qgemv_walk_kernel<TB, NORM>;
   const size_t smem = (size_t)a.K * 2;
   static size_t raised = 48 * 1024;
   if (!allow_dynamic_smem(kern, smem, raised, "qgemv walk smem attr")) return false;
   static OccupancyCache occ;
   const int per_sm = occ.get(kern, 16 * 32, smem);
-  // one whole wave: the balanced walk spreads fewer groups than warps over every SM
   const long long groups = std::max<long long>((t.N + kTailRows - 1) / kTailRows, 16LL * sm_count() * per_sm);
   launch_pdl("qgemv walk", kern, dim3(wave_blocks(groups, 16, per_sm, false)), dim3(16 * 32), smem, st, a, t);
   return true;
+}
+template <bool NORM>
+bool launch_walk_bits(const GemvArgs& a, const SplitTail& t, int bits, cudaStream_t st) {
+  switch (bits) {
+    case 5: return launch_walk<5, NORM>(a, t, st);
+    case 6: return launch_walk<6, NORM>(a, t, st);
+    default: return launch_walk<8, NORM>(a, t, st);
+  }
 }
 
 // ---- T = 1, every width: per-warp cp.async ring in shared memory (variants 16..19; 5/6/8-bit default) ----
@@ -1679,7 +1740,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
         GemvArgs h = a;  // no head rows: the whole matrix is the walk's
         h.N = 0;
         const SplitTail t{a.codes, a.high, a.scales, a.N, a.gshift};
-        if (launch_walk<BITS>(h, t, st)) return;
+        if (launch_walk<BITS, false>(h, t, st)) return;
       }
     }
     // 36 at 5 / 6 bits: qgemv_pp_kernel with the high plane (session 14), x in perm8 order here
@@ -2017,16 +2078,17 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
     qgemv(W, xin, T, epilogue, out_f32, out_h, ldo, stream, GEMV_X_PERM8, out_layout);
     return;
   }
-  // 47 (5/6/8-bit, T = 1, store or SwiGLU; sessions 16-17; normed_wide_variant's route): the split kernel with no head
-  // rows, i.e. the fused norm and the tail's walk (row groups of 4 on fp16 x in shared memory) over the whole matrix.
+  // 47 (5/6/8-bit, T = 1, store or SwiGLU; sessions 16-17; normed_wide_variant's route): the walk kernel with the norm
+  // fused (row groups of 4 on fp16 x in shared memory over the whole matrix; session 16 ran it as the split kernel with
+  // no head rows).
   if (aligned && T == 1 && W.q.bits != 4 && normed_walk_epilogue(epilogue) &&
       normed_wide_variant(a, W.q.bits, epilogue) == 47) {
-    GemvArgs h = a;  // no head rows: only the norm (and the integer planes it stages, unused) runs before the walk
+    GemvArgs h = a;  // no head rows: the whole matrix is the walk's
     h.N = 0;
     h.codes = nullptr;
     h.scales = nullptr;
     set_fused_norm(h, resid, norm_w, eps, add_one);
-    if (launch_split_bits(h, split_tail(W), W.q.bits, stream)) {
+    if (launch_walk_bits<true>(h, split_tail(W), W.q.bits, stream)) {
       MR_CHECK_LAUNCH("qgemv_normed");
       return;
     }
