@@ -41,9 +41,10 @@ void set_qgemv_lanes(bool on);
 
 // Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..48 force one (qgemv.cu
 // launch_bits: 1..15 and 20..44 are 4-bit kernels (20..35, 37, 38: integer dot products; 36 also takes 5 / 6 bits),
-// 16..19 the cp.async ring kernel and 45 / 46 the column split for every width; 47, in qgemv_normed only, the split
-// kernel with no head rows at 5 / 6 / 8 bits (store or SwiGLU), elsewhere the generic kernel; 48, at 5 / 6 / 8 bits,
-// the same walk on the given fp16 x with every epilogue (the 8-bit route), at 4 bits the generic kernel).
+// 16..19 the cp.async ring kernel and 45 / 46 the column split for every width; 47, in qgemv_normed only, the walk
+// kernel (row groups of 4 on fp16 x in shared memory) with the norm fused at 5 / 6 / 8 bits (store or SwiGLU),
+// elsewhere the generic kernel; 48, at 5 / 6 / 8 bits, the same walk on the given fp16 x with every epilogue (the
+// 8-bit route), at 4 bits the generic kernel).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.
@@ -52,8 +53,8 @@ void clear_qgemv_shape_variants();
 
 // qgemv on x = rmsnorm_to_gemv_input(resid, T, K, norm_w, eps, add_one): for T = 1 matrices whose route takes the
 // norm fused (qgemv_fuses_norm: 4-bit on the integer-dot kernels, x never rounded to fp16; any width on the column
-// split 45 / 46, x rounded as the norm kernel rounds it) every block of the GEMV computes the norm of resid itself (one
-// kernel); otherwise the norm runs first, into xin ([T, K] fp16 scratch).
+// split 45 / 46 and 5 / 6 / 8 bits on the walk 47, x rounded as the norm kernel rounds it) every block of the GEMV
+// computes the norm of resid itself (one kernel); otherwise the norm runs first, into xin ([T, K] fp16 scratch).
 // keep_x: xin holds the normalised x afterwards (fp16 perm8, as rmsnorm_to_gemv_input writes it), for a second GEMV on
 // the same input: with set_qgemv_keep_x_fused on, the fused kernel of variant 30 writes it as it goes; otherwise (and
 // on any other route) the norm kernel runs first as above.

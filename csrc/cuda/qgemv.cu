@@ -1440,7 +1440,8 @@ __global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, Spli
   }
 }
 
-// The walk over a whole matrix (a.N = 0: no head rows; t: the matrix), on one whole wave.
+// The walk over a whole matrix (a.N = 0: no head rows; t: the matrix), on one whole wave. The walk kernel stores at
+// a.N + r, the split kernel's convention, so a.N must be 0 here.
 template <int TB, bool NORM>
 bool launch_walk(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
   auto kern = qgemv_walk_kernel<TB, NORM>;
@@ -1977,7 +1978,8 @@ int t1_variant_any(const GemvArgs& a, int bits) {
   }
 }
 
-// Variant 47's epilogues (the split kernel's walk stores rows or SwiGLU pairs; the residual add is variant 48's only).
+// Variant 47's epilogues (the walk kernel with the norm fused stores rows or SwiGLU pairs; the residual add is left to
+// 48, which takes x as given).
 bool normed_walk_epilogue(int epilogue) { return epilogue == GEMV_STORE || epilogue == GEMV_SWIGLU; }
 
 // The T = 1 variant qgemv_normed runs for a 5/6/8-bit matrix: forced or per shape as t1_variant, else 47 (the fused
