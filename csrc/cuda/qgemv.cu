@@ -995,7 +995,7 @@ __device__ inline Chunk<TB> tail_chunk(const Chunk<4> (&w)[8][1], int i) {
 }
 
 // One finished row group tg of the walk kernel (acc: its row sums, the same in every lane): rows to out_f32 (store or
-// add), or (SwiGLU: gate_up) pairs to out_h.
+// add), or (SwiGLU: gate_up) pairs to out_h. The walk covers a whole matrix (t), so row r is output r.
 __device__ inline void store_tail_group(const GemvArgs& a, const SplitTail& t, int tg, int lane,
                                         const float (&acc)[kTailRows]) {
   if (a.epi == GEMV_SWIGLU) {  // lane j writes pair 2 tg + j, as store_group
@@ -1010,8 +1010,8 @@ __device__ inline void store_tail_group(const GemvArgs& a, const SplitTail& t, i
     for (int i = 0; i < kTailRows; ++i) {
       const int r = tg * kTailRows + i;
       if (lane != i || r >= t.N) continue;
-      if (a.epi == GEMV_ADD) a.out_f32[a.N + r] += acc[i];
-      else a.out_f32[a.N + r] = acc[i];
+      if (a.epi == GEMV_ADD) a.out_f32[r] += acc[i];
+      else a.out_f32[r] = acc[i];
     }
   }
 }
@@ -1350,18 +1350,17 @@ bool launch_split_bits(const GemvArgs& a, const SplitTail& t, int tail_bits, cud
 
 // Variants 47 / 48 (5 / 6 / 8 bits, T = 1; session 17): a whole matrix in row groups of 4 rows (one group a warp at a
 // time, the balanced walk above), one 16-warp block per SM, x staged once per block in shared memory as fp16 (stage_x's
-// swizzled copy). A lane's chunks of a group are taken two at a time (both batches in flight before either is summed:
-// the walk is latency-bound, session 17 call 3: gate_up at 5 bits 2.81 TB/s with one), summed into the rows in chunk
-// order, so the figures are those of one at a time. NORM (47, qgemv_normed: store or SwiGLU): x is the RMSNorm of a.nx,
+// swizzled copy). A lane's chunks of a group are taken two at a time (both batches in flight before either is summed;
+// predicted to lift 5-bit gate_up from 2.81 TB/s, it gained ~1 us of 41.6: session 17 call 5), summed into the rows in
+// chunk order, so the figures are those of one at a time. NORM (47, qgemv_normed: store or SwiGLU): x is the RMSNorm of a.nx,
 // each block summing the squares in the split kernel's order and rounding x to fp16 as the norm kernel does; else
 // (48, qgemv: every epilogue) x is given in perm8 order.
-template <int TB>
-struct WalkBatch {
+struct WalkBatch {  // one chunk of a row group, as load_tail_batch fills it
   Chunk<4> w[8][1];
   float s[8][1];
 };
 template <int TB>
-__device__ inline void walk_dot(const WalkBatch<TB>& b, const uint4* xh, int cb, float (&acc)[kTailRows]) {
+__device__ inline void walk_dot(const WalkBatch& b, const uint4* xh, int cb, float (&acc)[kTailRows]) {
   uint4 xv[4];
   load_x_chunk(xh, cb, xv);
 #pragma unroll
@@ -1376,7 +1375,7 @@ __global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, Spli
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nch = a.K >> 5;
   const int ntg = (t.N + kTailRows - 1) / kTailRows, stride = gridDim.x * 16;
   const int full = ntg / stride * stride;
-  WalkBatch<TB> b0, b1;
+  WalkBatch b0, b1;
   const WalkStart ws = walk_start(ntg, blockIdx.x * 16 + warp, stride, nch);
   if (ws.tg >= 0) {  // weights before the wait (pdl.cuh): the lane's first two chunks
     load_tail_batch<TB>(t, a.K, ws.tg, ws.cb, b0.w, b0.s);
@@ -1440,8 +1439,7 @@ __global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, Spli
   }
 }
 
-// The walk over a whole matrix (a.N = 0: no head rows; t: the matrix), on one whole wave. The walk kernel stores at
-// a.N + r, the split kernel's convention, so a.N must be 0 here.
+// The walk over a whole matrix t (a: its x or fused norm, epilogue and outputs), on one whole wave.
 template <int TB, bool NORM>
 bool launch_walk(const GemvArgs& a, const SplitTail& t, cudaStream_t st) {
   auto kern = qgemv_walk_kernel<TB, NORM>;
@@ -1737,12 +1735,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     }
     // 48 at 5 / 6 / 8 bits: variant 47's walk on the given x (perm8 order), every epilogue (session 17)
     if constexpr (BITS != 4) {
-      if (v == 48) {
-        GemvArgs h = a;  // no head rows: the whole matrix is the walk's
-        h.N = 0;
-        const SplitTail t{a.codes, a.high, a.scales, a.N, a.gshift};
-        if (launch_walk<BITS, false>(h, t, st)) return;
-      }
+      if (v == 48 && launch_walk<BITS, false>(a, SplitTail{a.codes, a.high, a.scales, a.N, a.gshift}, st)) return;
     }
     // 36 at 5 / 6 bits: qgemv_pp_kernel with the high plane (session 14), x in perm8 order here
     if constexpr (BITS == 5 || BITS == 6) {
@@ -2085,12 +2078,8 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
   // no head rows).
   if (aligned && T == 1 && W.q.bits != 4 && normed_walk_epilogue(epilogue) &&
       normed_wide_variant(a, W.q.bits, epilogue) == 47) {
-    GemvArgs h = a;  // no head rows: the whole matrix is the walk's
-    h.N = 0;
-    h.codes = nullptr;
-    h.scales = nullptr;
-    set_fused_norm(h, resid, norm_w, eps, add_one);
-    if (launch_walk_bits<true>(h, split_tail(W), W.q.bits, stream)) {
+    set_fused_norm(a, resid, norm_w, eps, add_one);
+    if (launch_walk_bits<true>(a, split_tail(W), W.q.bits, stream)) {
       MR_CHECK_LAUNCH("qgemv_normed");
       return;
     }
