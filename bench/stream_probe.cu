@@ -1,0 +1,496 @@
+// Would a decode step streamed by one persistent kernel with a decoupled producer keep DRAM busy across the
+// dependencies that today cost every GEMV a few microseconds?
+//
+// Standalone (no engine, no Python):
+//   nvcc -O3 -std=c++17 -arch=sm_90 -o /tmp/sp bench/stream_probe.cu && /tmp/sp
+//
+// Sessions 7 and 12 (bench/boundary_probe.cu) found that a kernel per GEMV with PDL beats one kernel with grid
+// barriers and one ordered by per-slice counters. In all of those, the warps that load the weights are the warps
+// that wait for the previous phase, so DRAM idles while they wait; their prefetches (L2, or registers before the
+// wait) only reach one batch ahead. Here each SM runs one block whose producer warp streams that SM's share of every
+// weight matrix of the step, in order, into a ring of shared-memory stages with cp.async (sm_80+), never waiting for
+// activations: only for a free stage. The consumer warps wait for the previous phase (a monotonic grid counter),
+// stage its output as int8 x, and fold the ring's stages into row sums (dp4a on 4-bit codes). While they wait, the
+// ring fills (today's H200 ring: up to 192 KB an SM, ~6 us of that SM's share of DRAM), so a dependency that is shorter
+// than the ring costs no DRAM time. Weights do not depend on the token; only the consumers do.
+//
+// A layer is the four 4-bit matrices of a GDN layer of the 27B model (codes only): gdn_in (16480 x 5120), then a
+// latency-bound "GDN step" phase (48 heads, each one block reading 64 KB of fp32 state and writing 64 KB), gdn_out
+// (5120 x 6144), gate_up (34816 x 5120), down (5120 x 17408). 16 layers, about 3 GB of distinct codes.
+// Each SM's share of a matrix is a contiguous range of whole rows (row-major codes), so the producer's stream is
+// contiguous too.
+//
+// Timed (one CUDA graph, median of replays): one flat stream over all the codes (the reference), a kernel per
+// phase with PDL (the engine's schedule: the first weights loaded into registers before griddepcontrol.wait, x
+// staged after it), and the persistent kernel with ring sizes 2..12 stages of 16 KB. The final layer's output of the
+// persistent kernel is compared with the kernel-per-phase one (integer sums: equal bit for bit when the dataflow is
+// right).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "probe_common.cuh"
+
+namespace {
+
+constexpr int kConsumerWarps = 8;
+constexpr int kConsumers = 32 * kConsumerWarps;
+constexpr int kStageBytes = 16384;
+constexpr int kPiece = 512;           // one warp-wide 16-byte load; a row's bytes are a multiple of it
+constexpr int kHeads = 48, kHeadDim = 128;
+constexpr int kMaxK = 17408;
+constexpr int kMaxBlockRows = 320;    // gate_up's 34816 rows over >= 110 blocks
+
+struct Phase {
+  int kind;                // 0: 4-bit GEMV, 1: the GDN step stand-in
+  const uint8_t* w;        // GEMV: rows x K / 2 bytes, row-major
+  int rows, K;
+  const __half* x;         // the previous phase's output (K values read)
+  __half* out;             // rows values (GEMV), kHeads * kHeadDim (GDN step)
+  const float4* state;     // GDN step: kHeads x 128 x 128 fp32 in, out
+  float4* state_out;
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// PDL exists from sm_90 on; below it a launch is plainly serialised and these are no-ops.
+__device__ __forceinline__ void gdc_wait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void gdc_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* b, unsigned count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared.b64 st, [%0]; }" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.test_wait.parity.shared.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(smem_u32(b)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+// The stage's "full" barrier completes once this lane's earlier cp.asyncs have landed (counted: init with 32).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(kConsumers) : "memory"); }
+
+__device__ __forceinline__ uint4 ldna(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// Block b's rows of a phase of `rows` rows over `nblocks` blocks.
+__device__ __forceinline__ void block_rows(int rows, int b, int nblocks, int& r0, int& r1) {
+  r0 = (int)((long long)rows * b / nblocks);
+  r1 = (int)((long long)rows * (b + 1) / nblocks);
+}
+
+// x for a GEMV: the previous phase's K fp16 outputs as int8 (x 64, saturated), read through L2 (written by other
+// blocks of this grid), and the block's row sums zeroed. `tid` over `nthreads` threads.
+__device__ void stage_x(const Phase& ph, int8_t* xs, int* acc, int nrows, int tid, int nthreads) {
+  for (int i = tid; i < ph.K / 8; i += nthreads) {
+    const uint4 h = __ldcg(reinterpret_cast<const uint4*>(ph.x) + i);
+    const __half* hv = reinterpret_cast<const __half*>(&h);
+    char4 q0, q1;
+    auto q = [&](int j) { return (signed char)max(-127, min(127, __float2int_rn(__half2float(hv[j]) * 64.f))); };
+    q0 = make_char4(q(0), q(1), q(2), q(3));
+    q1 = make_char4(q(4), q(5), q(6), q(7));
+    reinterpret_cast<char4*>(xs)[2 * i] = q0;
+    reinterpret_cast<char4*>(xs)[2 * i + 1] = q1;
+  }
+  for (int i = tid; i < nrows; i += nthreads) acc[i] = 0;
+}
+
+// One lane's 16 bytes of codes (32 weights at byte column `col` of their row) against x: low nibbles meet x[2 col ..]
+// word by word, high nibbles the next word (a fixed pairing; the probe needs the work, not the model's layout).
+__device__ __forceinline__ int dot16(uint4 c, const int8_t* xs, int col) {
+  const int* xw = reinterpret_cast<const int*>(xs + 2 * col);
+  const unsigned w[4] = {c.x, c.y, c.z, c.w};
+  int s = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    s = __dp4a((int)(w[j] & 0x0f0f0f0fu), xw[2 * j], s);
+    s = __dp4a((int)((w[j] >> 4) & 0x0f0f0f0fu), xw[2 * j + 1], s);
+  }
+  return s;
+}
+__device__ __forceinline__ void add_row(int* acc, int row, int s) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) atomicAdd(acc + row, s);
+}
+__device__ void write_rows(const Phase& ph, const int* acc, int r0, int r1, int tid, int nthreads) {
+  for (int r = r0 + tid; r < r1; r += nthreads) ph.out[r] = __float2half_rn((float)acc[r - r0] * (1.f / 4096.f));
+}
+
+// The GDN step stand-in, one head per block (blocks >= kHeads idle): 64 KB of state read and 64 KB written, a
+// 128-long dot per state row against the head's slice of x. 256 threads: two a row, 32 floats each.
+__device__ void gdn_step_head(const Phase& ph, int head, int tid) {
+  const int row = tid >> 1, half = tid & 1;
+  const float4* s = ph.state + ((size_t)head * kHeadDim + row) * (kHeadDim / 4) + half * 8;
+  float4* so = ph.state_out + ((size_t)head * kHeadDim + row) * (kHeadDim / 4) + half * 8;
+  const __half* xh = ph.x + head * kHeadDim + half * 32;
+  float4 v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = __ldcg(s + j);
+  float d = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float x0 = __half2float(__ldcg(xh + 4 * j)), x1 = __half2float(__ldcg(xh + 4 * j + 1));
+    const float x2 = __half2float(__ldcg(xh + 4 * j + 2)), x3 = __half2float(__ldcg(xh + 4 * j + 3));
+    d += v[j].x * x0 + v[j].y * x1 + v[j].z * x2 + v[j].w * x3;
+    so[j] = make_float4(v[j].x * 0.99f + x0 * 1e-3f, v[j].y * 0.99f + x1 * 1e-3f, v[j].z * 0.99f + x2 * 1e-3f,
+                        v[j].w * 0.99f + x3 * 1e-3f);
+  }
+  d += __shfl_xor_sync(0xffffffffu, d, 1);
+  if (!half) ph.out[head * kHeadDim + row] = __float2half_rn(d * (1.f / 64.f));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The persistent kernel: one block an SM, warp kConsumerWarps the producer, the others consumers.
+struct RingSmem {
+  uint64_t full[16], empty[16];
+  int acc[kMaxBlockRows];
+  alignas(16) int8_t x[kMaxK];
+};
+
+__global__ void __launch_bounds__(kConsumers + 32, 1)
+    stream_kernel(const Phase* phases, int nphases, int nstages, unsigned* ctr) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  RingSmem& sm = *reinterpret_cast<RingSmem*>(smem_raw);
+  unsigned char* ring = smem_raw + ((sizeof(RingSmem) + 127) & ~size_t(127));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int b = blockIdx.x, G = gridDim.x;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < nstages; ++s) {
+      mbar_init(&sm.full[s], 32);
+      mbar_init(&sm.empty[s], kConsumerWarps);
+    }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // producer: every GEMV's share of this block, in step order, into the ring
+    long long t = 0;             // tiles issued so far (stage t % nstages, its (t / nstages)-th fill)
+    for (int p = 0; p < nphases; ++p) {
+      const Phase& ph = phases[p];
+      if (ph.kind != 0) continue;
+      int r0, r1;
+      block_rows(ph.rows, b, G, r0, r1);
+      const size_t rb = ph.K / 2;
+      const uint8_t* src = ph.w + r0 * rb;
+      const int n = (int)((r1 - r0) * rb);
+      for (int off = 0; off < n; off += kStageBytes, ++t) {
+        const int s = (int)(t % nstages);
+        const long long fill = t / nstages;
+        if (fill > 0) mbar_wait(&sm.empty[s], (unsigned)((fill - 1) & 1));
+        const int len = min(kStageBytes, n - off);
+        const unsigned dst = smem_u32(ring + (size_t)s * kStageBytes);
+        for (int i = lane * 16; i < len; i += 32 * 16) cp_async16(dst + i, src + off + i);
+        cp_async_arrive(&sm.full[s]);
+      }
+    }
+    return;
+  }
+
+  const int tid = threadIdx.x;
+  long long t = 0;  // tiles consumed so far
+  for (int p = 0; p < nphases; ++p) {
+    const Phase& ph = phases[p];
+    if (p > 0) {  // wait until every block has finished phase p - 1
+      if (tid == 0)
+        while (ld_acquire(ctr) < (unsigned)(p * G)) {
+        }
+      consumers_sync();
+    }
+    if (ph.kind == 1) {
+      if (b < kHeads) gdn_step_head(ph, b, tid);
+    } else {
+      int r0, r1;
+      block_rows(ph.rows, b, G, r0, r1);
+      stage_x(ph, sm.x, sm.acc, r1 - r0, tid, kConsumers);
+      consumers_sync();
+      const int rb = ph.K / 2;
+      const int n = (r1 - r0) * rb;
+      for (int off = 0; off < n; off += kStageBytes, ++t) {
+        const int s = (int)(t % nstages);
+        mbar_wait(&sm.full[s], (unsigned)((t / nstages) & 1));
+        const int len = min(kStageBytes, n - off);
+        const unsigned char* stage = ring + (size_t)s * kStageBytes;
+        for (int q = warp * kPiece; q < len; q += kConsumerWarps * kPiece) {
+          const int row = (off + q) / rb;  // a piece lies in one row (rows are whole pieces)
+          const uint4 c = *reinterpret_cast<const uint4*>(stage + q + lane * 16);
+          add_row(sm.acc, row, dot16(c, sm.x, off + q - row * rb + lane * 16));
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&sm.empty[s]);
+      }
+      consumers_sync();
+      write_rows(ph, sm.acc, r0, r1, tid, kConsumers);
+    }
+    consumers_sync();
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(ctr, 1u);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// A kernel per phase with PDL (the engine's schedule), the same work split, row sums and x.
+template <int U>
+__global__ void __launch_bounds__(kConsumers) gemv_phase_kernel(Phase ph) {
+  __shared__ int acc[kMaxBlockRows];
+  __shared__ __align__(16) int8_t xs[kMaxK];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int r0, r1;
+  block_rows(ph.rows, blockIdx.x, gridDim.x, r0, r1);
+  const int rb = ph.K / 2, n = (r1 - r0) * rb;
+  const uint8_t* src = ph.w + (size_t)r0 * rb;
+  constexpr int step = kConsumerWarps * kPiece;
+  uint4 cur[U], nxt[U];
+  int q = warp * kPiece;
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    cur[u] = q + u * step < n ? ldna(src + q + u * step + lane * 16) : make_uint4(0, 0, 0, 0);
+  gdc_trigger();
+  gdc_wait();
+  stage_x(ph, xs, acc, r1 - r0, threadIdx.x, blockDim.x);
+  __syncthreads();
+  for (; q < n; q += U * step) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int qn = q + (U + u) * step;
+      nxt[u] = qn < n ? ldna(src + qn + lane * 16) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int pb = q + u * step, row = pb / rb;
+      if (pb < n) add_row(acc, row, dot16(cur[u], xs, pb - row * rb + lane * 16));
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) cur[u] = nxt[u];
+  }
+  __syncthreads();
+  write_rows(ph, acc, r0, r1, threadIdx.x, blockDim.x);
+}
+
+__global__ void __launch_bounds__(kConsumers) gdn_step_kernel(Phase ph) {
+  gdc_trigger();
+  gdc_wait();
+  gdn_step_head(ph, blockIdx.x, threadIdx.x);
+}
+
+__global__ void flat_kernel(const uint4* a, long long n16, unsigned* out) {
+  unsigned x = 0;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n16; i += 4 * stride) {
+    const uint4 v0 = ldna(a + i), v1 = ldna(a + i + stride), v2 = ldna(a + i + 2 * stride), v3 = ldna(a + i + 3 * stride);
+    x ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
+  }
+  for (; i < n16; i += stride) {
+    const uint4 v = ldna(a + i);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9E3779B9u) out[0] = x;
+}
+
+__global__ void fill_kernel(uint4* a, long long n16, unsigned seed) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (long long)gridDim.x * blockDim.x) {
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    a[i] = make_uint4(h, h * 3u, h * 5u, h * 7u);
+  }
+}
+__global__ void fill_half_kernel(__half* a, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    a[i] = __float2half_rn(((i * 37) % 255 - 127) / 64.f);
+}
+
+template <typename Kern, typename... Args>
+void launch(Kern kern, int grid, int threads, bool pdl, cudaStream_t st, Args... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = st;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  CK(cudaLaunchKernelEx(&cfg, kern, args...));
+}
+
+template <typename F>
+float time_graph(cudaStream_t st, F enqueue, int reps) {
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  enqueue();
+  CK(cudaStreamEndCapture(st, &g));
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
+  CK(cudaStreamSynchronize(st));
+  const float ms = median_ms(st, reps, [&] { CK(cudaGraphLaunch(ge, st)); });
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  return ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int layers = argc > 1 ? std::atoi(argv[1]) : 16;
+  int dev = 0, sms = 0, max_optin = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int shapes[4][2] = {{16480, 5120}, {5120, 6144}, {34816, 5120}, {5120, 17408}};  // rows, K (4-bit codes)
+  if ((34816 + sms - 1) / sms > kMaxBlockRows) {
+    std::printf("too few SMs (%d) for kMaxBlockRows\n", sms);
+    return 1;
+  }
+  long long per_layer = 0;
+  for (auto& s : shapes) per_layer += (long long)s[0] * (s[1] / 2);
+  const long long code_bytes = per_layer * layers;
+  uint8_t* codes;
+  CK(cudaMalloc(&codes, code_bytes));
+  fill_kernel<<<sms * 8, 256>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, 12345u);
+  const size_t state_floats = (size_t)kHeads * kHeadDim * kHeadDim;
+  float *state, *state_out;
+  CK(cudaMalloc(&state, state_floats * 4 * layers));
+  CK(cudaMalloc(&state_out, state_floats * 4 * layers));
+  CK(cudaMemset(state, 0, state_floats * 4 * layers));
+  const int act_stride = 40000;
+  __half* acts;  // the input x, then one output slot per phase
+  const int nph = 5 * layers;
+  CK(cudaMalloc(&acts, sizeof(__half) * act_stride * (nph + 1)));
+  CK(cudaMemset(acts, 0, sizeof(__half) * act_stride * (nph + 1)));
+  fill_half_kernel<<<64, 256>>>(acts, act_stride);
+  std::vector<Phase> phases;
+  long long off = 0;
+  for (int l = 0; l < layers; ++l)
+    for (int p = 0; p < 5; ++p) {
+      Phase ph = {};
+      const int i = (int)phases.size();
+      ph.x = acts + (size_t)i * act_stride;
+      ph.out = acts + (size_t)(i + 1) * act_stride;
+      if (p == 1) {
+        ph.kind = 1;
+        ph.state = reinterpret_cast<const float4*>(state + state_floats * l);
+        ph.state_out = reinterpret_cast<float4*>(state_out + state_floats * l);
+      } else {
+        const int m = p == 0 ? 0 : p - 1;
+        ph.kind = 0;
+        ph.rows = shapes[m][0];
+        ph.K = shapes[m][1];
+        ph.w = codes + off;
+        off += (long long)ph.rows * ph.K / 2;
+      }
+      phases.push_back(ph);
+    }
+  Phase* d_phases;
+  CK(cudaMalloc(&d_phases, sizeof(Phase) * phases.size()));
+  CK(cudaMemcpy(d_phases, phases.data(), sizeof(Phase) * phases.size(), cudaMemcpyHostToDevice));
+  unsigned *ctr, *sink;
+  CK(cudaMalloc(&ctr, 4));
+  CK(cudaMalloc(&sink, 4));
+  CK(cudaDeviceSynchronize());
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+  const double gb = code_bytes / 1e9;
+  const double state_gb = 2.0 * state_floats * 4 * layers / 1e9;
+  const float flat_ms =
+      time_graph(st, [&] { flat_kernel<<<sms * 8, 256, 0, st>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, sink); }, 15);
+  const double flat_gbs = gb / (flat_ms * 1e-3);
+  std::printf("%d layers (gdn_in, GDN step, gdn_out, gate_up, down), %.3f GB of 4-bit codes + %.3f GB of state "
+              "traffic; %d SMs\n", layers, gb, state_gb, sms);
+  std::printf("  flat stream over the codes      %8.3f ms  %6.0f GB/s (the reference)\n", flat_ms, flat_gbs);
+  auto report = [&](const char* what, float ms) {
+    const double gbs = gb / (ms * 1e-3);
+    std::printf("  %-32s %8.3f ms  %6.0f GB/s  %5.1f %% of flat  %6.2f us a phase over flat\n", what, ms, gbs,
+                100.0 * gbs / flat_gbs, (ms - flat_ms) * 1e3 / nph);
+  };
+  const size_t out_n = shapes[3][0];
+  std::vector<__half> ref(out_n), got(out_n);
+  const __half* last = acts + (size_t)nph * act_stride;
+
+  for (int bps : {1, 2}) {
+    for (int pdl : {1, 0}) {
+      const float ms = time_graph(st, [&] {
+        for (size_t i = 0; i < phases.size(); ++i) {
+          const bool dep = pdl && i > 0;
+          if (phases[i].kind == 1) launch(gdn_step_kernel, kHeads, kConsumers, dep, st, phases[i]);
+          else launch(gemv_phase_kernel<4>, sms * bps, kConsumers, dep, st, phases[i]);
+        }
+      }, 15);
+      char name[64];
+      std::snprintf(name, sizeof name, "kernel a phase, %d block/SM%s", bps, pdl ? ", PDL" : "");
+      report(name, ms);
+    }
+  }
+  CK(cudaMemcpy(ref.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
+
+  const size_t fixed = (sizeof(RingSmem) + 127) & ~size_t(127);
+  CK(cudaFuncSetAttribute(stream_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
+  for (int nstages : {2, 4, 6, 8, 10, 12, 13}) {
+    const size_t smem = fixed + (size_t)nstages * kStageBytes;
+    if (smem > (size_t)max_optin || nstages > 16) continue;
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, stream_kernel, kConsumers + 32, smem));
+    if (occ < 1) continue;
+    CK(cudaMemset(acts + act_stride, 0, sizeof(__half) * act_stride * nph));
+    const float ms = time_graph(st, [&] {
+      CK(cudaMemsetAsync(ctr, 0, 4, st));
+      // Cooperative: every block resident at once (they wait on each other through the counter).
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeCooperative;
+      attr[0].val.cooperative = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3(sms);
+      cfg.blockDim = dim3(kConsumers + 32);
+      cfg.dynamicSmemBytes = smem;
+      cfg.stream = st;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      CK(cudaLaunchKernelEx(&cfg, stream_kernel, (const Phase*)d_phases, nph, nstages, ctr));
+    }, 15);
+    CK(cudaMemcpy(got.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
+    int diff = 0;
+    for (size_t i = 0; i < out_n; ++i) diff += std::memcmp(&got[i], &ref[i], sizeof(__half)) != 0;
+    char name[64];
+    std::snprintf(name, sizeof name, "persistent, ring %2d x 16 KB", nstages);
+    report(name, ms);
+    std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
+  }
+  return 0;
+}
