@@ -119,31 +119,38 @@ __device__ __forceinline__ void block_rows(int rows, int b, int nblocks, int& r0
 }
 
 // x for a GEMV: the previous phase's K fp16 outputs as int8 (x 64, saturated), read through L2 (written by other
-// blocks of this grid), and the block's row sums zeroed. `tid` over `nthreads` threads.
+// blocks of this grid), and the block's row sums zeroed. `tid` over `nthreads` threads. Stored permuted so that a
+// warp's reads are free of bank conflicts: a piece of codes (512 bytes) meets 1024 x values (256 words), lane l
+// the words 8 l .. 8 l + 7 of them; word 8 l + m is kept at 32 m + l. (Call 1 read them in place: 8-way conflicts,
+// which made every schedule compute-bound at ~1 TB/s.)
 __device__ void stage_x(const Phase& ph, int8_t* xs, int* acc, int nrows, int tid, int nthreads) {
+  int* xw = reinterpret_cast<int*>(xs);
   for (int i = tid; i < ph.K / 8; i += nthreads) {
     const uint4 h = __ldcg(reinterpret_cast<const uint4*>(ph.x) + i);
     const __half* hv = reinterpret_cast<const __half*>(&h);
-    char4 q0, q1;
     auto q = [&](int j) { return (signed char)max(-127, min(127, __float2int_rn(__half2float(hv[j]) * 64.f))); };
-    q0 = make_char4(q(0), q(1), q(2), q(3));
-    q1 = make_char4(q(4), q(5), q(6), q(7));
-    reinterpret_cast<char4*>(xs)[2 * i] = q0;
-    reinterpret_cast<char4*>(xs)[2 * i + 1] = q1;
+    const char4 q0 = make_char4(q(0), q(1), q(2), q(3)), q1 = make_char4(q(4), q(5), q(6), q(7));
+    for (int k = 0; k < 2; ++k) {
+      const int w = 2 * i + k, blk = w >> 8, l = (w & 255) >> 3, m = w & 7;
+      const char4 v = k ? q1 : q0;
+      xw[(blk << 8) + 32 * m + l] = *reinterpret_cast<const int*>(&v);
+    }
   }
   for (int i = tid; i < nrows; i += nthreads) acc[i] = 0;
 }
 
-// One lane's 16 bytes of codes (32 weights at byte column `col` of their row) against x: low nibbles meet x[2 col ..]
-// word by word, high nibbles the next word (a fixed pairing; the probe needs the work, not the model's layout).
+// One lane's 16 bytes of codes (32 weights at byte column `col` of their row, col = a piece's start + 16 lane)
+// against x: low nibbles meet one x word, high nibbles the next (a fixed pairing; the probe needs the work, not the
+// model's layout).
 __device__ __forceinline__ int dot16(uint4 c, const int8_t* xs, int col) {
-  const int* xw = reinterpret_cast<const int*>(xs + 2 * col);
+  const int lane = threadIdx.x & 31;
+  const int* xw = reinterpret_cast<const int*>(xs) + ((col >> 9) << 8) + lane;
   const unsigned w[4] = {c.x, c.y, c.z, c.w};
   int s = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    s = __dp4a((int)(w[j] & 0x0f0f0f0fu), xw[2 * j], s);
-    s = __dp4a((int)((w[j] >> 4) & 0x0f0f0f0fu), xw[2 * j + 1], s);
+    s = __dp4a((int)(w[j] & 0x0f0f0f0fu), xw[32 * (2 * j)], s);
+    s = __dp4a((int)((w[j] >> 4) & 0x0f0f0f0fu), xw[32 * (2 * j + 1)], s);
   }
   return s;
 }
@@ -468,7 +475,7 @@ int main(int argc, char** argv) {
   const size_t fixed = (sizeof(RingSmem) + 127) & ~size_t(127);
   auto run_stream = [&](auto kern, int ncw, int wait) {
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
-    for (int nstages : {2, 4, 6, 8, 10, 12, 13}) {
+    for (int nstages : {2, 4, 8, 12}) {
       const size_t smem = fixed + (size_t)nstages * kStageBytes;
       if (smem > (size_t)max_optin || nstages > 16) continue;
       int occ = 0;
