@@ -21,10 +21,17 @@
 // contiguous too.
 //
 // Timed (one CUDA graph, median of replays): one flat stream over all the codes (the reference), a kernel per
-// phase with PDL (the engine's schedule: the first weights loaded into registers before griddepcontrol.wait, x
-// staged after it), and the persistent kernel with ring sizes 2..12 stages of 16 KB. The final layer's output of the
-// persistent kernel is compared with the kernel-per-phase one (integer sums: equal bit for bit when the dataflow is
-// right).
+// phase with and without PDL (the first weights loaded into registers before griddepcontrol.wait, x staged after
+// it), and the persistent kernel: 12 consumer warps, 1, 2 or 4 producer warps of cp.async (or, "+0", one bulk copy a
+// stage, sm_90+), a 12-stage ring of 16 KB; with the fold or without it (stages only waited for and released: the
+// schedule's own bound), with the grid counter's waits or without them (racy, a timing bound). The final layer's
+// output of the persistent kernel is compared with the kernel-per-phase one (integer sums: equal bit for bit when
+// the dataflow is right).
+//
+// Outcome (session 18, bench/results/stream-probe-h200-s18-call*.txt; bench/NOTES.md): refuted as a way to 85 %.
+// With no arithmetic at all the ring streams at most ~77-78 % of the flat stream (2 cp.async producers 77.0 %, bulk
+// copies with no waits 78.1 %), the ceiling session 8 found for one contiguous stream an SM (76.7 %); the consumers'
+// fold (a 512-byte piece at a time out of shared memory) brings it to ~45 %. The outputs are right (0 differ).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -93,6 +100,16 @@ __device__ __forceinline__ void cp_async16(unsigned dst, const void* src) {
 // The stage's "full" barrier completes once this lane's earlier cp.asyncs have landed (counted: init with 32).
 __device__ __forceinline__ void cp_async_arrive(uint64_t* b) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+// sm_90+: one bulk copy a stage (the copy engine's path, TMA without a tensor map), completing the stage's barrier
+// by bytes. Below sm_90 this never runs (the host only launches NP = 0 where the device has compute capability 9+).
+__device__ __forceinline__ void bulk_copy_stage(uint64_t* full, unsigned dst, const void* src, int bytes) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(full)), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(smem_u32(full))
+               : "memory");
+#endif
 }
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
@@ -194,9 +211,9 @@ struct RingSmem {
   alignas(16) int8_t x[kMaxK];
 };
 
-template <int NCW>
-__global__ void __launch_bounds__(32 * NCW + 32, 1)
-    stream_kernel(const Phase* phases, int nphases, int nstages, unsigned* ctr, int wait) {
+template <int NCW, int NP>  // NP = 0: one producer warp, one bulk copy a stage (sm_90+)
+__global__ void __launch_bounds__(32 * (NCW + (NP ? NP : 1)), 1)
+    stream_kernel(const Phase* phases, int nphases, int nstages, unsigned* ctr, int wait, int fold) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   RingSmem& sm = *reinterpret_cast<RingSmem*>(smem_raw);
   unsigned char* ring = smem_raw + ((sizeof(RingSmem) + 127) & ~size_t(127));
@@ -204,13 +221,13 @@ __global__ void __launch_bounds__(32 * NCW + 32, 1)
   const int b = blockIdx.x, G = gridDim.x;
   if (threadIdx.x == 0)
     for (int s = 0; s < nstages; ++s) {
-      mbar_init(&sm.full[s], 32);
-      mbar_init(&sm.empty[s], NCW);
+      mbar_init(&sm.full[s], NP ? 32 * NP : 1);
+      mbar_init(&sm.empty[s], 1);  // one warp owns a stage (nstages is a multiple of NCW)
     }
   __syncthreads();
 
   constexpr int kThreads = 32 * NCW;
-  if (warp == NCW) {  // producer: every GEMV's share of this block, in step order, into the ring
+  if (warp >= NCW) {  // NP producer warps share each stage's copies  // producer: every GEMV's share of this block, in step order, into the ring
     long long t = 0;             // tiles issued so far (stage t % nstages, its (t / nstages)-th fill)
     for (int p = 0; p < nphases; ++p) {
       const Phase& ph = phases[p];
@@ -226,8 +243,12 @@ __global__ void __launch_bounds__(32 * NCW + 32, 1)
         if (fill > 0) mbar_wait(&sm.empty[s], (unsigned)((fill - 1) & 1));
         const int len = min(kStageBytes, n - off);
         const unsigned dst = smem_u32(ring + (size_t)s * kStageBytes);
-        for (int i = lane * 16; i < len; i += 32 * 16) cp_async16(dst + i, src + off + i);
-        cp_async_arrive(&sm.full[s]);
+        if constexpr (NP == 0) {
+          if (lane == 0) bulk_copy_stage(&sm.full[s], dst, src + off, len);
+        } else {
+          for (int i = (threadIdx.x - 32 * NCW) * 16; i < len; i += 32 * NP * 16) cp_async16(dst + i, src + off + i);
+          cp_async_arrive(&sm.full[s]);
+        }
       }
     }
     return;
@@ -244,7 +265,8 @@ __global__ void __launch_bounds__(32 * NCW + 32, 1)
       consumers_sync(kThreads);
     }
     if (ph.kind == 1) {
-      if (b < kHeads && tid < 2 * kHeadDim) gdn_step_head(ph, b, tid);
+      if (b < kHeads)
+        for (int i = tid; i < 2 * kHeadDim; i += kThreads) gdn_step_head(ph, b, i);
     } else {
       int r0, r1;
       block_rows(ph.rows, b, G, r0, r1);
@@ -253,15 +275,34 @@ __global__ void __launch_bounds__(32 * NCW + 32, 1)
       const int rb = ph.K / 2;
       const int n = (r1 - r0) * rb;
       for (int off = 0; off < n; off += kStageBytes, ++t) {
+        if ((int)(t % NCW) != warp) continue;
         const int s = (int)(t % nstages);
         mbar_wait(&sm.full[s], (unsigned)((t / nstages) & 1));
         const int len = min(kStageBytes, n - off);
         const unsigned char* stage = ring + (size_t)s * kStageBytes;
-        for (int q = warp * kPiece; q < len; q += NCW * kPiece) {
-          const int row = (off + q) / rb;  // a piece lies in one row (rows are whole pieces)
-          const uint4 c = *reinterpret_cast<const uint4*>(stage + q + lane * 16);
-          add_row(sm.acc, row, dot16(c, sm.x, off + q - row * rb + lane * 16));
+        // Whole stages a warp (tile t to warp t % NCW), so that warps fold different stages at once; a stage's
+        // pieces four at a time, the lane's partial sum kept until the row changes.
+        int row = -1, part = 0;
+        for (int q = 0; q < (fold ? len : 0); q += 4 * kPiece) {
+          uint4 c[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u)
+            c[u] = q + u * kPiece < len ? *reinterpret_cast<const uint4*>(stage + q + u * kPiece + lane * 16)
+                                        : make_uint4(0, 0, 0, 0);
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int pb = off + q + u * kPiece;
+            if (q + u * kPiece >= len) break;
+            const int r = pb / rb;  // a piece lies in one row (rows are whole pieces)
+            if (r != row) {
+              if (row >= 0) add_row(sm.acc, row, part);
+              row = r;
+              part = 0;
+            }
+            part += dot16(c[u], sm.x, pb - r * rb + lane * 16);
+          }
         }
+        if (row >= 0) add_row(sm.acc, row, part);
         __syncwarp();
         if (lane == 0) mbar_arrive(&sm.empty[s]);
       }
@@ -287,30 +328,36 @@ __global__ void __launch_bounds__(kConsumers) gemv_phase_kernel(Phase ph) {
   block_rows(ph.rows, blockIdx.x, gridDim.x, r0, r1);
   const int rb = ph.K / 2, n = (r1 - r0) * rb;
   const uint8_t* src = ph.w + (size_t)r0 * rb;
-  constexpr int step = kConsumerWarps * kPiece;
+  // the warp's contiguous run of pieces, U in flight (the next U loaded while the current U are folded)
+  const int np = n / kPiece, p0 = np * warp / kConsumerWarps, p1 = np * (warp + 1) / kConsumerWarps;
   uint4 cur[U], nxt[U];
-  int q = warp * kPiece;
 #pragma unroll
   for (int u = 0; u < U; ++u)
-    cur[u] = q + u * step < n ? ldna(src + q + u * step + lane * 16) : make_uint4(0, 0, 0, 0);
+    cur[u] = p0 + u < p1 ? ldna(src + (size_t)(p0 + u) * kPiece + lane * 16) : make_uint4(0, 0, 0, 0);
   gdc_trigger();
   gdc_wait();
   stage_x(ph, xs, acc, r1 - r0, threadIdx.x, blockDim.x);
   __syncthreads();
-  for (; q < n; q += U * step) {
+  int row = -1, part = 0;
+  for (int p = p0; p < p1; p += U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      nxt[u] = p + U + u < p1 ? ldna(src + (size_t)(p + U + u) * kPiece + lane * 16) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int qn = q + (U + u) * step;
-      nxt[u] = qn < n ? ldna(src + qn + lane * 16) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int pb = q + u * step, row = pb / rb;
-      if (pb < n) add_row(acc, row, dot16(cur[u], xs, pb - row * rb + lane * 16));
+      if (p + u >= p1) break;
+      const int pb = (p + u) * kPiece, r = pb / rb;
+      if (r != row) {
+        if (row >= 0) add_row(acc, row, part);
+        row = r;
+        part = 0;
+      }
+      part += dot16(cur[u], xs, pb - r * rb + lane * 16);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) cur[u] = nxt[u];
   }
+  if (row >= 0) add_row(acc, row, part);
   __syncthreads();
   write_rows(ph, acc, r0, r1, threadIdx.x, blockDim.x);
 }
@@ -473,13 +520,13 @@ int main(int argc, char** argv) {
   CK(cudaMemcpy(ref.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
 
   const size_t fixed = (sizeof(RingSmem) + 127) & ~size_t(127);
-  auto run_stream = [&](auto kern, int ncw, int wait) {
+  auto run_stream = [&](auto kern, int ncw, int np, int wait, int fold) {
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
-    for (int nstages : {2, 4, 8, 12}) {
+    for (int nstages = ncw; nstages <= 13; nstages += ncw) {  // a multiple of the consumer warps
       const size_t smem = fixed + (size_t)nstages * kStageBytes;
       if (smem > (size_t)max_optin || nstages > 16) continue;
       int occ = 0;
-      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * ncw + 32, smem));
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (ncw + std::max(np, 1)), smem));
       if (occ < 1) continue;
       CK(cudaMemset(acts + act_stride, 0, sizeof(__half) * act_stride * nph));
       const float ms = time_graph(st, [&] {
@@ -490,24 +537,35 @@ int main(int argc, char** argv) {
         attr[0].val.cooperative = 1;
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(sms);
-        cfg.blockDim = dim3(32 * ncw + 32);
+        cfg.blockDim = dim3(32 * (ncw + std::max(np, 1)));
         cfg.dynamicSmemBytes = smem;
         cfg.stream = st;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, kern, (const Phase*)d_phases, nph, nstages, ctr, wait));
+        CK(cudaLaunchKernelEx(&cfg, kern, (const Phase*)d_phases, nph, nstages, ctr, wait, fold));
       }, 15);
       CK(cudaMemcpy(got.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
       int diff = 0;
       for (size_t i = 0; i < out_n; ++i) diff += std::memcmp(&got[i], &ref[i], sizeof(__half)) != 0;
-      char name[64];
-      std::snprintf(name, sizeof name, "persistent %2d+1 warps, %2d x 16 KB%s", ncw, nstages, wait ? "" : ", no wait");
+      char name[96];
+      std::snprintf(name, sizeof name, "persistent %2d+%d warps, %2d x 16 KB%s%s", ncw, np, nstages, wait ? "" : ", no wait",
+                    fold ? "" : ", no fold");
       report(name, ms);
-      if (wait) std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
+      if (wait && fold) std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
     }
   };
-  run_stream(stream_kernel<8>, 8, 1);
-  run_stream(stream_kernel<16>, 16, 1);
-  run_stream(stream_kernel<16>, 16, 0);
+  run_stream(stream_kernel<12, 1>, 12, 1, 1, 1);
+  run_stream(stream_kernel<12, 1>, 12, 1, 1, 0);  // the stages only waited for and released: the schedule's bound
+  run_stream(stream_kernel<12, 1>, 12, 1, 0, 0);
+  run_stream(stream_kernel<12, 2>, 12, 2, 1, 0);
+  run_stream(stream_kernel<12, 4>, 12, 4, 1, 0);
+  run_stream(stream_kernel<12, 4>, 12, 4, 1, 1);
+  int major = 0;
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (major >= 9) {  // "+0": one bulk copy a stage
+    run_stream(stream_kernel<12, 0>, 12, 0, 1, 0);
+    run_stream(stream_kernel<12, 0>, 12, 0, 0, 0);
+    run_stream(stream_kernel<12, 0>, 12, 0, 1, 1);
+  }
   return 0;
 }
