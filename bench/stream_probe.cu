@@ -29,9 +29,9 @@
 // the dataflow is right).
 //
 // Outcome (session 18, bench/results/stream-probe-h200-s18-call*.txt; bench/NOTES.md): refuted as a way to 85 %.
-// With no arithmetic at all the ring streams at most ~77-78 % of the flat stream (2 cp.async producers 77.0 %, bulk
-// copies with no waits 78.1 %), the ceiling session 8 found for one contiguous stream an SM (76.7 %); the consumers'
-// fold (a 512-byte piece at a time out of shared memory) brings it to ~45 %. The outputs are right (0 differ).
+// With no arithmetic at all the ring streams at most ~77 % of the flat stream (call 7: 2 cp.async producers 77.2 %,
+// bulk copies with no waits 77.3 %), the ceiling session 8 found for one contiguous stream an SM (76.7 %); the
+// consumers' fold (a 512-byte piece at a time out of shared memory) brings it to ~45 %. Outputs right (0 differ).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
