@@ -32,6 +32,8 @@
 // With no arithmetic at all the ring streams at most ~77 % of the flat stream (call 7: 2 cp.async producers 77.2 %,
 // bulk copies with no waits 77.3 %), the ceiling session 8 found for one contiguous stream an SM (76.7 %); the
 // consumers' fold (a 512-byte piece at a time out of shared memory) brings it to ~45 %. Outputs right (0 differ).
+// Call 8: reading each block's tiles interleaved over the matrix (a window at a time, as the flat stream) changes
+// nothing (77.7 %): the ceiling is the copy into one block's shared memory an SM, not the layout.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -213,7 +215,7 @@ struct RingSmem {
 
 template <int NCW, int NP>  // NP = 0: one producer warp, one bulk copy a stage (sm_90+)
 __global__ void __launch_bounds__(32 * (NCW + (NP ? NP : 1)), 1)
-    stream_kernel(const Phase* phases, int nphases, int nstages, unsigned* ctr, int wait, int fold) {
+    stream_kernel(const Phase* phases, int nphases, int nstages, unsigned* ctr, int wait, int fold, int interleave) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   RingSmem& sm = *reinterpret_cast<RingSmem*>(smem_raw);
   unsigned char* ring = smem_raw + ((sizeof(RingSmem) + 127) & ~size_t(127));
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(32 * (NCW + (NP ? NP : 1)), 1)
   __syncthreads();
 
   constexpr int kThreads = 32 * NCW;
-  if (warp >= NCW) {  // NP producer warps share each stage's copies  // producer: every GEMV's share of this block, in step order, into the ring
+  if (warp >= NCW) {  // producers (NP warps share each stage's copies): every GEMV's share of this block, in order
     long long t = 0;             // tiles issued so far (stage t % nstages, its (t / nstages)-th fill)
     for (int p = 0; p < nphases; ++p) {
       const Phase& ph = phases[p];
@@ -237,16 +239,21 @@ __global__ void __launch_bounds__(32 * (NCW + (NP ? NP : 1)), 1)
       const size_t rb = ph.K / 2;
       const uint8_t* src = ph.w + r0 * rb;
       const int n = (int)((r1 - r0) * rb);
+      const size_t phase_bytes = (size_t)ph.rows * rb;
       for (int off = 0; off < n; off += kStageBytes, ++t) {
         const int s = (int)(t % nstages);
         const long long fill = t / nstages;
         if (fill > 0) mbar_wait(&sm.empty[s], (unsigned)((fill - 1) & 1));
         const int len = min(kStageBytes, n - off);
         const unsigned dst = smem_u32(ring + (size_t)s * kStageBytes);
+        // interleave (timing only: the codes are then not the rows the fold assumes): tile j of block b read from
+        // (j G + b) stages into the matrix, so that at any instant the grid reads one window, as the flat stream does
+        const uint8_t* from = src + off;
+        if (interleave) from = ph.w + min(((size_t)(off / kStageBytes) * G + b) * kStageBytes, phase_bytes - len);
         if constexpr (NP == 0) {
-          if (lane == 0) bulk_copy_stage(&sm.full[s], dst, src + off, len);
+          if (lane == 0) bulk_copy_stage(&sm.full[s], dst, from, len);
         } else {
-          for (int i = (threadIdx.x - 32 * NCW) * 16; i < len; i += 32 * NP * 16) cp_async16(dst + i, src + off + i);
+          for (int i = (threadIdx.x - 32 * NCW) * 16; i < len; i += 32 * NP * 16) cp_async16(dst + i, from + i);
           cp_async_arrive(&sm.full[s]);
         }
       }
@@ -520,7 +527,7 @@ int main(int argc, char** argv) {
   CK(cudaMemcpy(ref.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
 
   const size_t fixed = (sizeof(RingSmem) + 127) & ~size_t(127);
-  auto run_stream = [&](auto kern, int ncw, int np, int wait, int fold) {
+  auto run_stream = [&](auto kern, int ncw, int np, int wait, int fold, int interleave = 0) {
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
     for (int nstages = ncw; nstages <= 13; nstages += ncw) {  // a multiple of the consumer warps
       const size_t smem = fixed + (size_t)nstages * kStageBytes;
@@ -542,16 +549,16 @@ int main(int argc, char** argv) {
         cfg.stream = st;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&cfg, kern, (const Phase*)d_phases, nph, nstages, ctr, wait, fold));
+        CK(cudaLaunchKernelEx(&cfg, kern, (const Phase*)d_phases, nph, nstages, ctr, wait, fold, interleave));
       }, 15);
       CK(cudaMemcpy(got.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
       int diff = 0;
       for (size_t i = 0; i < out_n; ++i) diff += std::memcmp(&got[i], &ref[i], sizeof(__half)) != 0;
       char name[96];
       std::snprintf(name, sizeof name, "persistent %2d+%d warps, %2d x 16 KB%s%s", ncw, np, nstages, wait ? "" : ", no wait",
-                    fold ? "" : ", no fold");
+                    fold ? (interleave ? ", interleaved" : "") : (interleave ? ", no fold, interl." : ", no fold"));
       report(name, ms);
-      if (wait && fold) std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
+      if (wait && fold && !interleave) std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
     }
   };
   run_stream(stream_kernel<12, 1>, 12, 1, 1, 1);
@@ -566,6 +573,14 @@ int main(int argc, char** argv) {
     run_stream(stream_kernel<12, 0>, 12, 0, 1, 0);
     run_stream(stream_kernel<12, 0>, 12, 0, 0, 0);
     run_stream(stream_kernel<12, 0>, 12, 0, 1, 1);
+    std::printf("  the same, each block's tiles interleaved over the matrix (timing only):\n");
+    run_stream(stream_kernel<12, 0>, 12, 0, 1, 0, 1);
+    run_stream(stream_kernel<12, 0>, 12, 0, 0, 0, 1);
+  }
+  {
+    run_stream(stream_kernel<12, 2>, 12, 2, 1, 0, 1);
+    run_stream(stream_kernel<12, 2>, 12, 2, 0, 0, 1);
+    run_stream(stream_kernel<12, 2>, 12, 2, 1, 1, 1);
   }
   return 0;
 }
