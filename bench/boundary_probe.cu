@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "probe_common.cuh"
+#include "probe_stream.cuh"
 
 struct Phase {
   const uint4* w;    // rows x nch chunks of 16 bytes (nch a multiple of 32: P = nch / 32 pieces of 512 bytes per row)
@@ -50,13 +50,6 @@ struct Phase {
   unsigned* out;     // rows words
 };
 
-__device__ __forceinline__ uint4 ldna(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 __device__ __forceinline__ void gdc_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void gdc_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
@@ -267,27 +260,7 @@ __global__ void __launch_bounds__(128) flat_persist_kernel(const Phase* phases, 
   }
 }
 
-__global__ void flat_kernel(const uint4* a, long long n16, unsigned* out) {
-  unsigned x = 0;
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    const uint4 v0 = ldna(a + i), v1 = ldna(a + i + stride), v2 = ldna(a + i + 2 * stride), v3 = ldna(a + i + 3 * stride);
-    x ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
-  }
-  for (; i < n16; i += stride) {
-    const uint4 v = ldna(a + i);
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x9E3779B9u) out[0] = x;
-}
 
-__global__ void fill_kernel(uint4* a, long long n16, unsigned seed) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (long long)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    a[i] = make_uint4(h, h * 3u, h * 5u, h * 7u);
-  }
-}
 
 // ---- --smflat (session 8): one block per SM streams one contiguous range of whole rows ----
 // Block b of a grid of one block per SM owns rows [N b / G, N (b + 1) / G): in row-major order that is one
@@ -544,40 +517,10 @@ __global__ void empty_pdl_kernel() {
 }
 
 template <typename Kern, typename... Args>
-void launch_nt(Kern kern, int grid, int threads, bool pdl, cudaStream_t st, Args... args);
-template <typename Kern, typename... Args>
 void launch(Kern kern, int grid, bool pdl, cudaStream_t st, Args... args) {
   launch_nt(kern, grid, 128, pdl, st, args...);
 }
-template <typename Kern, typename... Args>
-void launch_nt(Kern kern, int grid, int threads, bool pdl, cudaStream_t st, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = st;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, kern, args...));
-}
 
-template <typename F>
-float time_graph(cudaStream_t st, F enqueue, int reps) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  enqueue();
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
-  CK(cudaStreamSynchronize(st));
-  const float ms = median_ms(st, reps, [&] { CK(cudaGraphLaunch(ge, st)); });
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return ms;
-}
 
 struct Setup {
   std::vector<Phase> phases;
@@ -657,7 +600,7 @@ int main(int argc, char** argv) {
   S.n16 = per_layer16 * layers;
   S.bytes = 16.0 * (double)S.n16;
   CK(cudaMalloc(&S.base, S.n16 * 16));
-  fill_kernel<<<sms * 8, 256>>>(S.base, S.n16, 12345u);
+  fill_codes_kernel<<<sms * 8, 256>>>(S.base, S.n16, 12345u);
   unsigned* outs;
   CK(cudaMalloc(&outs, sizeof(unsigned) * 40000 * 4 * layers));
   CK(cudaMemset(outs, 0, sizeof(unsigned) * 40000 * 4 * layers));
@@ -684,7 +627,7 @@ int main(int argc, char** argv) {
   CK(cudaDeviceSynchronize());
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const float flat_ms = time_graph(st, [&] { flat_kernel<<<sms * 8, 256, 0, st>>>(S.base, S.n16, outs); }, 15);
+  const float flat_ms = time_graph(st, [&] { flat_stream_kernel<<<sms * 8, 256, 0, st>>>(S.base, S.n16, outs); }, 15);
   const double flat_gbs = S.bytes / 1e9 / (flat_ms * 1e-3);
   std::printf("%d layers x 4 phases, %.3f GB; one flat stream over all of it: %.0f GB/s (%d SMs)\n", layers,
               S.bytes / 1e9, flat_gbs, sms);

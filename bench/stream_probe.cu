@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "probe_common.cuh"
+#include "probe_stream.cuh"
 
 namespace {
 
@@ -123,13 +123,6 @@ __device__ __forceinline__ void consumers_sync(int nthreads) {
   asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
 }
 
-__device__ __forceinline__ uint4 ldna(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // Block b's rows of a phase of `rows` rows over `nblocks` blocks.
 __device__ __forceinline__ void block_rows(int rows, int b, int nblocks, int& r0, int& r1) {
@@ -340,7 +333,7 @@ __global__ void __launch_bounds__(kConsumers) gemv_phase_kernel(Phase ph) {
   uint4 cur[U], nxt[U];
 #pragma unroll
   for (int u = 0; u < U; ++u)
-    cur[u] = p0 + u < p1 ? ldna(src + (size_t)(p0 + u) * kPiece + lane * 16) : make_uint4(0, 0, 0, 0);
+    cur[u] = p0 + u < p1 ? ldna(reinterpret_cast<const uint4*>(src + (size_t)(p0 + u) * kPiece + lane * 16)) : make_uint4(0, 0, 0, 0);
   gdc_trigger();
   gdc_wait();
   stage_x(ph, xs, acc, r1 - r0, threadIdx.x, blockDim.x);
@@ -349,7 +342,7 @@ __global__ void __launch_bounds__(kConsumers) gemv_phase_kernel(Phase ph) {
   for (int p = p0; p < p1; p += U) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      nxt[u] = p + U + u < p1 ? ldna(src + (size_t)(p + U + u) * kPiece + lane * 16) : make_uint4(0, 0, 0, 0);
+      nxt[u] = p + U + u < p1 ? ldna(reinterpret_cast<const uint4*>(src + (size_t)(p + U + u) * kPiece + lane * 16)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (p + u >= p1) break;
@@ -375,61 +368,13 @@ __global__ void __launch_bounds__(kConsumers) gdn_step_kernel(Phase ph) {
   gdn_step_head(ph, blockIdx.x, threadIdx.x);
 }
 
-__global__ void flat_kernel(const uint4* a, long long n16, unsigned* out) {
-  unsigned x = 0;
-  const long long stride = (long long)gridDim.x * blockDim.x;
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n16; i += 4 * stride) {
-    const uint4 v0 = ldna(a + i), v1 = ldna(a + i + stride), v2 = ldna(a + i + 2 * stride), v3 = ldna(a + i + 3 * stride);
-    x ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
-  }
-  for (; i < n16; i += stride) {
-    const uint4 v = ldna(a + i);
-    x ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (x == 0x9E3779B9u) out[0] = x;
-}
 
-__global__ void fill_kernel(uint4* a, long long n16, unsigned seed) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (long long)gridDim.x * blockDim.x) {
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    a[i] = make_uint4(h, h * 3u, h * 5u, h * 7u);
-  }
-}
 __global__ void fill_half_kernel(__half* a, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     a[i] = __float2half_rn(((i * 37) % 255 - 127) / 64.f);
 }
 
-template <typename Kern, typename... Args>
-void launch(Kern kern, int grid, int threads, bool pdl, cudaStream_t st, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = st;
-  cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  CK(cudaLaunchKernelEx(&cfg, kern, args...));
-}
 
-template <typename F>
-float time_graph(cudaStream_t st, F enqueue, int reps) {
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  enqueue();
-  CK(cudaStreamEndCapture(st, &g));
-  CK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, st));
-  CK(cudaStreamSynchronize(st));
-  const float ms = median_ms(st, reps, [&] { CK(cudaGraphLaunch(ge, st)); });
-  CK(cudaGraphExecDestroy(ge));
-  CK(cudaGraphDestroy(g));
-  return ms;
-}
 
 }  // namespace
 
@@ -449,7 +394,7 @@ int main(int argc, char** argv) {
   const long long code_bytes = per_layer * layers;
   uint8_t* codes;
   CK(cudaMalloc(&codes, code_bytes));
-  fill_kernel<<<sms * 8, 256>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, 12345u);
+  fill_codes_kernel<<<sms * 8, 256>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, 12345u);
   const size_t state_floats = (size_t)kHeads * kHeadDim * kHeadDim;
   float *state, *state_out;
   CK(cudaMalloc(&state, state_floats * 4 * layers));
@@ -496,7 +441,7 @@ int main(int argc, char** argv) {
   const double gb = code_bytes / 1e9;
   const double state_gb = 2.0 * state_floats * 4 * layers / 1e9;
   const float flat_ms =
-      time_graph(st, [&] { flat_kernel<<<sms * 8, 256, 0, st>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, sink); }, 15);
+      time_graph(st, [&] { flat_stream_kernel<<<sms * 8, 256, 0, st>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, sink); }, 15);
   const double flat_gbs = gb / (flat_ms * 1e-3);
   std::printf("%d layers (gdn_in, GDN step, gdn_out, gate_up, down), %.3f GB of 4-bit codes + %.3f GB of state "
               "traffic; %d SMs\n", layers, gb, state_gb, sms);
@@ -515,8 +460,8 @@ int main(int argc, char** argv) {
       const float ms = time_graph(st, [&] {
         for (size_t i = 0; i < phases.size(); ++i) {
           const bool dep = pdl && i > 0;
-          if (phases[i].kind == 1) launch(gdn_step_kernel, kHeads, kConsumers, dep, st, phases[i]);
-          else launch(gemv_phase_kernel<4>, sms * bps, kConsumers, dep, st, phases[i]);
+          if (phases[i].kind == 1) launch_nt(gdn_step_kernel, kHeads, kConsumers, dep, st, phases[i]);
+          else launch_nt(gemv_phase_kernel<4>, sms * bps, kConsumers, dep, st, phases[i]);
         }
       }, 15);
       char name[64];
