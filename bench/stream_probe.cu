@@ -33,7 +33,8 @@
 // bulk copies with no waits 77.3 %), the ceiling session 8 found for one contiguous stream an SM (76.7 %); the
 // consumers' fold (a 512-byte piece at a time out of shared memory) brings it to ~45 %. Outputs right (0 differ).
 // Call 8: reading each block's tiles interleaved over the matrix (a window at a time, as the flat stream) changes
-// nothing (77.7 %): the ceiling is the copy into one block's shared memory an SM, not the layout.
+// nothing (77.7 %): the ceiling is not the layout. Call 10: two blocks an SM, each with its own 4-stage ring, 61-65 %
+// with no fold: not the number of copy streams an SM either; the bound follows the ring's total size and its release.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -472,14 +473,17 @@ int main(int argc, char** argv) {
   CK(cudaMemcpy(ref.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
 
   const size_t fixed = (sizeof(RingSmem) + 127) & ~size_t(127);
-  auto run_stream = [&](auto kern, int ncw, int np, int wait, int fold, int interleave = 0) {
+  int major = 0;
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  // bps: blocks an SM, each with its own ring (the grid's rows split over sms x bps blocks)
+  auto run_stream = [&](auto kern, int ncw, int np, int wait, int fold, int interleave = 0, int bps = 1) {
     CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, max_optin));
     for (int nstages = ncw; nstages <= 13; nstages += ncw) {  // a multiple of the consumer warps
       const size_t smem = fixed + (size_t)nstages * kStageBytes;
       if (smem > (size_t)max_optin || nstages > 16) continue;
       int occ = 0;
       CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (ncw + std::max(np, 1)), smem));
-      if (occ < 1) continue;
+      if (occ < bps) continue;
       CK(cudaMemset(acts + act_stride, 0, sizeof(__half) * act_stride * nph));
       const float ms = time_graph(st, [&] {
         CK(cudaMemsetAsync(ctr, 0, 4, st));
@@ -488,7 +492,7 @@ int main(int argc, char** argv) {
         attr[0].id = cudaLaunchAttributeCooperative;
         attr[0].val.cooperative = 1;
         cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(sms);
+        cfg.gridDim = dim3(sms * bps);
         cfg.blockDim = dim3(32 * (ncw + std::max(np, 1)));
         cfg.dynamicSmemBytes = smem;
         cfg.stream = st;
@@ -499,8 +503,9 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(got.data(), last, out_n * 2, cudaMemcpyDeviceToHost));
       int diff = 0;
       for (size_t i = 0; i < out_n; ++i) diff += std::memcmp(&got[i], &ref[i], sizeof(__half)) != 0;
-      char name[96];
-      std::snprintf(name, sizeof name, "persistent %2d+%d warps, %2d x 16 KB%s%s", ncw, np, nstages, wait ? "" : ", no wait",
+      char name[112];
+      std::snprintf(name, sizeof name, "persistent %s%2d+%d warps, %2d x 16 KB%s%s", bps > 1 ? "2 blocks/SM, " : "", ncw, np,
+                    nstages, wait ? "" : ", no wait",
                     fold ? (interleave ? ", interleaved" : "") : (interleave ? ", no fold, interl." : ", no fold"));
       report(name, ms);
       if (wait && fold && !interleave) std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
@@ -512,8 +517,6 @@ int main(int argc, char** argv) {
   run_stream(stream_kernel<12, 2>, 12, 2, 1, 0);
   run_stream(stream_kernel<12, 4>, 12, 4, 1, 0);
   run_stream(stream_kernel<12, 4>, 12, 4, 1, 1);
-  int major = 0;
-  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   if (major >= 9) {  // "+0": one bulk copy a stage
     run_stream(stream_kernel<12, 0>, 12, 0, 1, 0);
     run_stream(stream_kernel<12, 0>, 12, 0, 0, 0);
@@ -526,6 +529,15 @@ int main(int argc, char** argv) {
     run_stream(stream_kernel<12, 2>, 12, 2, 1, 0, 1);
     run_stream(stream_kernel<12, 2>, 12, 2, 0, 0, 1);
     run_stream(stream_kernel<12, 2>, 12, 2, 1, 1, 1);
+  }
+  {  // call 10: two blocks an SM, each with its own 4-stage ring (the ring's ceiling with more copy streams an SM)
+    std::printf("  one block an SM against two, 4 consumer warps, 4 x 16 KB a block:\n");
+    for (int bps : {1, 2}) {
+      run_stream(stream_kernel<4, 2>, 4, 2, 1, 0, 0, bps);
+      run_stream(stream_kernel<4, 2>, 4, 2, 0, 0, 0, bps);
+      run_stream(stream_kernel<4, 2>, 4, 2, 1, 1, 0, bps);
+      if (major >= 9) run_stream(stream_kernel<4, 0>, 4, 0, 0, 0, 0, bps);
+    }
   }
   return 0;
 }
