@@ -21,7 +21,8 @@ __global__ void flat_stream_kernel(const uint4* a, long long n16, unsigned* out)
   const long long stride = (long long)gridDim.x * blockDim.x;
   long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   for (; i + 3 * stride < n16; i += 4 * stride) {
-    const uint4 v0 = ldna(a + i), v1 = ldna(a + i + stride), v2 = ldna(a + i + 2 * stride), v3 = ldna(a + i + 3 * stride);
+    const uint4 v0 = ldna(a + i), v1 = ldna(a + i + stride);
+    const uint4 v2 = ldna(a + i + 2 * stride), v3 = ldna(a + i + 3 * stride);
     x ^= v0.x ^ v0.y ^ v0.z ^ v0.w ^ v1.x ^ v1.y ^ v1.z ^ v1.w ^ v2.x ^ v2.y ^ v2.z ^ v2.w ^ v3.x ^ v3.y ^ v3.z ^ v3.w;
   }
   for (; i < n16; i += stride) {
@@ -32,7 +33,8 @@ __global__ void flat_stream_kernel(const uint4* a, long long n16, unsigned* out)
 }
 
 __global__ void fill_codes_kernel(uint4* a, long long n16, unsigned seed) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += (long long)gridDim.x * blockDim.x) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
     unsigned h = (unsigned)i * 2654435761u ^ seed;
     a[i] = make_uint4(h, h * 3u, h * 5u, h * 7u);
   }

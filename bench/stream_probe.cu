@@ -33,7 +33,7 @@
 // bulk copies with no waits 77.3 %), the ceiling session 8 found for one contiguous stream an SM (76.7 %); the
 // consumers' fold (a 512-byte piece at a time out of shared memory) brings it to ~45 %. Outputs right (0 differ).
 // Call 8: reading each block's tiles interleaved over the matrix (a window at a time, as the flat stream) changes
-// nothing (77.7 %): the ceiling is not the layout. Call 10: two blocks an SM, each with its own 4-stage ring, 61-65 %
+// nothing (77.7 %): the ceiling is not the layout. Call 10: two blocks an SM, each with its own 4-stage ring, 60-66 %
 // with no fold: not the number of copy streams an SM either; the bound follows the ring's total size and its release.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -43,15 +43,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "probe_stream.cuh"
 
 namespace {
 
-constexpr int kConsumerWarps = 8;
-constexpr int kConsumers = 32 * kConsumerWarps;
+constexpr int kPhaseWarps = 8;  // the kernel-per-phase baseline's block (and the GDN stand-in's 256 threads)
+constexpr int kPhaseThreads = 32 * kPhaseWarps;
 constexpr int kStageBytes = 16384;
 constexpr int kPiece = 512;           // one warp-wide 16-byte load; a row's bytes are a multiple of it
 constexpr int kHeads = 48, kHeadDim = 128;
@@ -124,7 +123,6 @@ __device__ __forceinline__ void consumers_sync(int nthreads) {
   asm volatile("bar.sync 1, %0;" ::"r"(nthreads) : "memory");
 }
 
-
 // Block b's rows of a phase of `rows` rows over `nblocks` blocks.
 __device__ __forceinline__ void block_rows(int rows, int b, int nblocks, int& r0, int& r1) {
   r0 = (int)((long long)rows * b / nblocks);
@@ -172,6 +170,23 @@ __device__ __forceinline__ void add_row(int* acc, int row, int s) {
   for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   if ((threadIdx.x & 31) == 0) atomicAdd(acc + row, s);
 }
+// A warp's run of pieces in ascending order: the lane's partial sum is kept until the row changes, then added to the
+// block's row sum (one warp reduction a row run, not a piece). `pb` is the piece's first byte in the block's range.
+struct RowRun {
+  int row = -1, part = 0;
+  __device__ __forceinline__ void fold(int* acc, uint4 c, const int8_t* xs, int pb, int rb) {
+    const int r = pb / rb;  // a piece lies in one row (rows are whole pieces)
+    if (r != row) {
+      flush(acc);
+      row = r;
+      part = 0;
+    }
+    part += dot16(c, xs, pb - r * rb + (threadIdx.x & 31) * 16);
+  }
+  __device__ __forceinline__ void flush(int* acc) {
+    if (row >= 0) add_row(acc, row, part);
+  }
+};
 __device__ void write_rows(const Phase& ph, const int* acc, int r0, int r1, int tid, int nthreads) {
   for (int r = r0 + tid; r < r1; r += nthreads) ph.out[r] = __float2half_rn((float)acc[r - r0] * (1.f / 4096.f));
 }
@@ -200,7 +215,8 @@ __device__ void gdn_step_head(const Phase& ph, int head, int tid) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The persistent kernel: one block an SM, warp NCW the producer, warps 0 .. NCW - 1 consumers.
+// The persistent kernel: one block an SM (two in call 10's mode), warps 0 .. NCW - 1 the consumers, the NP warps after
+// them the producers (NP = 0: one warp issuing one bulk copy a stage).
 struct RingSmem {
   uint64_t full[16], empty[16];
   int acc[kMaxBlockRows];
@@ -282,8 +298,8 @@ __global__ void __launch_bounds__(32 * (NCW + (NP ? NP : 1)), 1)
         const int len = min(kStageBytes, n - off);
         const unsigned char* stage = ring + (size_t)s * kStageBytes;
         // Whole stages a warp (tile t to warp t % NCW), so that warps fold different stages at once; a stage's
-        // pieces four at a time, the lane's partial sum kept until the row changes.
-        int row = -1, part = 0;
+        // pieces four at a time.
+        RowRun run;
         for (int q = 0; q < (fold ? len : 0); q += 4 * kPiece) {
           uint4 c[4];
 #pragma unroll
@@ -292,18 +308,11 @@ __global__ void __launch_bounds__(32 * (NCW + (NP ? NP : 1)), 1)
                                         : make_uint4(0, 0, 0, 0);
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
-            const int pb = off + q + u * kPiece;
             if (q + u * kPiece >= len) break;
-            const int r = pb / rb;  // a piece lies in one row (rows are whole pieces)
-            if (r != row) {
-              if (row >= 0) add_row(sm.acc, row, part);
-              row = r;
-              part = 0;
-            }
-            part += dot16(c[u], sm.x, pb - r * rb + lane * 16);
+            run.fold(sm.acc, c[u], sm.x, off + q + u * kPiece, rb);
           }
         }
-        if (row >= 0) add_row(sm.acc, row, part);
+        run.flush(sm.acc);
         __syncwarp();
         if (lane == 0) mbar_arrive(&sm.empty[s]);
       }
@@ -321,7 +330,7 @@ __global__ void __launch_bounds__(32 * (NCW + (NP ? NP : 1)), 1)
 // ---------------------------------------------------------------------------------------------------------------
 // A kernel per phase with PDL (the engine's schedule), the same work split, row sums and x.
 template <int U>
-__global__ void __launch_bounds__(kConsumers) gemv_phase_kernel(Phase ph) {
+__global__ void __launch_bounds__(kPhaseThreads) gemv_phase_kernel(Phase ph) {
   __shared__ int acc[kMaxBlockRows];
   __shared__ __align__(16) int8_t xs[kMaxK];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -330,52 +339,42 @@ __global__ void __launch_bounds__(kConsumers) gemv_phase_kernel(Phase ph) {
   const int rb = ph.K / 2, n = (r1 - r0) * rb;
   const uint8_t* src = ph.w + (size_t)r0 * rb;
   // the warp's contiguous run of pieces, U in flight (the next U loaded while the current U are folded)
-  const int np = n / kPiece, p0 = np * warp / kConsumerWarps, p1 = np * (warp + 1) / kConsumerWarps;
+  const int np = n / kPiece, p0 = np * warp / kPhaseWarps, p1 = np * (warp + 1) / kPhaseWarps;
+  auto load_piece = [&](int p) { return ldna(reinterpret_cast<const uint4*>(src + (size_t)p * kPiece + lane * 16)); };
   uint4 cur[U], nxt[U];
 #pragma unroll
-  for (int u = 0; u < U; ++u)
-    cur[u] = p0 + u < p1 ? ldna(reinterpret_cast<const uint4*>(src + (size_t)(p0 + u) * kPiece + lane * 16)) : make_uint4(0, 0, 0, 0);
+  for (int u = 0; u < U; ++u) cur[u] = p0 + u < p1 ? load_piece(p0 + u) : make_uint4(0, 0, 0, 0);
   gdc_trigger();
   gdc_wait();
   stage_x(ph, xs, acc, r1 - r0, threadIdx.x, blockDim.x);
   __syncthreads();
-  int row = -1, part = 0;
+  RowRun run;
   for (int p = p0; p < p1; p += U) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      nxt[u] = p + U + u < p1 ? ldna(reinterpret_cast<const uint4*>(src + (size_t)(p + U + u) * kPiece + lane * 16)) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < U; ++u) nxt[u] = p + U + u < p1 ? load_piece(p + U + u) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (p + u >= p1) break;
-      const int pb = (p + u) * kPiece, r = pb / rb;
-      if (r != row) {
-        if (row >= 0) add_row(acc, row, part);
-        row = r;
-        part = 0;
-      }
-      part += dot16(cur[u], xs, pb - r * rb + lane * 16);
+      run.fold(acc, cur[u], xs, (p + u) * kPiece, rb);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) cur[u] = nxt[u];
   }
-  if (row >= 0) add_row(acc, row, part);
+  run.flush(acc);
   __syncthreads();
   write_rows(ph, acc, r0, r1, threadIdx.x, blockDim.x);
 }
 
-__global__ void __launch_bounds__(kConsumers) gdn_step_kernel(Phase ph) {
+__global__ void __launch_bounds__(kPhaseThreads) gdn_step_kernel(Phase ph) {
   gdc_trigger();
   gdc_wait();
   gdn_step_head(ph, blockIdx.x, threadIdx.x);
 }
 
-
 __global__ void fill_half_kernel(__half* a, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
     a[i] = __float2half_rn(((i * 37) % 255 - 127) / 64.f);
 }
-
-
 
 }  // namespace
 
@@ -442,7 +441,9 @@ int main(int argc, char** argv) {
   const double gb = code_bytes / 1e9;
   const double state_gb = 2.0 * state_floats * 4 * layers / 1e9;
   const float flat_ms =
-      time_graph(st, [&] { flat_stream_kernel<<<sms * 8, 256, 0, st>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, sink); }, 15);
+      time_graph(st, [&] {
+        flat_stream_kernel<<<sms * 8, 256, 0, st>>>(reinterpret_cast<uint4*>(codes), code_bytes / 16, sink);
+      }, 15);
   const double flat_gbs = gb / (flat_ms * 1e-3);
   std::printf("%d layers (gdn_in, GDN step, gdn_out, gate_up, down), %.3f GB of 4-bit codes + %.3f GB of state "
               "traffic; %d SMs\n", layers, gb, state_gb, sms);
@@ -461,8 +462,8 @@ int main(int argc, char** argv) {
       const float ms = time_graph(st, [&] {
         for (size_t i = 0; i < phases.size(); ++i) {
           const bool dep = pdl && i > 0;
-          if (phases[i].kind == 1) launch_nt(gdn_step_kernel, kHeads, kConsumers, dep, st, phases[i]);
-          else launch_nt(gemv_phase_kernel<4>, sms * bps, kConsumers, dep, st, phases[i]);
+          if (phases[i].kind == 1) launch_nt(gdn_step_kernel, kHeads, kPhaseThreads, dep, st, phases[i]);
+          else launch_nt(gemv_phase_kernel<4>, sms * bps, kPhaseThreads, dep, st, phases[i]);
         }
       }, 15);
       char name[64];
@@ -504,11 +505,12 @@ int main(int argc, char** argv) {
       int diff = 0;
       for (size_t i = 0; i < out_n; ++i) diff += std::memcmp(&got[i], &ref[i], sizeof(__half)) != 0;
       char name[112];
-      std::snprintf(name, sizeof name, "persistent %s%2d+%d warps, %2d x 16 KB%s%s", bps > 1 ? "2 blocks/SM, " : "", ncw, np,
-                    nstages, wait ? "" : ", no wait",
+      std::snprintf(name, sizeof name, "persistent %s%2d+%d warps, %2d x 16 KB%s%s", bps > 1 ? "2 blocks/SM, " : "",
+                    ncw, np, nstages, wait ? "" : ", no wait",
                     fold ? (interleave ? ", interleaved" : "") : (interleave ? ", no fold, interl." : ", no fold"));
       report(name, ms);
-      if (wait && fold && !interleave) std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
+      if (wait && fold && !interleave)
+        std::printf("      final output against a kernel a phase: %d of %zu differ\n", diff, out_n);
     }
   };
   run_stream(stream_kernel<12, 1>, 12, 1, 1, 1);
