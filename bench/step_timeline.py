@@ -93,6 +93,7 @@ def main() -> None:
     ap.add_argument("--route", default="", help="per-shape GEMV overrides of the built-in route, as step_probe.py's "
                                                 "--routes takes one (e.g. 5120x6144=36)")
     ap.add_argument("--recipe", default="q4g64", help="weight formats, as step_probe.py's --recipe (e.g. q4-27b)")
+    ap.add_argument("--attn-variant", type=int, default=-1, help="attention split variant (-1: the route by KV format)")
     args = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -105,6 +106,7 @@ def main() -> None:
     e = model.engine
     from engine.native import load_native
     load_native().set_pdl(bool(args.pdl))
+    load_native().set_attn_variant(args.attn_variant)
     from step_probe import apply_route, parse_route  # bench/ is the script's directory, first on sys.path
     apply_route(load_native(), e, parse_route(args.route) if args.route.strip() else {})
     graph_ms = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))
