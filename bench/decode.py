@@ -2,7 +2,7 @@
 
     python bench/decode.py --out bench/results/decode-h200.json [--llamacpp-f16 f16.json --llamacpp-q8 q8.json]
 
-For bf16 and int8 KV and depths 0, 8K, 32K, 128K: the T=1 decode step is captured as a CUDA graph
+For bf16 and int8 KV (--kv: int4 too) and depths 0, 8K, 32K, 128K: the T=1 decode step is captured as a CUDA graph
 and replayed (median of several timed batches); bytes per step = streamed weights (everything but
 the embedding) + GDN state read and write + KV bytes x depth; roofline = measured copy bandwidth /
 bytes per step. llama.cpp figures come from llama-bench JSON files produced in the same device call.
@@ -102,6 +102,9 @@ def main() -> int:
                                   "--recipe than q4g64 (the benchmark of record is q4g64)")
     ap.add_argument("--llamacpp-f16")
     ap.add_argument("--llamacpp-q8")
+    ap.add_argument("--llamacpp-q4", help="llama-bench JSON with q4_0 KV, the peer of the int4 rows")
+    ap.add_argument("--kv", default="bf16,int8",
+                    help="KV formats to time, comma-separated (bf16, int8, int4; the issue's benchmark is bf16,int8)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--depths", default=",".join(str(d) for d in DEPTHS))
     ap.add_argument("--quick", action="store_true",
@@ -123,13 +126,14 @@ def main() -> int:
         args.out = f"bench/results/decode-h200{suffix}.json"
     if args.fill_peers_only:
         result = json.load(open(args.out))
-        peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
-        shared = {"bf16": {}, "int8": {}}
+        peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0"),
+                 "int4": llamacpp_rows(args.llamacpp_q4, "q4_0")}
+        shared = {"bf16": {}, "int8": {}, "int4": {}}
         if args.shared_peer and os.path.exists(args.shared_peer):
             for r in json.load(open(args.shared_peer))["rows"]:
                 if r["test"].startswith("tg"):
                     shared["bf16" if r["kv"] == "f16" else "int8"][int(r["depth"])] = r["tok_s"]
-        label = {"bf16": args.peer_call_f16 or args.peer_call, "int8": args.peer_call}
+        label = {"bf16": args.peer_call_f16 or args.peer_call, "int8": args.peer_call, "int4": args.peer_call}
         for row in result["rows"]:
             row["llamacpp_tok_s"] = peers[row["kv"]].get(row["depth"])
             row["llamacpp_source"] = label[row["kv"]] if row["llamacpp_tok_s"] is not None else None
@@ -138,7 +142,7 @@ def main() -> int:
                 row["llamacpp_source"] = "shared/peers/llamacpp-h200.json (same build and method, earlier call)"
         result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh)",
                               "f16_call": label["bf16"], "q8_0_call": label["int8"],
-                              "f16": peers["bf16"], "q8_0": peers["int8"]}
+                              "f16": peers["bf16"], "q8_0": peers["int8"], "q4_0": peers["int4"]}
         json.dump(result, open(args.out, "w"), indent=1)
         print(json.dumps(result["rows"]))
         return 0
@@ -159,14 +163,15 @@ def main() -> int:
     cfg = config_27b(vision=False)
     recipe = recipe_named(args.recipe, cfg)
     wbytes = streamed_weight_bytes(cfg.text, recipe)
-    peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0")}
+    peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0"),
+             "int4": llamacpp_rows(args.llamacpp_q4, "q4_0")}
     rows = []
     profiles = []
     leave_out = []
     attn_variant = {}
     gemv_route = {}
     attn_check = {}
-    for kv in ("bf16", "int8"):
+    for kv in args.kv.split(","):
         # a 24 GiB card: the engine's plan must fit that budget (128K bf16 KV: 22.5 GiB)
         model = NativeModel.random_27b(kv_dtype=kv, max_context=max(depths) + 64, seed=1, recipe=recipe,
                                        vram_budget_bytes=24 << 30)
@@ -186,6 +191,8 @@ def main() -> int:
         vt = {}
         ref_logits = None
         for v in ((0, 4, 6) if args.quick else (0, 1, 2, 3, 4, 5, 6)):  # 6: the engine's route for int8 KV
+            if kv == "int4" and v in (2, 3):  # built for bf16 and int8 KV only (attn_decode refuses int4 there)
+                continue
             nat.set_attn_variant(v)
             e.reset_graphs()
             # gate: the same token on the same state must give the same logits as variant 0

@@ -5,7 +5,7 @@
 //                kv head, so K and V are read once per token for all of them. Variants (set_attn_variant):
 //                0-3 attn_split_kernel MODE (see there), 4 attn_split_v4_kernel (flash-decode: per-warp
 //                cp.async rings of 16-position chunks, ldmatrix, scores and values on tensor cores); 5 and 6
-//                the same with 3 / 4 warps per block (int8 and int4 KV); 7 is 5 held to 168 registers.
+//                the same with 3 / 4 warps per block (int8 and int4 KV).
 //  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
 // The number of positions per split is derived on the device from kv_start + T, so one captured
 // graph serves every context length (blocks past the end exit at once).
@@ -584,8 +584,8 @@ __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, 
   }
 }
 
-template <int KV, int NWo, int So>
-__device__ __forceinline__ void attn_split_v4_body(const SplitArgs& a) {
+template <int KV, int NWo = 0, int So = 0>
+__global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4_kernel(SplitArgs a) {
   using C = V4Cfg<KV, NWo, So>;
   constexpr bool Q = C::Q, I4 = KV == kKvInt4;  // Q: int8 or int4
   constexpr int NW = C::kWarps, S = C::kStages;
@@ -938,42 +938,20 @@ __device__ __forceinline__ void attn_split_v4_body(const SplitArgs& a) {
 }
 
 template <int KV, int NWo = 0, int So = 0>
-__global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4_kernel(SplitArgs a) {
-  attn_split_v4_body<KV, NWo, So>(a);
-}
-
-// Variant 7 (session 19): variant 5's block shape (3 warps, int8 2 / int4 4 ring stages) with MinB blocks an SM asked
-// of ptxas. Uncapped the kernel takes 202-252 registers a thread, so an SM holds 8 warps (launch_attn_split_v4's
-// comment below), and at 128K a warp walks its 32 chunks with two warps a scheduler to hide the chain of each chunk
-// (cp.async wait, ldmatrix, dequantization, score mma, softmax shuffles, value mma): int4 KV streams at ~20 GB/s an SM,
-// int8 at ~28, where the copy rate is ~34. MinB 4 caps it at 168 registers (40-76 bytes spilled): 12 warps an SM, and
-// T = 1's 512 blocks (4 kv heads x 128 splits) run in one round of 4 blocks an SM (4 x ~52 KB of rings fit the H200's
-// 228 KB; a 99 KB card holds one such block, so the route stays H200-measured). A kernel of its own, because a
-// minimum in the default kernel's launch bounds would change its register allocation too (qgemv_pp_wide_kernel's note).
-template <int KV, int NWo, int So, int MinB>
-__global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps, MinB) attn_split_v4_capped_kernel(SplitArgs a) {
-  attn_split_v4_body<KV, NWo, So>(a);
-}
-
-// MinB 0: attn_split_v4_kernel (no minimum given to ptxas); else attn_split_v4_capped_kernel.
-template <int KV, int NWo = 0, int So = 0, int MinB = 0>
 void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t stream) {
   using C = V4Cfg<KV, NWo, So>;
   constexpr int smem = C::kSmem;
-  constexpr auto kern = [] {
-    if constexpr (MinB > 0) return attn_split_v4_capped_kernel<KV, NWo, So, MinB>;
-    else return attn_split_v4_kernel<KV, NWo, So>;
-  }();
   static unsigned long long configured = 0;  // one bit per device
   int dev = 0;
   MR_CHECK(cudaGetDevice(&dev), "attn_split");
   const unsigned long long bit = 1ull << (dev & 63);
   if (!(configured & bit)) {
-    MR_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<KV, NWo, So>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "attn_split (shared memory opt-in)");
     configured |= bit;
   }
-  launch_pdl("attn_split", kern, dim3(T, nkv, kMaxAttnSplits), dim3(32 * C::kWarps), smem, stream, a);
+  launch_pdl("attn_split", attn_split_v4_kernel<KV, NWo, So>, dim3(T, nkv, kMaxAttnSplits), dim3(32 * C::kWarps), smem,
+             stream, a);
 }
 
 // Merges the splits of one (token, head) for a slice of kCombineDims output dims: block (t, h, slice), 256 threads.
@@ -1061,12 +1039,11 @@ int attn_route(int kv_fmt) { return kv_fmt == kKvInt8 ? 6 : 4; }
 int get_attn_variant() { return g_attn_mode; }
 
 void set_attn_variant(int v) {
-  if (v < -1 || v > 7)
+  if (v < -1 || v > 6)
     throw std::invalid_argument("attention variant must be -1 (the route by KV format), 0 (CUDA cores, q in registers), 1 (q in shared memory), "
                                 "2 (scores on tensor cores), 3 (scores and values on tensor cores), 4 "
-                                "(flash-decode: cp.async rings, ldmatrix, both products on tensor cores), 5 / 6 "
-                                "(4 with 3 / 4 warps per block and shallower rings, int8 and int4 KV), or 7 (5 capped at 168 registers: "
-                                "12 warps an SM)");
+                                "(flash-decode: cp.async rings, ldmatrix, both products on tensor cores), or 5 / 6 "
+                                "(4 with 3 / 4 warps per block and shallower rings, int8 and int4 KV)");
   g_attn_mode = v;
 }
 
@@ -1096,22 +1073,23 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     if (m == 4) launch_attn_split_v4<kKvInt4>(a, T, d.n_kv_heads, stream);
     else if (m == 5) launch_attn_split_v4<kKvInt4, 3, 4>(a, T, d.n_kv_heads, stream);
     else if (m == 6) launch_attn_split_v4<kKvInt4, 4, 3>(a, T, d.n_kv_heads, stream);
-    else if (m == 7) launch_attn_split_v4<kKvInt4, 3, 4, 4>(a, T, d.n_kv_heads, stream);
     else if (m == 1) attn_split_kernel<kKvInt4, 1><<<grid, 128, 0, stream>>>(a);
     else if (m == 0) attn_split_kernel<kKvInt4, 0><<<grid, 128, 0, stream>>>(a);
     else
-      throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4..7; variant " +
+      throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4..6; variant " +
                                   std::to_string(m) + " (" + (m == 2 ? "scores on tensor cores" : "scores and values on tensor cores") +
                                   ") is built for bf16 and int8 KV only");
   } else if (m >= 4) {
     // 5 / 6 (session 8): more warps per block on shallower rings, meant to put more warps on an SM; but the kernel
     // takes ~250 registers a thread, which holds an SM to 8 warps whatever the block shape, so at 128K int8 they
     // are no faster (0.111 / 0.094 ms against 0.090; int4 0.111 / 0.080 against 0.088, one timing run; bench/NOTES.md
-    // session 8 call 3). 7 caps the registers instead (attn_split_v4_capped_kernel). bf16 KV runs the default for
-    // 5..7
+    // session 8 call 3). Session 19 measured and removed a variant 7: 5 held to 168 registers (__launch_bounds__(96, 4),
+    // 40-76 bytes spilled), 12 warps an SM. Alone at 128K it was faster on int4 (0.032 against 0.049 ms for the context
+    // part); in whole steps it was slower on both formats (int8 6.198 against 5.88-5.90 ms, int4 5.875 against
+    // 5.633-5.646; the int4 split kernel 70.0 against 60.7 us a layer in the step's timeline; bench/NOTES.md session
+    // 19). bf16 KV runs the default for both
     if (d.kv_fmt == kKvInt8 && m == 5) launch_attn_split_v4<kKvInt8, 3, 2>(a, T, d.n_kv_heads, stream);
     else if (d.kv_fmt == kKvInt8 && m == 6) launch_attn_split_v4<kKvInt8, 4, 2>(a, T, d.n_kv_heads, stream);
-    else if (d.kv_fmt == kKvInt8 && m == 7) launch_attn_split_v4<kKvInt8, 3, 2, 4>(a, T, d.n_kv_heads, stream);
     else if (d.kv_fmt == kKvInt8) launch_attn_split_v4<kKvInt8>(a, T, d.n_kv_heads, stream);
     else launch_attn_split_v4<kKvBf16>(a, T, d.n_kv_heads, stream);
   } else if (d.kv_fmt == kKvInt8) {
