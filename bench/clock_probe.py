@@ -8,7 +8,7 @@
 Question it answers: do the step's latency-bound parts (every kernel's fixed cost, the attention's instruction chain)
 run at a lower SM clock in the step than alone, for instance under the board's power limit while HBM streams at
 4+ TB/s? The phases: idle, decode steps at depth 0 and at 128K (q4g64, int8 KV, 24 GiB plan), a device-to-device
-copy (the roofline's stream), idle again. bench/device_s19_call4.sh runs both halves.
+copy (the roofline's stream), idle again. bench/calls/device_s19_call4.sh runs both halves.
 """
 
 from __future__ import annotations
