@@ -5,8 +5,7 @@
 //                kv head, so K and V are read once per token for all of them. Variants (set_attn_variant):
 //                0-3 attn_split_kernel MODE (see there), 4 attn_split_v4_kernel (flash-decode: per-warp
 //                cp.async rings of 16-position chunks, ldmatrix, scores and values on tensor cores); 5 and 6
-//                the same with 3 / 4 warps per block (int8 and int4 KV); 7 (int4 KV) is 4 taking two chunks a
-//                loop step (PAIR), bf16 and int8 KV run 4 for it.
+//                the same with 3 / 4 warps per block (int8 and int4 KV).
 //  attn_combine: merges the splits, multiplies by sigmoid(gate), writes fp16 perm8 for o_proj.
 // The number of positions per split is derived on the device from kv_start + T, so one captured
 // graph serves every context length (blocks past the end exit at once).
@@ -585,45 +584,11 @@ __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, 
   }
 }
 
-// Online softmax (base 2) of NT n-tiles of scores (one chunk: NT = 2; two chunks: 4) for head g8, whose positions the
-// quad (tig 0..3) holds: the running maximum and this lane's part of the sum, the accumulator rescaled when the maximum
-// grew, and p = 2^(s - m). NT = 2 sums the same terms in the same order as before session 19.
-template <int NT>
-__device__ __forceinline__ void v4_softmax(const float (&s)[NT][2], float (&p)[NT][2], float& m_run, float& l_run,
-                                           float (&acc)[16][4], int tig) {
-  float cmax = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-#pragma unroll
-  for (int nt = 2; nt < NT; ++nt) cmax = fmaxf(cmax, fmaxf(s[nt][0], s[nt][1]));
-  cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 1));
-  cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 2));  // finite: the first chunk has a valid position
-  const float m_new = fmaxf(m_run, cmax);
-  const float alpha = v4_ex2(m_run - m_new);  // 0 on the first chunk (m_run = -inf)
-  const bool grew = m_new > m_run;
-  m_run = m_new;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) p[nt][c] = v4_ex2(s[nt][c] - m_new);
-  float sum = (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]);
-  if constexpr (NT == 4) sum += (p[2][0] + p[2][1]) + (p[3][0] + p[3][1]);
-  l_run = fmaf(l_run, alpha, sum);
-  if (__any_sync(0xffffffffu, grew)) {
-    // the accumulator of lane (g8, tig) holds heads 2 tig and 2 tig + 1: their factors live in quads 2 tig, 2 tig + 1
-    const float a_lo = __shfl_sync(0xffffffffu, alpha, 8 * tig);
-    const float a_hi = __shfl_sync(0xffffffffu, alpha, 8 * tig + 4);
-#pragma unroll
-    for (int mt = 0; mt < 16; ++mt) {
-      acc[mt][0] *= a_lo; acc[mt][1] *= a_hi; acc[mt][2] *= a_lo; acc[mt][3] *= a_hi;
-    }
-  }
-}
-
-template <int KV, int NWo = 0, int So = 0, bool PAIR = false>
+template <int KV, int NWo = 0, int So = 0>
 __global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4_kernel(SplitArgs a) {
   using C = V4Cfg<KV, NWo, So>;
   constexpr bool Q = C::Q, I4 = KV == kKvInt4;  // Q: int8 or int4
   constexpr int NW = C::kWarps, S = C::kStages;
-  static_assert(!PAIR || S >= 3, "two chunks a step consume two stages and keep S - 2 in flight");
   constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
   extern __shared__ __align__(16) unsigned char v4_smem[];
   __shared__ float m_sh[NW][8], l_sh[NW][8];
@@ -721,210 +686,189 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4
   for (int mt = 0; mt < 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
   float m_run = -INFINITY, l_run = 0.f;  // head g8, base 2; l_run is this lane's part of the sum
 
-  // one chunk's scores: s[nt][c] = head g8, position 8 nt + 2 tig + c of the chunk (log2 units); positions from
-  // nvalid on (past the split's end) at -inf
-  auto chunk_scores = [&](uint32_t sK, const unsigned char* sSc, int nvalid, float (&s)[2][2]) {
-  #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const int row = nt * 8 + (lane & 7);  // the K row this lane addresses for ldmatrix
-        if constexpr (I4) {
-          const uint2 ksc0 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig) * 8);
-          const uint2 ksc1 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig + 1) * 8);
-          float s0 = 0.f, s1 = 0.f;
-  #pragma unroll
-          for (int gg = 0; gg < 2; ++gg) {  // groups 2 gg, 2 gg + 1: segments 4 gg .. 4 gg + 3
-            uint32_t r[4];
-            const int seg = 4 * gg + (lane >> 3);
-            ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
-            float d[2][4] = {};
-  #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const int sg = 4 * gg + i;
-              const uint32_t y = r[i] >> 8;
-              mma16816<true>(d[i >> 1], qa[2 * sg][0], 0u, qa[2 * sg][1], 0u, v4_nib_lo(r[i]), v4_nib_hi(r[i]));
-              mma16816<true>(d[i >> 1], qa[2 * sg + 1][0], 0u, qa[2 * sg + 1][1], 0u, v4_nib_lo(y), v4_nib_hi(y));
-            }
-  #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int g = 2 * gg + h;
-              const uint32_t w0 = g < 2 ? ksc0.x : ksc0.y, w1 = g < 2 ? ksc1.x : ksc1.y;
-              s0 = fmaf(v4_half(w0, g & 1), d[h][0] - corr[g], s0);
-              s1 = fmaf(v4_half(w1, g & 1), d[h][1] - corr[g], s1);
-            }
-          }
-          s[nt][0] = s0;
-          s[nt][1] = s1;
-        } else if constexpr (Q) {
-          const uint2 ksc0 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig) * 8);
-          const uint2 ksc1 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig + 1) * 8);
-          float s0 = 0.f, s1 = 0.f;
-  #pragma unroll
-          for (int g = 0; g < 4; ++g) {
-            uint32_t r[4];
-            const int seg = 4 * g + (lane >> 3);
-            ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
-            float d[4] = {0.f, 0.f, 0.f, 0.f};
-  #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              const uint32_t y = r[i] ^ 0x80808080u;
-              mma16816<true>(d, qa[4 * g + i][0], 0u, qa[4 * g + i][1], 0u, __byte_perm(y, 0x64646464u, 0x4140),
-                           __byte_perm(y, 0x64646464u, 0x4342));
-            }
-            const uint32_t w0 = g < 2 ? ksc0.x : ksc0.y, w1 = g < 2 ? ksc1.x : ksc1.y;
-            s0 = fmaf(v4_half(w0, g & 1), d[0] - corr[g], s0);
-            s1 = fmaf(v4_half(w1, g & 1), d[1] - corr[g], s1);
-          }
-          s[nt][0] = s0;
-          s[nt][1] = s1;
-        } else {
-          float d[2][4] = {};  // independent chains for q hi and q lo (and the two n-tiles)
-  #pragma unroll
-          for (int kk = 0; kk < 8; ++kk) {
-            uint32_t r[4];
-            const int seg = 4 * kk + (lane >> 3);
-            ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
-            // r0, r1: b0, b1 of k-step 2 kk; r2, r3: of k-step 2 kk + 1
-  #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int ks = 2 * kk + h;
-              const uint2 lo = ql_sh[ks][lane];
-              mma16816<false>(d[0], qa[ks][0], 0u, qa[ks][1], 0u, r[2 * h], r[2 * h + 1]);
-              mma16816<false>(d[1], lo.x, 0u, lo.y, 0u, r[2 * h], r[2 * h + 1]);
-            }
-          }
-          s[nt][0] = d[0][0] + d[1][0];
-          s[nt][1] = d[0][1] + d[1][1];
-        }
-      }
-      if (nvalid < kV4Chunk) {  // the split's last chunk: positions past p1 do not exist
-  #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-  #pragma unroll
-          for (int c = 0; c < 2; ++c)
-            if (nt * 8 + 2 * tig + c >= nvalid) s[nt][c] = -INFINITY;
-      }
+  for (int j = 0; j < nmine; ++j) {
+    // the stage of chunk j + S - 1 last held chunk j - 1: every lane is done reading it
+    __syncwarp();
+    if (j + S - 1 < nmine) {
+      const int jn = j + S - 1;
+      v4_load_chunk<KV>(ring + (jn % S) * C::kStageBytes, a, p0 + (warp + jn * NW) * kV4Chunk, p1, nkv, kvh, lane);
+    }
+    cp_commit();
+    cp_wait<S - 1>();  // groups 0 .. j complete (this lane's copies)
+    __syncwarp();      // ... and visible to the whole warp
+    const int pos0 = p0 + (warp + j * NW) * kV4Chunk;
+    const int nvalid = p1 - pos0;  // >= 1
+    const uint32_t sK = ring + (j % S) * C::kStageBytes, sV = sK + C::kKVBytes;
+    const unsigned char* sSc = ring_ptr + (j % S) * C::kStageBytes + 2 * C::kKVBytes;  // int8 / int4 scales
 
-  };
-  // ---- values: acc[mt] += V^T (16 dims x 16 positions) P^T (16 positions x 8 heads) for one chunk
-  auto chunk_values = [&](uint32_t sV, const unsigned char* sSc, const float (&p)[2][2]) {
-      if constexpr (Q) {
-        const uint32_t b0 = h2_bits(__floats2half2_rn(p[0][0], p[0][1]));
-        const uint32_t b1 = h2_bits(__floats2half2_rn(p[1][0], p[1][1]));
-        // group scales of positions (2tig, 2tig+1) for rows k 2c.. (a0, a1) and (2tig+8, 2tig+9) for a2, a3
-        const unsigned char* vsc = sSc + kV4Chunk * 8;
-        const uint2 v0 = *reinterpret_cast<const uint2*>(vsc + (2 * tig) * 8);
-        const uint2 v1 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 1) * 8);
-        const uint2 v2 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 8) * 8);
-        const uint2 v3 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 9) * 8);
-        const uint32_t sA[4] = {__byte_perm(v0.x, v1.x, 0x5410), __byte_perm(v0.x, v1.x, 0x7632),
-                                __byte_perm(v0.y, v1.y, 0x5410), __byte_perm(v0.y, v1.y, 0x7632)};
-        const uint32_t sB[4] = {__byte_perm(v2.x, v3.x, 0x5410), __byte_perm(v2.x, v3.x, 0x7632),
-                                __byte_perm(v2.y, v3.y, 0x5410), __byte_perm(v2.y, v3.y, 0x7632)};
-        const int row = lane & 15;  // matrices: (pos 0-7, seg 2u), (pos 8-15, seg 2u), (0-7, 2u+1), (8-15, 2u+1)
-        if constexpr (I4) {
-  #pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            uint32_t r[4];
-            const int seg = 2 * u + (lane >> 4);
-            ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
-  #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int sg = 2 * u + h, g = sg >> 1;  // segment: dims 32 sg .. +31, group sg / 2
-  #pragma unroll
-              for (int jj = 0; jj < 2; ++jj) {  // m-tile 2 sg + jj: dims 32 sg + 4 g8 + 2 jj (row g8) and + 1 (row g8 + 8)
-                const uint32_t x = jj ? r[2 * h] >> 8 : r[2 * h], y = jj ? r[2 * h + 1] >> 8 : r[2 * h + 1];
-                mma16816<true>(acc[2 * sg + jj], v4_deq4(v4_nib_lo(x), sA[g], kH2_1032), v4_deq4(v4_nib_hi(x), sA[g], kH2_1152),
-                             v4_deq4(v4_nib_lo(y), sB[g], kH2_1032), v4_deq4(v4_nib_hi(y), sB[g], kH2_1152), b0, b1);
-              }
-            }
+    // ---- scores: s[nt][c] = head g8, position 8 nt + 2 tig + c of the chunk (log2 units)
+    float s[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int row = nt * 8 + (lane & 7);  // the K row this lane addresses for ldmatrix
+      if constexpr (I4) {
+        const uint2 ksc0 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig) * 8);
+        const uint2 ksc1 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig + 1) * 8);
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int gg = 0; gg < 2; ++gg) {  // groups 2 gg, 2 gg + 1: segments 4 gg .. 4 gg + 3
+          uint32_t r[4];
+          const int seg = 4 * gg + (lane >> 3);
+          ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          float d[2][4] = {};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int sg = 4 * gg + i;
+            const uint32_t y = r[i] >> 8;
+            mma16816<true>(d[i >> 1], qa[2 * sg][0], 0u, qa[2 * sg][1], 0u, v4_nib_lo(r[i]), v4_nib_hi(r[i]));
+            mma16816<true>(d[i >> 1], qa[2 * sg + 1][0], 0u, qa[2 * sg + 1][1], 0u, v4_nib_lo(y), v4_nib_hi(y));
           }
-        } else {
-  #pragma unroll
-          for (int u = 0; u < 8; ++u) {
-            uint32_t r[4];
-            const int seg = 2 * u + (lane >> 4);
-            ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
-  #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int mt = 2 * u + h, g = mt >> 2;
-              const uint32_t x = r[2 * h] ^ 0x80808080u, y = r[2 * h + 1] ^ 0x80808080u;
-              mma16816<true>(acc[mt], v4_deq(__byte_perm(x, 0x64646464u, 0x4240), sA[g]),
-                           v4_deq(__byte_perm(x, 0x64646464u, 0x4341), sA[g]),
-                           v4_deq(__byte_perm(y, 0x64646464u, 0x4240), sB[g]),
-                           v4_deq(__byte_perm(y, 0x64646464u, 0x4341), sB[g]), b0, b1);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int g = 2 * gg + h;
+            const uint32_t w0 = g < 2 ? ksc0.x : ksc0.y, w1 = g < 2 ? ksc1.x : ksc1.y;
+            s0 = fmaf(v4_half(w0, g & 1), d[h][0] - corr[g], s0);
+            s1 = fmaf(v4_half(w1, g & 1), d[h][1] - corr[g], s1);
+          }
+        }
+        s[nt][0] = s0;
+        s[nt][1] = s1;
+      } else if constexpr (Q) {
+        const uint2 ksc0 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig) * 8);
+        const uint2 ksc1 = *reinterpret_cast<const uint2*>(sSc + (nt * 8 + 2 * tig + 1) * 8);
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          uint32_t r[4];
+          const int seg = 4 * g + (lane >> 3);
+          ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t y = r[i] ^ 0x80808080u;
+            mma16816<true>(d, qa[4 * g + i][0], 0u, qa[4 * g + i][1], 0u, __byte_perm(y, 0x64646464u, 0x4140),
+                         __byte_perm(y, 0x64646464u, 0x4342));
+          }
+          const uint32_t w0 = g < 2 ? ksc0.x : ksc0.y, w1 = g < 2 ? ksc1.x : ksc1.y;
+          s0 = fmaf(v4_half(w0, g & 1), d[0] - corr[g], s0);
+          s1 = fmaf(v4_half(w1, g & 1), d[1] - corr[g], s1);
+        }
+        s[nt][0] = s0;
+        s[nt][1] = s1;
+      } else {
+        float d[2][4] = {};  // independent chains for q hi and q lo (and the two n-tiles)
+#pragma unroll
+        for (int kk = 0; kk < 8; ++kk) {
+          uint32_t r[4];
+          const int seg = 4 * kk + (lane >> 3);
+          ldsm_x4(r, sK + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+          // r0, r1: b0, b1 of k-step 2 kk; r2, r3: of k-step 2 kk + 1
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int ks = 2 * kk + h;
+            const uint2 lo = ql_sh[ks][lane];
+            mma16816<false>(d[0], qa[ks][0], 0u, qa[ks][1], 0u, r[2 * h], r[2 * h + 1]);
+            mma16816<false>(d[1], lo.x, 0u, lo.y, 0u, r[2 * h], r[2 * h + 1]);
+          }
+        }
+        s[nt][0] = d[0][0] + d[1][0];
+        s[nt][1] = d[0][1] + d[1][1];
+      }
+    }
+    if (nvalid < kV4Chunk) {  // the split's last chunk: positions past p1 do not exist
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int c = 0; c < 2; ++c)
+          if (nt * 8 + 2 * tig + c >= nvalid) s[nt][c] = -INFINITY;
+    }
+
+    // ---- online softmax (base 2) for head g8; the quad (tig 0..3) holds the chunk's 16 positions
+    float cmax = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 1));
+    cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, 2));  // finite: the chunk has a valid position
+    const float m_new = fmaxf(m_run, cmax);
+    const float alpha = v4_ex2(m_run - m_new);  // 0 on the first chunk (m_run = -inf)
+    const bool grew = m_new > m_run;
+    m_run = m_new;
+    float p[2][2];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) p[nt][c] = v4_ex2(s[nt][c] - m_new);
+    l_run = fmaf(l_run, alpha, (p[0][0] + p[0][1]) + (p[1][0] + p[1][1]));
+    if (__any_sync(0xffffffffu, grew)) {
+      // the accumulator of lane (g8, tig) holds heads 2 tig and 2 tig + 1: their factors live in quads 2 tig, 2 tig + 1
+      const float a_lo = __shfl_sync(0xffffffffu, alpha, 8 * tig);
+      const float a_hi = __shfl_sync(0xffffffffu, alpha, 8 * tig + 4);
+#pragma unroll
+      for (int mt = 0; mt < 16; ++mt) {
+        acc[mt][0] *= a_lo; acc[mt][1] *= a_hi; acc[mt][2] *= a_lo; acc[mt][3] *= a_hi;
+      }
+    }
+
+    // ---- values: acc[mt] += V^T (16 dims x 16 positions) P^T (16 positions x 8 heads)
+    if constexpr (Q) {
+      const uint32_t b0 = h2_bits(__floats2half2_rn(p[0][0], p[0][1]));
+      const uint32_t b1 = h2_bits(__floats2half2_rn(p[1][0], p[1][1]));
+      // group scales of positions (2tig, 2tig+1) for rows k 2c.. (a0, a1) and (2tig+8, 2tig+9) for a2, a3
+      const unsigned char* vsc = sSc + kV4Chunk * 8;
+      const uint2 v0 = *reinterpret_cast<const uint2*>(vsc + (2 * tig) * 8);
+      const uint2 v1 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 1) * 8);
+      const uint2 v2 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 8) * 8);
+      const uint2 v3 = *reinterpret_cast<const uint2*>(vsc + (2 * tig + 9) * 8);
+      const uint32_t sA[4] = {__byte_perm(v0.x, v1.x, 0x5410), __byte_perm(v0.x, v1.x, 0x7632),
+                              __byte_perm(v0.y, v1.y, 0x5410), __byte_perm(v0.y, v1.y, 0x7632)};
+      const uint32_t sB[4] = {__byte_perm(v2.x, v3.x, 0x5410), __byte_perm(v2.x, v3.x, 0x7632),
+                              __byte_perm(v2.y, v3.y, 0x5410), __byte_perm(v2.y, v3.y, 0x7632)};
+      const int row = lane & 15;  // matrices: (pos 0-7, seg 2u), (pos 8-15, seg 2u), (0-7, 2u+1), (8-15, 2u+1)
+      if constexpr (I4) {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          uint32_t r[4];
+          const int seg = 2 * u + (lane >> 4);
+          ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int sg = 2 * u + h, g = sg >> 1;  // segment: dims 32 sg .. +31, group sg / 2
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {  // m-tile 2 sg + jj: dims 32 sg + 4 g8 + 2 jj (row g8) and + 1 (row g8 + 8)
+              const uint32_t x = jj ? r[2 * h] >> 8 : r[2 * h], y = jj ? r[2 * h + 1] >> 8 : r[2 * h + 1];
+              mma16816<true>(acc[2 * sg + jj], v4_deq4(v4_nib_lo(x), sA[g], kH2_1032), v4_deq4(v4_nib_hi(x), sA[g], kH2_1152),
+                           v4_deq4(v4_nib_lo(y), sB[g], kH2_1032), v4_deq4(v4_nib_hi(y), sB[g], kH2_1152), b0, b1);
             }
           }
         }
       } else {
-        uint32_t bh0, bl0, bh1, bl1;
-        v4_bf2_split(p[0][0], p[0][1], bh0, bl0);
-        v4_bf2_split(p[1][0], p[1][1], bh1, bl1);
-        // matrices: (pos 0-7, seg 2mt) a0, (0-7, 2mt+1) a1, (8-15, 2mt) a2, (8-15, 2mt+1) a3
-        const int row = (lane >> 4) * 8 + (lane & 7);
-  #pragma unroll
-        for (int mt = 0; mt < 16; ++mt) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
           uint32_t r[4];
-          const int seg = 2 * mt + ((lane >> 3) & 1);
+          const int seg = 2 * u + (lane >> 4);
           ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
-          mma16816<false>(acc[mt], r[0], r[1], r[2], r[3], bh0, bh1);
-          mma16816<false>(acc[mt], r[0], r[1], r[2], r[3], bl0, bl1);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int mt = 2 * u + h, g = mt >> 2;
+            const uint32_t x = r[2 * h] ^ 0x80808080u, y = r[2 * h + 1] ^ 0x80808080u;
+            mma16816<true>(acc[mt], v4_deq(__byte_perm(x, 0x64646464u, 0x4240), sA[g]),
+                         v4_deq(__byte_perm(x, 0x64646464u, 0x4341), sA[g]),
+                         v4_deq(__byte_perm(y, 0x64646464u, 0x4240), sB[g]),
+                         v4_deq(__byte_perm(y, 0x64646464u, 0x4341), sB[g]), b0, b1);
+          }
         }
       }
-  };
-
-  if constexpr (!PAIR) {
-    for (int j = 0; j < nmine; ++j) {
-      // the stage of chunk j + S - 1 last held chunk j - 1: every lane is done reading it
-      __syncwarp();
-      if (j + S - 1 < nmine) {
-        const int jn = j + S - 1;
-        v4_load_chunk<KV>(ring + (jn % S) * C::kStageBytes, a, p0 + (warp + jn * NW) * kV4Chunk, p1, nkv, kvh, lane);
-      }
-      cp_commit();
-      cp_wait<S - 1>();  // groups 0 .. j complete (this lane's copies)
-      __syncwarp();      // ... and visible to the whole warp
-      const int pos0 = p0 + (warp + j * NW) * kV4Chunk;
-      const uint32_t sK = ring + (j % S) * C::kStageBytes;
-      const unsigned char* sSc = ring_ptr + (j % S) * C::kStageBytes + 2 * C::kKVBytes;  // int8 / int4 scales
-      float sc[2][2], p[2][2];
-      chunk_scores(sK, sSc, p1 - pos0, sc);  // p1 - pos0 >= 1
-      v4_softmax<2>(sc, p, m_run, l_run, acc, tig);
-      chunk_values(sK + C::kKVBytes, sSc, p);
-    }
-  } else {
-    // PAIR (variant 7, int4): two chunks a step, so that their score chains are in flight together and one softmax
-    // update (maximum, shuffles, rescale) serves 32 positions. Chunk c sits in ring stage c % S and commit group c:
-    // step 0 loads chunk S - 1 (the prologue loaded 0 .. S - 2), step j >= 2 chunks j + S - 2 and j + S - 1 into the
-    // stages chunks j - 2 and j - 1 left; then groups 0 .. j + 1 are complete with S - 2 still in flight.
-    for (int j = 0; j < nmine; j += 2) {
-      __syncwarp();
-      for (int jn = j == 0 ? S - 1 : j + S - 2; jn <= j + S - 1; ++jn) {
-        if (jn < nmine)
-          v4_load_chunk<KV>(ring + (jn % S) * C::kStageBytes, a, p0 + (warp + jn * NW) * kV4Chunk, p1, nkv, kvh, lane);
-        cp_commit();
-      }
-      cp_wait<S - 2>();
-      __syncwarp();
-      const bool two = j + 1 < nmine;  // an odd last step has one chunk: the second's scores are -inf, p = 0
-      float sc[4][2], p[4][2];
+    } else {
+      uint32_t bh0, bl0, bh1, bl1;
+      v4_bf2_split(p[0][0], p[0][1], bh0, bl0);
+      v4_bf2_split(p[1][0], p[1][1], bh1, bl1);
+      // matrices: (pos 0-7, seg 2mt) a0, (0-7, 2mt+1) a1, (8-15, 2mt) a2, (8-15, 2mt+1) a3
+      const int row = (lane >> 4) * 8 + (lane & 7);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int jj = j + h;
-        const uint32_t sK = ring + (jj % S) * C::kStageBytes;
-        const unsigned char* sSc = ring_ptr + (jj % S) * C::kStageBytes + 2 * C::kKVBytes;
-        float sh[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
-        if (h == 0 || two) chunk_scores(sK, sSc, p1 - (p0 + (warp + jj * NW) * kV4Chunk), sh);
-        sc[2 * h][0] = sh[0][0]; sc[2 * h][1] = sh[0][1]; sc[2 * h + 1][0] = sh[1][0]; sc[2 * h + 1][1] = sh[1][1];
-      }
-      v4_softmax<4>(sc, p, m_run, l_run, acc, tig);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (h == 1 && !two) break;
-        const int jj = j + h;
-        const uint32_t sK = ring + (jj % S) * C::kStageBytes;
-        const unsigned char* sSc = ring_ptr + (jj % S) * C::kStageBytes + 2 * C::kKVBytes;
-        const float ph[2][2] = {{p[2 * h][0], p[2 * h][1]}, {p[2 * h + 1][0], p[2 * h + 1][1]}};
-        chunk_values(sK + C::kKVBytes, sSc, ph);
+      for (int mt = 0; mt < 16; ++mt) {
+        uint32_t r[4];
+        const int seg = 2 * mt + ((lane >> 3) & 1);
+        ldsm_x4_t(r, sV + row * C::kRowBytes + ((seg ^ (row & 7)) << 4));
+        mma16816<false>(acc[mt], r[0], r[1], r[2], r[3], bh0, bh1);
+        mma16816<false>(acc[mt], r[0], r[1], r[2], r[3], bl0, bl1);
       }
     }
   }
@@ -993,7 +937,7 @@ __global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4
     }
 }
 
-template <int KV, int NWo = 0, int So = 0, bool PAIR = false>
+template <int KV, int NWo = 0, int So = 0>
 void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t stream) {
   using C = V4Cfg<KV, NWo, So>;
   constexpr int smem = C::kSmem;
@@ -1002,13 +946,12 @@ void launch_attn_split_v4(const SplitArgs& a, int T, int nkv, cudaStream_t strea
   MR_CHECK(cudaGetDevice(&dev), "attn_split");
   const unsigned long long bit = 1ull << (dev & 63);
   if (!(configured & bit)) {
-    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<KV, NWo, So, PAIR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  smem),
+    MR_CHECK(cudaFuncSetAttribute(attn_split_v4_kernel<KV, NWo, So>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "attn_split (shared memory opt-in)");
     configured |= bit;
   }
-  launch_pdl("attn_split", attn_split_v4_kernel<KV, NWo, So, PAIR>, dim3(T, nkv, kMaxAttnSplits), dim3(32 * C::kWarps),
-             smem, stream, a);
+  launch_pdl("attn_split", attn_split_v4_kernel<KV, NWo, So>, dim3(T, nkv, kMaxAttnSplits), dim3(32 * C::kWarps), smem,
+             stream, a);
 }
 
 // Merges the splits of one (token, head) for a slice of kCombineDims output dims: block (t, h, slice), 256 threads.
@@ -1096,12 +1039,11 @@ int attn_route(int kv_fmt) { return kv_fmt == kKvInt8 ? 6 : 4; }
 int get_attn_variant() { return g_attn_mode; }
 
 void set_attn_variant(int v) {
-  if (v < -1 || v > 7)
+  if (v < -1 || v > 6)
     throw std::invalid_argument("attention variant must be -1 (the route by KV format), 0 (CUDA cores, q in registers), 1 (q in shared memory), "
                                 "2 (scores on tensor cores), 3 (scores and values on tensor cores), 4 "
                                 "(flash-decode: cp.async rings, ldmatrix, both products on tensor cores), or 5 / 6 "
-                                "(4 with 3 / 4 warps per block and shallower rings, int8 and int4 KV), or 7 (int4 KV: 4 with two chunks a "
-                                "loop step and 6 ring stages)");
+                                "(4 with 3 / 4 warps per block and shallower rings, int8 and int4 KV)");
   g_attn_mode = v;
 }
 
@@ -1131,11 +1073,10 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     if (m == 4) launch_attn_split_v4<kKvInt4>(a, T, d.n_kv_heads, stream);
     else if (m == 5) launch_attn_split_v4<kKvInt4, 3, 4>(a, T, d.n_kv_heads, stream);
     else if (m == 6) launch_attn_split_v4<kKvInt4, 4, 3>(a, T, d.n_kv_heads, stream);
-    else if (m == 7) launch_attn_split_v4<kKvInt4, 0, 6, true>(a, T, d.n_kv_heads, stream);
     else if (m == 1) attn_split_kernel<kKvInt4, 1><<<grid, 128, 0, stream>>>(a);
     else if (m == 0) attn_split_kernel<kKvInt4, 0><<<grid, 128, 0, stream>>>(a);
     else
-      throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4..7; variant " +
+      throw std::invalid_argument("attn_decode: int4 KV runs on attention variants 0, 1 and 4..6; variant " +
                                   std::to_string(m) + " (" + (m == 2 ? "scores on tensor cores" : "scores and values on tensor cores") +
                                   ") is built for bf16 and int8 KV only");
   } else if (m >= 4) {
@@ -1146,7 +1087,9 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     // 40-76 bytes spilled), 12 warps an SM. Alone at 128K it was faster on int4 (0.032 against 0.049 ms for the context
     // part); in whole steps it was slower on both formats (int8 6.198 against 5.88-5.90 ms, int4 5.875 against
     // 5.633-5.646; the int4 split kernel 70.0 against 60.7 us a layer in the step's timeline; bench/NOTES.md session
-    // 19). bf16 KV runs the default for both
+    // 19). Session 19 also measured and removed a two-chunks-a-step loop for int4 (both chunks' scores in flight, one
+    // softmax update for 32 positions, 6 stages; 205 registers): 5.746 against 5.627-5.642 ms at 128K, the split 64.0
+    // against 60.7 us a layer. bf16 KV runs the default for both
     if (d.kv_fmt == kKvInt8 && m == 5) launch_attn_split_v4<kKvInt8, 3, 2>(a, T, d.n_kv_heads, stream);
     else if (d.kv_fmt == kKvInt8 && m == 6) launch_attn_split_v4<kKvInt8, 4, 2>(a, T, d.n_kv_heads, stream);
     else if (d.kv_fmt == kKvInt8) launch_attn_split_v4<kKvInt8>(a, T, d.n_kv_heads, stream);
