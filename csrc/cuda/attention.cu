@@ -15,6 +15,7 @@
 #include "attn_prep.cuh"
 #include "common.cuh"
 #include "pdl.cuh"
+#include "stamps.cuh"
 #include "ptx.cuh"
 #include "ops.h"
 
@@ -32,6 +33,7 @@ struct PrepArgs {
 };
 
 __global__ void __launch_bounds__(kHd) attn_prep_kernel(PrepArgs p) {
+  MR_WARP_STAMP(kStampAttnPrep, p.k_cache);
   __shared__ float xs[kHd], red[32], gmax[8];
   const int t = blockIdx.x, i = threadIdx.x;
   // the norm weight, the rotation and the cache slot come from weights and the step's inputs (written by the host
@@ -137,6 +139,7 @@ __device__ inline uint32_t i8x2_to_h2(uint32_t w, int sel, __half2 scale) {
 // KV: KvFormat. int4 runs MODE 0 and 1 only (the CUDA-core paths through load_dims/unpack_dims above).
 template <int KV, int MODE>
 __global__ void __launch_bounds__(128) attn_split_kernel(SplitArgs a) {
+  MR_WARP_STAMP(kStampAttnSplit, a.k_cache);
   static_assert(KV != kKvInt4 || MODE <= 1, "int4 KV: attention variants 0 and 1 only (and 4)");
   constexpr bool INT8 = KV == kKvInt8;  // the MODE 2/3 paths: bf16 or int8
   constexpr bool QSMEM = MODE == 1;
@@ -586,6 +589,7 @@ __device__ inline void v4_load_chunk(uint32_t st, const SplitArgs& a, int pos0, 
 
 template <int KV, int NWo = 0, int So = 0>
 __global__ void __launch_bounds__(32 * V4Cfg<KV, NWo, So>::kWarps) attn_split_v4_kernel(SplitArgs a) {
+  MR_WARP_STAMP(kStampAttnSplit, a.k_cache);
   using C = V4Cfg<KV, NWo, So>;
   constexpr bool Q = C::Q, I4 = KV == kKvInt4;  // Q: int8 or int4
   constexpr int NW = C::kWarps, S = C::kStages;
@@ -969,6 +973,7 @@ static_assert(kMaxAttnSplits <= 256, "one thread per split for the maxima");
 __global__ void __launch_bounds__(256) attn_combine_kernel(const float* part, AttnDims d, const StepInputs* in,
                                                            const float* gate, int ld_gate, __half* out_h,
                                                            int out_lanes) {
+  MR_WARP_STAMP(kStampAttnCombine, part);
   __shared__ float w_sh[kMaxAttnSplits];
   __shared__ float red[32];
   __shared__ float acc_sh[kCombineGroups][kCombineDims];
@@ -1109,5 +1114,7 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
   launch_pdl("attn_combine", attn_combine_kernel, dim3(T, d.n_heads, kHd / kCombineDims), dim3(256), 0, stream, partials,
              d, in, gate, ld_gate, out_h, out_layout == GEMV_X_LANES);
 }
+
+MR_STAMPS_TU(attention)
 
 }  // namespace monorail

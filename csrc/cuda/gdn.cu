@@ -13,6 +13,7 @@
 #include "common.cuh"
 #include "ops.h"
 #include "pdl.cuh"
+#include "stamps.cuh"
 
 namespace monorail {
 namespace {
@@ -61,6 +62,7 @@ __device__ inline void conv_load(const float* w, const float* state, int c, int 
 
 __global__ void conv_kernel(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
                             const int32_t* pos_dev, float* out) {
+  MR_WARP_STAMP(kStampConv, state);
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   float win[8];  // Kc - 1 <= 7 previous inputs, oldest first
   float wc[8], wlast = 0.f;
@@ -188,6 +190,7 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
                                                   const float* a, int ldp, int T, GdnDims d, const float* a_log,
                                                   const float* dt_bias, const float* norm_w, float* state,
                                                   __half* out_h, int out_lanes) {
+  MR_WARP_STAMP(kStampGdnStep, state);
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
   __shared__ float red[32];
@@ -269,6 +272,7 @@ __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, co
                                                               const float* a, GdnDims d, const float* a_log,
                                                               const float* dt_bias, const float* norm_w, float* state,
                                                               __half* out_h, ConvIn cv, int out_lanes) {
+  MR_WARP_STAMP(kStampGdnStep, state);
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
   __shared__ float red[32];
@@ -380,5 +384,7 @@ void gdn_conv_step(const float* x, const float* z, const float* b, const float* 
   launch_pdl("gdn_conv_step", gdn_conv_decode_kernel, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, d, a_log,
              dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
 }
+
+MR_STAMPS_TU(gdn)
 
 }  // namespace monorail

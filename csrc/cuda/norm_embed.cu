@@ -3,6 +3,7 @@
 #include "common.cuh"
 #include "ops.h"
 #include "pdl.cuh"
+#include "stamps.cuh"
 
 namespace monorail {
 namespace {
@@ -13,6 +14,7 @@ constexpr int kNormThreads = 1024, kPer = 8;
 
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, int H, const float* w, float eps,
                                                                float add_one, __half* out) {
+  MR_WARP_STAMP(kStampRmsnorm, w);
   __shared__ float red[32];
   const float* xr = x + (size_t)blockIdx.x * H;
   float v[kPer], wv[kPer];
@@ -51,6 +53,7 @@ __device__ inline int qcode(const QMatrix& E, const uint8_t* codes, const uint8_
 }
 
 __global__ void embed_kernel(QMatrix E, const int32_t* tokens, float* out) {
+  MR_WARP_STAMP(kStampEmbed, E.codes);
   pdl_wait();
   pdl_trigger();
   const int t = blockIdx.x;
@@ -77,5 +80,7 @@ void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float e
 void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cudaStream_t stream) {
   launch_pdl("embed_gather", embed_kernel, dim3(T), dim3(512), 0, stream, E, tokens, out);
 }
+
+MR_STAMPS_TU(norm_embed)
 
 }  // namespace monorail

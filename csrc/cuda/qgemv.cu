@@ -23,6 +23,7 @@
 
 #include "common.cuh"
 #include "pdl.cuh"
+#include "stamps.cuh"
 #include "ptx.cuh"
 #include "q4_half2.cuh"
 #include "ops.h"
@@ -217,6 +218,7 @@ __device__ __forceinline__ void load_x_global(const uint4* xt, int c, int nch, u
 //   XL     x in the lanes layout (common.cuh lanes_pos): the warp's p-th 16-byte load of x is one contiguous 512 bytes
 template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
+  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
@@ -462,6 +464,7 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
 
 template <bool XL, int PRE, int R = 2, bool CG = false>
 __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
+  MR_WARP_STAMP(kStampGemvPp, a.codes);
   qgemv_pp_body<XL, PRE, R, CG, 4>(a);
 }
 
@@ -470,6 +473,7 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
 // launch bounds would change its register allocation too (session 13's lesson).
 template <bool XL, int BITS>
 __global__ void __launch_bounds__(kWarps * 32, 5) qgemv_pp_wide_kernel(GemvArgs a) {
+  MR_WARP_STAMP(kStampGemvPp, a.codes);
   qgemv_pp_body<XL, 2, 2, false, BITS>(a);
 }
 
@@ -546,6 +550,7 @@ __device__ __forceinline__ float col_reduce(float (&v)[B], int lane) {
 // every block sums the squares of the row itself (K fp32 from L2) and each warp normalises its column's 32 chunks.
 template <int BITS, int B, bool PRE, bool NORM>
 __global__ void __launch_bounds__(kColWarps * 32, 1) qgemv_col_kernel(GemvArgs a, int rows_per_block) {
+  MR_WARP_STAMP(kStampGemvCol, a.codes);
   static_assert(B >= 1 && B <= 32 && (B & (B - 1)) == 0, "B: a power of two up to 32");
   extern __shared__ float cell[];  // [column][row of the block]
   const int lane = threadIdx.x & 31;
@@ -1227,12 +1232,14 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
           bool LAZY = false, bool XOUT = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
+  MR_WARP_STAMP(kStampGemvSx, a.codes);
   sx_gemv<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, 0>(a, SplitTail{});
 }
 
 // Variant 30 (fused norm) on a split projection's head with its TAIL-bit tail in the same launch (qgemv_normed_split).
 template <int TAIL>
 __global__ void __launch_bounds__(16 * 32, 1) qgemv4_split_kernel(GemvArgs a, SplitTail t) {
+  MR_WARP_STAMP(kStampGemvSplit, a.codes);
   sx_gemv<8, 1, 16, 1, true, false, false, true, true, false, false, TAIL>(a, t);
 }
 
@@ -1369,6 +1376,7 @@ __device__ inline void walk_dot(const WalkBatch& b, const uint4* xh, int cb, flo
 
 template <int TB, bool NORM>
 __global__ void __launch_bounds__(16 * 32, 1) qgemv_walk_kernel(GemvArgs a, SplitTail t) {
+  MR_WARP_STAMP(kStampGemvWalk, t.codes);
   extern __shared__ uint4 xs[];
   __shared__ float red[32];
   __shared__ float part_sums[16][kTailRows];
@@ -1519,6 +1527,7 @@ __device__ inline void st_shared_u32(uint32_t addr, uint32_t v) {
 // ROWS rows per warp, WARPS warps per block, MINB min resident blocks per SM (register cap); S stages.
 template <int BITS, int ROWS, int WARPS, int MINB>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv_ring_kernel(GemvArgs a, int S) {
+  MR_WARP_STAMP(kStampGemvRing, a.codes);
   using F = RingFmt<BITS>;
   constexpr int kStage = ring_stage_bytes<BITS, ROWS>();
   constexpr int kHighOff = ROWS * F::kPieces * 512;           // [ROWS][kPieces][32 lanes] x 16 B codes first
@@ -2152,5 +2161,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   }
   MR_CHECK_LAUNCH("qgemv");
 }
+
+MR_STAMPS_TU(qgemv)
 
 }  // namespace monorail

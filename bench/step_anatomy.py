@@ -1,0 +1,150 @@
+"""Warp by warp, where the decode step's time goes at each kernel boundary (run on the GPU machine, diagnostic build).
+
+    MONORAIL_STAMPS=ON MONORAIL_CUDA_ARCHS=90 python3 -m pip install --no-build-isolation --no-deps -e .
+    python3 bench/step_anatomy.py [--kv int8] [--depth 0] [--recipe q4g64] [--json out.json]
+
+The diagnostic build (csrc/cuda/stamps.cuh) has lane 0 of every warp of the step's kernels record its start and end
+(%globaltimer) with its kernel family and a key that tells launches apart. This replays captured steps with the
+stamps armed, keeps the last whole step (embed to embed), cuts it into launches and names each by its place in the
+layer (gdn_in, gdn_step, gdn_out, gate_up, down; attn_qkv, attn_prep, attn_split, attn_combine, attn_o; lm_head).
+Per launch, against the last warp of the launch before it (P):
+  incr   its last warp's end minus P's last warp's end (what bench/step_timeline.py calls the increment)
+  early  how long before P's end its first warp was resident (PDL: launched, waiting or prefetching)
+  late   how long after P's end the median warp started (> 0: half its warps had no room until P's warps left)
+  body   its median warp's end minus P's end
+  tail   its last warp's end minus its median warp's end
+and the bytes the GEMVs stream against `incr` at the copy rate. The step's time with the stamps armed is printed
+beside the same build's time disarmed: the recording costs an atomic and two stores a warp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+
+# stamps.cuh's StampFamily -> a kernel name of the family, as bench/step_timeline.py's role_names reads them
+KERNEL = {1: "qgemv_kernel", 2: "qgemv_pp_kernel", 3: "qgemv_col_kernel", 4: "qgemv4_sx_kernel",
+          5: "qgemv4_split_kernel", 6: "qgemv_walk_kernel", 7: "qgemv_ring_kernel", 8: "gdn_conv_decode_kernel",
+          9: "conv_kernel", 10: "attn_prep_kernel", 11: "attn_split_v4_kernel", 12: "attn_combine_kernel",
+          13: "rmsnorm_kernel", 14: "embed_kernel"}
+RECORD = [("family", "<u4"), ("sm", "<u4"), ("key", "<u8"), ("start", "<u8"), ("end", "<u8")]
+GAP_NS = 20_000  # launches of one (family, key) are at least a layer apart; one launch's warps start within this
+
+
+def launches_of(rec) -> list[dict]:
+    """Records -> launches: grouped by (family, key), a group cut where its sorted starts jump by more than GAP_NS."""
+    groups = defaultdict(list)
+    for r in rec:
+        if r["end"] > r["start"]:
+            groups[(int(r["family"]), int(r["key"]))].append((int(r["start"]), int(r["end"])))
+    out = []
+    for (fam, key), rows in groups.items():
+        rows.sort()
+        cur = [rows[0]]
+        for row in rows[1:]:
+            if row[0] - cur[-1][0] > GAP_NS:
+                out.append(summarize(fam, key, cur))
+                cur = []
+            cur.append(row)
+        out.append(summarize(fam, key, cur))
+    out.sort(key=lambda L: L["last_end"])
+    return out
+
+
+def summarize(fam: int, key: int, rows: list[tuple[int, int]]) -> dict:
+    starts = sorted(r[0] for r in rows)
+    ends = sorted(r[1] for r in rows)
+    return {"family": fam, "kernel": KERNEL.get(fam, str(fam)), "key": key, "warps": len(rows),
+            "first_start": starts[0], "median_start": starts[len(starts) // 2], "first_end": ends[0],
+            "median_end": ends[len(ends) // 2], "last_end": ends[-1]}
+
+
+def name_roles(step: list[dict]) -> None:
+    """Each launch's role in its layer, by bench/step_timeline.py's rules (the kernel order of engine.cu)."""
+    from step_timeline import role_names  # bench/ is the script's directory, first on sys.path
+    for L, role in zip(step, role_names([L["kernel"] for L in step])):
+        L["role"] = role
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kv", default="int8")
+    ap.add_argument("--depth", type=int, default=0)
+    ap.add_argument("--recipe", default="q4g64")
+    ap.add_argument("--per-sm", type=int, default=49152, help="records an SM (32 bytes each)")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    import numpy as np
+    import torch
+
+    from engine.native import load_native
+    from engine.native_backend import NativeModel, recipe_named
+    from engine.registry import config_27b
+    nat = load_native()
+    if not nat.stamps_built():
+        raise SystemExit("this engine._native was built without MONORAIL_STAMPS: rebuild with MONORAIL_STAMPS=ON "
+                         "(see this file's header)")
+    cfg = config_27b(vision=False)
+    model = NativeModel.random_27b(kv_dtype=args.kv, max_context=args.depth + 64, seed=1,
+                                   vram_budget_bytes=24 << 30, recipe=recipe_named(args.recipe, cfg))
+    e = model.engine
+    disarmed = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    rec = torch.zeros(sms * args.per_sm * 32, dtype=torch.uint8, device="cuda")
+    count = torch.zeros(sms, dtype=torch.int32, device="cuda")
+    nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm)
+    try:
+        armed = e.time_steps(0, args.depth, 2)  # one eager forward, 3 warm replays, 2 timed: the last is kept
+    finally:
+        nat.stamps_arm(0, 0, 0)
+    counts = count.cpu().numpy().astype(np.int64)
+    if (counts > args.per_sm).any():
+        print(f"warning: {int((counts - args.per_sm).clip(0).sum())} records dropped (raise --per-sm)")
+    raw = rec.cpu().numpy().view(np.dtype(RECORD)).reshape(sms, args.per_sm)
+    rows = np.concatenate([raw[s, :min(int(counts[s]), args.per_sm)] for s in range(sms)])
+    launches = launches_of(rows)
+    embeds = [i for i, L in enumerate(launches) if L["family"] == 14]
+    if len(embeds) < 2:
+        raise SystemExit(f"could not find two whole steps ({len(embeds)} embed launches)")
+    step = launches[embeds[-2]:embeds[-1]]
+    name_roles(step)
+    prev_end = launches[embeds[-2] - 1]["last_end"] if embeds[-2] > 0 else step[0]["first_start"]
+    for L in step:
+        L["incr_us"] = (L["last_end"] - prev_end) / 1e3
+        L["early_us"] = (prev_end - L["first_start"]) / 1e3
+        L["late_us"] = (L["median_start"] - prev_end) / 1e3
+        L["body_us"] = (L["median_end"] - prev_end) / 1e3
+        L["tail_us"] = (L["last_end"] - L["median_end"]) / 1e3
+        prev_end = L["last_end"]
+    span = (step[-1]["last_end"] - step[0]["first_start"]) / 1e3
+    print(f"{args.recipe}, {args.kv} KV, depth {args.depth}: step {disarmed:.3f} ms disarmed, {armed:.3f} ms armed; "
+          f"{len(step)} launches in the kept step, {span:.1f} us from its first warp to its last")
+    from step_timeline import role_bytes
+    nbytes = role_bytes(recipe_named(args.recipe, cfg))
+    by_role = defaultdict(list)
+    for L in step:
+        by_role[L["role"]].append(L)
+    print(f"{'role':<13} {'n':>3} {'warps':>6} {'incr':>7} {'early':>7} {'late':>7} {'body':>7} {'tail':>7} {'GB/s':>6}"
+          "   (us, medians over the step; GB/s: the role's weight bytes over incr)")
+    for role, Ls in sorted(by_role.items(), key=lambda kv: -sum(L["incr_us"] for L in kv[1])):
+        med = lambda k: statistics.median(L[k] for L in Ls)  # noqa: E731
+        print(f"{role:<13} {len(Ls):>3} {int(med('warps')):>6} {med('incr_us'):>7.2f} {med('early_us'):>7.2f} "
+              f"{med('late_us'):>7.2f} {med('body_us'):>7.2f} {med('tail_us'):>7.2f} "
+              f"{(nbytes[role] / med('incr_us') / 1e3 if role in nbytes else float('nan')):>6.0f}")
+    # one GDN layer and one attention layer in full, from the middle of the step
+    mid = len(step) // 2
+    first = next((i for i in range(mid, len(step)) if step[i]["role"] in ("gdn_in", "attn_qkv")), mid)
+    print("\nten launches from the middle of the step:")
+    for L in step[first:first + 10]:
+        print(f"  {L['role']:<13} {L['kernel']:<13} warps {L['warps']:>5}  incr {L['incr_us']:6.2f}  early "
+              f"{L['early_us']:6.2f}  late {L['late_us']:6.2f}  body {L['body_us']:6.2f}  tail {L['tail_us']:6.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"recipe": args.recipe, "kv": args.kv, "depth": args.depth, "step_ms_disarmed": disarmed,
+                       "step_ms_armed": armed, "launches": step}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""bench/step_anatomy.py cuts the warp stamps of the diagnostic build into launches and names them by their place in
+the layer; engine._native says whether it records stamps, and a default build refuses to be armed (no GPU needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _anatomy():
+    sys.path.insert(0, str(BENCH))  # step_anatomy imports step_timeline as the script would
+    try:
+        spec = importlib.util.spec_from_file_location("step_anatomy", BENCH / "step_anatomy.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _records(mod, rows):
+    rec = np.zeros(len(rows), dtype=np.dtype(mod.RECORD))
+    for i, (fam, key, start, end) in enumerate(rows):
+        rec[i] = (fam, i % 132, key, start, end)
+    return rec
+
+
+def test_launches_split_by_key_and_by_time_and_ordered_by_their_end():
+    a = _anatomy()
+    us = 1000
+    rows = []
+    # two launches of the same family and key (the attention combine reads one buffer in every layer), 300 us apart
+    rows += [(12, 7, t * us, t * us + 3 * us) for t in (100, 101, 101)]
+    rows += [(12, 7, t * us, t * us + 3 * us) for t in (400, 400, 401)]
+    # a GEMV launch whose warps start over 6 us (early residency under PDL) and end with a tail
+    rows += [(4, 0xABC0, (200 + d) * us, (215 + 2 * d) * us) for d in range(7)]
+    rows.append((2, 0xDEF0, 230 * us, 229 * us))  # a record whose end was never written (end < start): ignored
+    launches = a.launches_of(_records(a, rows))
+    assert [(L["kernel"], L["warps"]) for L in launches] == [
+        ("attn_combine_kernel", 3), ("qgemv4_sx_kernel", 7), ("attn_combine_kernel", 3)]
+    sx = launches[1]
+    assert (sx["first_start"], sx["median_start"], sx["median_end"], sx["last_end"]) == (
+        200 * us, 203 * us, 221 * us, 227 * us)
+
+
+def test_roles_come_from_the_layer_order():
+    a = _anatomy()
+    fams = [14, 4, 8, 1, 4, 2, 4, 10, 11, 12, 1, 4, 2, 4]  # embed, a GDN layer, an attention layer, lm_head
+    step = [{"kernel": a.KERNEL[f]} for f in fams]
+    sys.path.insert(0, str(BENCH))
+    try:
+        a.name_roles(step)
+    finally:
+        sys.path.remove(str(BENCH))
+    assert [L["role"] for L in step] == ["embed", "gdn_in", "gdn_step", "gdn_out", "gate_up", "down", "attn_qkv",
+                                         "attn_prep", "attn_split", "attn_combine", "attn_o", "gate_up", "down",
+                                         "lm_head"]
+
+
+def test_default_build_records_no_stamps_and_refuses_to_be_armed():
+    from engine.native import load_native
+    nat = load_native()
+    if not hasattr(nat, "stamps_built"):
+        pytest.skip("engine._native built without CUDA (the stamps live in the CUDA sources)")
+    if nat.stamps_built():
+        pytest.skip("a diagnostic build (MONORAIL_STAMPS=ON)")
+    nat.stamps_arm(0, 0, 0)  # disarming is always allowed and touches no device
+    with pytest.raises(RuntimeError, match="MONORAIL_STAMPS"):
+        nat.stamps_arm(1 << 20, 1 << 20, 16)
