@@ -38,7 +38,7 @@ def launches_of(rec) -> list[dict]:
     groups = defaultdict(list)
     for r in rec:
         if r["end"] > r["start"]:
-            groups[(int(r["family"]), int(r["key"]))].append((int(r["start"]), int(r["end"])))
+            groups[(int(r["family"]), int(r["key"]))].append((int(r["start"]), int(r["end"]), int(r["sm"])))
     out = []
     for (fam, key), rows in groups.items():
         rows.sort()
@@ -53,12 +53,16 @@ def launches_of(rec) -> list[dict]:
     return out
 
 
-def summarize(fam: int, key: int, rows: list[tuple[int, int]]) -> dict:
+def summarize(fam: int, key: int, rows: list[tuple[int, int, int]]) -> dict:
     starts = sorted(r[0] for r in rows)
     ends = sorted(r[1] for r in rows)
+    sm_end: dict[int, int] = {}
+    for r in rows:
+        sm_end[r[2]] = max(sm_end.get(r[2], 0), r[1])
     return {"family": fam, "kernel": KERNEL.get(fam, str(fam)), "key": key, "warps": len(rows),
             "first_start": starts[0], "median_start": starts[len(starts) // 2], "first_end": ends[0],
-            "median_end": ends[len(ends) // 2], "last_end": ends[-1]}
+            "median_end": ends[len(ends) // 2], "p90_end": ends[(9 * len(ends)) // 10], "last_end": ends[-1],
+            "_sm_end": sm_end}  # each SM's last warp end (not written to --json)
 
 
 def name_roles(step: list[dict]) -> None:
@@ -66,6 +70,35 @@ def name_roles(step: list[dict]) -> None:
     from step_timeline import role_names  # bench/ is the script's directory, first on sys.path
     for L, role in zip(step, role_names([L["kernel"] for L in step])):
         L["role"] = role
+
+
+def sm_lag_report(step: list[dict]) -> None:
+    """Is the tail the same SMs every time? Per GEMV launch, each SM's last warp end minus the launch's median warp end;
+    per SM, the mean over the launches and how often it is among the launch's last tenth of SMs."""
+    lag = defaultdict(list)
+    last = defaultdict(int)
+    n = 0
+    for L in step:
+        if "qgemv" not in L["kernel"] or L["role"] == "lm_head":
+            continue
+        n += 1
+        ends = L["_sm_end"]
+        order = sorted(ends, key=ends.get)
+        for sm in order[-max(1, len(order) // 10):]:
+            last[sm] += 1
+        for sm, t in ends.items():
+            lag[sm].append((t - L["median_end"]) / 1e3)
+    if not n:
+        return
+    mean = {sm: statistics.mean(v) for sm, v in lag.items()}
+    worst = sorted(mean, key=mean.get)[-12:][::-1]
+    p90_tail = statistics.median((L["last_end"] - L["p90_end"]) / 1e3 for L in step if "qgemv" in L["kernel"])
+    print(f"\nthe tail by SM over {n} GEMV launches (an SM's last warp end minus the launch's median warp end, us): "
+          f"median over SMs {statistics.median(mean.values()):.2f}, spread of the SM means "
+          f"{min(mean.values()):.2f} .. {max(mean.values()):.2f}; a launch's last tenth of warps takes {p90_tail:.2f}")
+    print("  slowest SMs: " + ", ".join(f"{sm} {mean[sm]:.2f} (last tenth {last[sm]}/{n})" for sm in worst))
+    chance = n / 10
+    print(f"  (an SM that were last at random would be in the last tenth ~{chance:.0f} of {n} times)")
 
 
 def main() -> None:
@@ -140,7 +173,10 @@ def main() -> None:
     for L in step[first:first + 10]:
         print(f"  {L['role']:<13} {L['kernel']:<13} warps {L['warps']:>5}  incr {L['incr_us']:6.2f}  early "
               f"{L['early_us']:6.2f}  late {L['late_us']:6.2f}  body {L['body_us']:6.2f}  tail {L['tail_us']:6.2f}")
+    sm_lag_report(step)
     if args.json:
+        for L in step:
+            L.pop("_sm_end", None)
         with open(args.json, "w") as f:
             json.dump({"recipe": args.recipe, "kv": args.kv, "depth": args.depth, "step_ms_disarmed": disarmed,
                        "step_ms_armed": armed, "launches": step}, f, indent=1)

@@ -6,6 +6,6 @@ set -uo pipefail
 export MONORAIL_STAMPS=ON
 source bench/device_setup.sh
 python3 -c "from engine.native import load_native; print('stamps built:', load_native().stamps_built())"
-timeout 120 python3 bench/step_anatomy.py --kv int8 --depth 0 --json $out/anatomy-q4g64-d0.json > $out/anatomy.txt 2>&1
+timeout 100 python3 bench/step_anatomy.py --kv int8 --depth 0 --json $out/anatomy-q4g64-d0.json > $out/anatomy.txt 2>&1
 echo "anatomy rc=$?"; cat $out/anatomy.txt | tail -32
 echo "total $(( $(date +%s) - t0 )) s"
