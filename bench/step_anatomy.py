@@ -13,7 +13,7 @@ Per launch, against the last warp of the launch before it (P):
   late   how long after P's end the median warp started (> 0: half its warps had no room until P's warps left)
   body   its median warp's end minus P's end
   tail   its last warp's end minus its median warp's end
-and the bytes the GEMVs stream against `incr` at the copy rate. The step's time with the stamps armed is printed
+and, per GEMV role, its weight bytes over its incr (GB/s). The step's time with the stamps armed is printed
 beside the same build's time disarmed: the recording costs an atomic and two stores a warp.
 """
 
