@@ -96,6 +96,12 @@ def llamacpp_rows(path: str | None, kv: str) -> dict[int, float]:
     return out
 
 
+def llamacpp_peers(args) -> dict[str, dict[int, float]]:
+    """Decode tok/s by depth of each KV format's llama.cpp peer (f16 for bf16, q8_0 for int8, q4_0 for int4)."""
+    return {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0"),
+            "int4": llamacpp_rows(args.llamacpp_q4, "q4_0")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="default bench/results/decode-h200.json, or decode-h200-<recipe>.json for another "
@@ -126,8 +132,7 @@ def main() -> int:
         args.out = f"bench/results/decode-h200{suffix}.json"
     if args.fill_peers_only:
         result = json.load(open(args.out))
-        peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0"),
-                 "int4": llamacpp_rows(args.llamacpp_q4, "q4_0")}
+        peers = llamacpp_peers(args)
         shared = {"bf16": {}, "int8": {}, "int4": {}}
         if args.shared_peer and os.path.exists(args.shared_peer):
             for r in json.load(open(args.shared_peer))["rows"]:
@@ -141,7 +146,7 @@ def main() -> int:
                 row["llamacpp_tok_s"] = shared[row["kv"]][row["depth"]]
                 row["llamacpp_source"] = "shared/peers/llamacpp-h200.json (same build and method, earlier call)"
         result["llamacpp"] = {"source": "llama-bench (shared/tools/llamacpp-peer.sh)",
-                              "f16_call": label["bf16"], "q8_0_call": label["int8"],
+                              "f16_call": label["bf16"], "q8_0_call": label["int8"], "q4_0_call": label["int4"],
                               "f16": peers["bf16"], "q8_0": peers["int8"], "q4_0": peers["int4"]}
         json.dump(result, open(args.out, "w"), indent=1)
         print(json.dumps(result["rows"]))
@@ -163,8 +168,7 @@ def main() -> int:
     cfg = config_27b(vision=False)
     recipe = recipe_named(args.recipe, cfg)
     wbytes = streamed_weight_bytes(cfg.text, recipe)
-    peers = {"bf16": llamacpp_rows(args.llamacpp_f16, "f16"), "int8": llamacpp_rows(args.llamacpp_q8, "q8_0"),
-             "int4": llamacpp_rows(args.llamacpp_q4, "q4_0")}
+    peers = llamacpp_peers(args)
     rows = []
     profiles = []
     leave_out = []
