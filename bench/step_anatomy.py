@@ -34,11 +34,14 @@ GAP_NS = 20_000  # launches of one (family, key) are at least a layer apart; one
 
 
 def launches_of(rec) -> list[dict]:
-    """Records -> launches: grouped by (family, key), a group cut where its sorted starts jump by more than GAP_NS."""
+    """Records -> launches: grouped by (family, key), a group cut where its sorted starts jump by more than GAP_NS.
+    stamps.cuh packs the warp's index in its block above the family (bits 8-15) and blockIdx.x above the SM (16-31)."""
     groups = defaultdict(list)
     for r in rec:
         if r["end"] > r["start"]:
-            groups[(int(r["family"]), int(r["key"]))].append((int(r["start"]), int(r["end"]), int(r["sm"])))
+            fam, sm = int(r["family"]), int(r["sm"])
+            groups[(fam & 0xFF, int(r["key"]))].append((int(r["start"]), int(r["end"]), sm & 0xFFFF, sm >> 16,
+                                                        fam >> 8))
     out = []
     for (fam, key), rows in groups.items():
         rows.sort()
@@ -53,7 +56,8 @@ def launches_of(rec) -> list[dict]:
     return out
 
 
-def summarize(fam: int, key: int, rows: list[tuple[int, int, int]]) -> dict:
+def summarize(fam: int, key: int, rows: list[tuple[int, ...]]) -> dict:
+    """One launch from its warps' (start, end, sm, block, warp in block) rows."""
     starts = sorted(r[0] for r in rows)
     ends = sorted(r[1] for r in rows)
     sm_end: dict[int, int] = {}
@@ -62,7 +66,7 @@ def summarize(fam: int, key: int, rows: list[tuple[int, int, int]]) -> dict:
     return {"family": fam, "kernel": KERNEL.get(fam, str(fam)), "key": key, "warps": len(rows),
             "first_start": starts[0], "median_start": starts[len(starts) // 2], "first_end": ends[0],
             "median_end": ends[len(ends) // 2], "p90_end": ends[(9 * len(ends)) // 10], "last_end": ends[-1],
-            "_sm_end": sm_end}  # each SM's last warp end (not written to --json)
+            "_sm_end": sm_end, "_rows": rows}  # each SM's last warp end; the warps (neither written to --json)
 
 
 def name_roles(step: list[dict]) -> None:
@@ -101,6 +105,47 @@ def sm_lag_report(step: list[dict]) -> None:
     print(f"  (an SM that were last at random would be in the last tenth ~{chance:.0f} of {n} times)")
 
 
+def balance_report(step: list[dict]) -> None:
+    """Does an SM's load decide when it finishes? Per GEMV role, the SMs of each launch grouped by how many of the
+    launch's warps they held; per group, the mean lag (us after the launch's median warp end) of the SM's last warp
+    and of its median warp. Beside it, the spread inside one SM (its last warp end minus its first)."""
+    by_role = defaultdict(list)
+    for L in step:
+        if "qgemv" in L["kernel"] or L["role"] in ("gdn_step", "attn_split"):
+            by_role[L["role"]].append(L)
+    print("\nload by SM (per role: warps an SM held -> SMs x launches, mean lag of the SM's last / median warp end, us; "
+          "spread inside an SM)")
+    for role, Ls in by_role.items():
+        groups = defaultdict(lambda: [0, 0.0, 0.0])
+        spread = []
+        for L in Ls:
+            per_sm = defaultdict(list)
+            for r in L["_rows"]:
+                per_sm[r[2]].append(r[1])
+            for ends in per_sm.values():
+                ends.sort()
+                g = groups[len(ends)]
+                g[0] += 1
+                g[1] += (ends[-1] - L["median_end"]) / 1e3
+                g[2] += (ends[len(ends) // 2] - L["median_end"]) / 1e3
+                spread.append((ends[-1] - ends[0]) / 1e3)
+        cells = ", ".join(f"{n} -> {g[0]} x {g[1] / g[0]:+.2f} / {g[2] / g[0]:+.2f}" for n, g in sorted(groups.items()))
+        print(f"  {role:<13} {cells}; inside an SM {statistics.median(spread):.2f}")
+
+
+def save_raw(step: list[dict], path: str) -> None:
+    """The kept step's warps for offline study (numpy .npz): per warp its launch's index, SM, block, warp in block,
+    and start / end in ns after the step's first warp; per launch its role and kernel."""
+    import numpy as np
+    t0 = step[0]["first_start"]
+    rows = [(i, r[2], r[3], r[4], r[0] - t0, r[1] - t0) for i, L in enumerate(step) for r in L["_rows"]]
+    a = np.array(rows, dtype=np.int64)
+    np.savez_compressed(path, launch=a[:, 0].astype(np.int16), sm=a[:, 1].astype(np.int16),
+                        block=a[:, 2].astype(np.int32), warp=a[:, 3].astype(np.int16),
+                        start=a[:, 4].astype(np.int32), end=a[:, 5].astype(np.int32),
+                        role=np.array([L["role"] for L in step]), kernel=np.array([L["kernel"] for L in step]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kv", default="int8")
@@ -108,6 +153,7 @@ def main() -> None:
     ap.add_argument("--recipe", default="q4g64")
     ap.add_argument("--per-sm", type=int, default=49152, help="records an SM (32 bytes each)")
     ap.add_argument("--json", default="")
+    ap.add_argument("--raw", default="", help="also save the kept step's warps (.npz)")
     args = ap.parse_args()
     import numpy as np
     import torch
@@ -174,9 +220,13 @@ def main() -> None:
         print(f"  {L['role']:<13} {L['kernel']:<13} warps {L['warps']:>5}  incr {L['incr_us']:6.2f}  early "
               f"{L['early_us']:6.2f}  late {L['late_us']:6.2f}  body {L['body_us']:6.2f}  tail {L['tail_us']:6.2f}")
     sm_lag_report(step)
+    balance_report(step)
+    if args.raw:
+        save_raw(step, args.raw)
     if args.json:
         for L in step:
             L.pop("_sm_end", None)
+            L.pop("_rows", None)
         with open(args.json, "w") as f:
             json.dump({"recipe": args.recipe, "kv": args.kv, "depth": args.depth, "step_ms_disarmed": disarmed,
                        "step_ms_armed": armed, "launches": step}, f, indent=1)

@@ -73,3 +73,25 @@ def test_default_build_records_no_stamps_and_refuses_to_be_armed():
     nat.stamps_arm(0, 0, 0)  # disarming is always allowed and touches no device
     with pytest.raises(RuntimeError, match="MONORAIL_STAMPS"):
         nat.stamps_arm(1 << 20, 1 << 20, 16)
+
+
+def test_packed_block_and_warp_are_decoded_and_the_raw_step_round_trips(tmp_path, capsys):
+    a = _anatomy()
+    us = 1000
+    rec = np.zeros(4, dtype=np.dtype(a.RECORD))
+    # stamps.cuh: warp in block above the family, blockIdx.x above the SM; SM 5 holds three warps, SM 9 one
+    for i, (sm, block, warp, end) in enumerate([(5, 77, 3, 20), (5, 77, 4, 22), (5, 78, 0, 30), (9, 300, 1, 21)]):
+        rec[i] = (4 | (warp << 8), sm | (block << 16), 0xAB00, 10 * us, end * us)
+    (L,) = a.launches_of(rec)
+    assert L["kernel"] == "qgemv4_sx_kernel" and set(L["_sm_end"]) == {5, 9}
+    assert sorted(r[2:] for r in L["_rows"]) == [(5, 77, 3), (5, 77, 4), (5, 78, 0), (9, 300, 1)]
+    L["role"] = "down"
+    a.balance_report([L])
+    out = capsys.readouterr().out
+    # median warp end 22 us: SM 9 (one warp) ends 1 us before it, SM 5 (three warps) 8 us after, its median at 22
+    assert "1 -> 1 x -1.00 / -1.00, 3 -> 1 x +8.00 / +0.00" in out
+    a.save_raw([L], str(tmp_path / "raw.npz"))
+    z = np.load(tmp_path / "raw.npz")
+    assert sorted(zip(z["sm"].tolist(), z["block"].tolist(), z["end"].tolist())) == [
+        (5, 77, 10 * us), (5, 77, 12 * us), (5, 78, 20 * us), (9, 300, 11 * us)]
+    assert list(z["role"]) == ["down"]

@@ -19,8 +19,8 @@ namespace monorail {
 
 // One warp of one kernel launch: 32 bytes.
 struct StampRecord {
-  uint32_t family;  // StampFamily
-  uint32_t sm;
+  uint32_t family;  // StampFamily in bits 0-7, the warp's index in its block in bits 8-15
+  uint32_t sm;      // %smid in bits 0-15, blockIdx.x in bits 16-31 (saturated at 0xffff)
   uint64_t key;     // a pointer the launch reads that differs from layer to layer where there is one
   uint64_t start;   // %globaltimer, ns
   uint64_t end;
@@ -63,8 +63,8 @@ class WarpStamp {
     if (i >= g_stamps.per_sm) return;
     slot_ = sm * g_stamps.per_sm + i;
     StampRecord& r = g_stamps.rec[slot_];
-    r.family = family;
-    r.sm = sm;
+    r.family = family | ((threadIdx.x >> 5) << 8);
+    r.sm = sm | (min(blockIdx.x, 0xffffu) << 16);
     r.key = reinterpret_cast<uint64_t>(key);
     r.start = now();
   }
