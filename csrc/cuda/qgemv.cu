@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 52;  // T = 1 launch variants 1..52 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49..52 4-bit)
+constexpr int kNumVariants = 48;  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -216,16 +216,15 @@ __device__ __forceinline__ void load_x_global(const uint4* xt, int c, int nch, u
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
 //   XL     x in the lanes layout (common.cuh lanes_pos): the warp's p-th 16-byte load of x is one contiguous 512 bytes
-//   WB     warps a block (kWarps, or a wide block that spreads the pairs evenly over the SMs: variants 50 / 52)
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false, int WB = kWarps>
-__global__ void __launch_bounds__(WB * 32) qgemv_kernel(GemvArgs a) {
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
   MR_WARP_STAMP(kStampGemvGeneric, a.codes);
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
-  const int first = blockIdx.x * WB + (threadIdx.x >> 5);
-  const int stride = PERSIST ? gridDim.x * WB : npairs;
+  const int first = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  const int stride = PERSIST ? gridDim.x * kWarps : npairs;
   bool waited = false;  // pdl.cuh: the first batch of weights is loaded before the wait, x only after it
   auto wait_once = [&]() {
     if (!waited) {
@@ -323,18 +322,18 @@ int sm_count() {
   return n;
 }
 
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false, int WB = kWarps>
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
 void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, XL, WB>;
-  int blocks = ceil_div(ceil_div(a.N, 2), WB);
+  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, XL>;
+  int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
   if (PERSIST) {  // one resident wave, from the occupancy calculator
     static int per_sm = 0;
-    if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WB * 32, 0) != cudaSuccess ||
+    if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kWarps * 32, 0) != cudaSuccess ||
                     per_sm <= 0))
       per_sm = 4;
     blocks = std::min(blocks, sm_count() * per_sm);
   }
-  launch_pdl("qgemv", kern, dim3(blocks), dim3(WB * 32), 0, st, a);
+  launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), 0, st, a);
 }
 
 // Variant 36 (written in session 13 from the SASS, routed for down in session 14): variant 4 (T = 1, 4-bit, one row
@@ -361,7 +360,7 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 // BITS 5 / 6 (variant 36 at those widths, session 14): the high plane's 4 / 8 bytes a chunk loaded beside the codes
 // and chunk_dot_fast as the ring kernel runs it, over the same chunks in the same order as ring variants 16, 17 and
 // 19 (two rows a warp, lane l takes chunks l, l + 32, ...): bit-equal to them (tests), without their shared-memory ring.
-template <bool XL, int PRE, int R, bool CG, int BITS, int WB = kWarps>
+template <bool XL, int PRE, int R, bool CG, int BITS>
 __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   static_assert(R == 2 || R == 4, "R: rows a warp, whole SwiGLU pairs");
   static_assert(BITS >= 4 && BITS <= 6, "BITS: 4, 5 or 6 (a nibble plane, plus a high plane for 5 / 6)");
@@ -369,7 +368,7 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   const int lane = threadIdx.x & 31;
   const int ngroups_r = (a.N + R - 1) >> (R == 4 ? 2 : 1);
   const int nch = a.K >> 5;
-  const int grp = blockIdx.x * WB + (threadIdx.x >> 5);
+  const int grp = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (grp >= ngroups_r) {  // pdl.cuh: a warp without work still waits
     pdl_wait();
     pdl_trigger();
@@ -463,10 +462,10 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   }
 }
 
-template <bool XL, int PRE, int R = 2, bool CG = false, int WB = kWarps>
-__global__ void __launch_bounds__(WB * 32) qgemv_pp_kernel(GemvArgs a) {
+template <bool XL, int PRE, int R = 2, bool CG = false>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   MR_WARP_STAMP(kStampGemvPp, a.codes);
-  qgemv_pp_body<XL, PRE, R, CG, 4, WB>(a);
+  qgemv_pp_body<XL, PRE, R, CG, 4>(a);
 }
 
 // 5 / 6 bits: capped at 5 blocks (20 warps) an SM, so that down's 2560 row pairs run in one round on 132 SMs (uncapped,
@@ -478,9 +477,9 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv_pp_wide_kernel(GemvArgs 
   qgemv_pp_body<XL, 2, 2, false, BITS>(a);
 }
 
-template <bool XL, int PRE, int R = 2, bool CG = false, int WB = kWarps>
+template <bool XL, int PRE, int R = 2, bool CG = false>
 void launch_pp(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG, WB>, dim3(ceil_div(ceil_div(a.N, R), WB)), dim3(WB * 32), 0,
+  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0,
              st, a);
 }
 
@@ -494,10 +493,7 @@ void launch_pp_wide(const GemvArgs& a, cudaStream_t st) {
 // Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
 // 4 rows a warp (each x load feeds 4 rows: half of variant 4's x traffic through L1 a weight byte), 2 / 1 batches;
 // 43 / 44: 36 / 41 with the weights loaded past L1 (CG).
-// 49 / 50: 36 in blocks of 20 / 10 warps (spread_note below).
-inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44) || v == 49 || v == 50; }
-// 51 / 52: variant 4 in blocks of 20 / 10 warps.
-inline bool is_v4_variant(int v) { return v == 4 || v == 51 || v == 52; }
+inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44); }
 template <bool XL>
 void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   if (v == 36) launch_pp<XL, 2>(a, st);
@@ -506,8 +502,6 @@ void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   else if (v == 41) launch_pp<XL, 2, 4>(a, st);
   else if (v == 42) launch_pp<XL, 1, 4>(a, st);
   else if (v == 43) launch_pp<XL, 2, 2, true>(a, st);
-  else if (v == 49) launch_pp<XL, 2, 2, false, 20>(a, st);
-  else if (v == 50) launch_pp<XL, 2, 2, false, 10>(a, st);
   else launch_pp<XL, 2, 4, true>(a, st);
 }
 
@@ -1734,11 +1728,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44, 49..52 only (qgemv checks v before it gets here)
+    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
-        else if (v == 51) launch<BITS, 1, 2, false, true, true, 20>(a, st);
-        else if (v == 52) launch<BITS, 1, 2, false, true, true, 10>(a, st);
         else launch<BITS, 1, 2, false, true, true>(a, st);
       } else if constexpr (BITS == 5 || BITS == 6) {
         launch_pp_wide<true, BITS>(a, st);  // 36
@@ -1849,6 +1841,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
+    // (session 20, measured on whole steps and removed, bench/NOTES.md: 36 and 4 in blocks of 20 or 10 warps, 49..52
+    // then, so that no SM holds more than 20 of the 2560 row pairs of down / gdn_out / o: the 4-warp blocks fit 6 an SM
+    // and PDL places them greedily on the SMs their predecessor leaves first, 24 warps on ~100 SMs and none on 15-20,
+    // whose SMs end 1.6 us after the median (warp stamps, call 2); but every wide form was slower, +0.05 to +0.08 ms a
+    // step each, +0.11 / +0.18 together: a wide block starts only when its SM is free, and starting early beats balance)
     // (session 6, measured on whole steps and removed, bench/NOTES.md: a block-wide cp.async ring with the bytes in
     // flight in shared memory (37-79 us on gate_up), a dynamic row-group schedule on one atomic ticket counter
     // (34.5 us), a K split over a block's warps for down (22.3-24.9 us against 22.2), 3-4 chunks per row in flight
@@ -1898,11 +1895,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       }
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
-      if (v == 51 || v == 52) {
-        if (v == 51) launch<BITS, 1, 2, false, true, false, 20>(a, st);
-        else launch<BITS, 1, 2, false, true, false, 10>(a, st);
-        return;
-      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -2064,7 +2056,7 @@ int qgemv_x_layout(const QMatrix& W, int T) {
   if (W.q.bits == 6) return t1_variant<6>(a) == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
   if (W.q.bits != 4) return GEMV_X_PERM8;
   const int v = t1_variant<4>(a);
-  return is_v4_variant(v) || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
+  return v == 4 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
