@@ -4,7 +4,7 @@
 # (2 / 4 / 8 KB a warp); 52 / 53: gate_up's 37 with the rest of its first row group (1 / 2 batches, 4 / 8 KB a warp);
 # 54 / 55: gdn_in / qkv's 30 with 1 / 2 more batches (4 / 8 KB a warp). Tests (bit-equal to the variants they extend),
 # then whole steps, alternating with the route.
-#   bash bench/calls/device_s20_call4.sh     (carry .whl; ~5 minutes)
+#   at commit 4026009 (the variants were removed after the call): bash bench/calls/device_s20_call4.sh     (carry .whl; ~5 minutes)
 set -uo pipefail
 source bench/device_setup.sh
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py \
