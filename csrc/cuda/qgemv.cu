@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 57;  // 49..51, 56, 57: session 20's probes (this commit only);  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
+constexpr int kNumVariants = 48;  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -53,32 +53,6 @@ struct GemvArgs {
   int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
   int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
 };
-
-// PROBES of session 20 calls 5 and 6 (this commit only; results of 56 / 57 are wrong by design):
-// prefetch_batch_l2: L2 prefetch of the codes and scales of chunks c0 .. c0 + 32 U - 1 of `rows` rows.
-__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-template <int U, int ROWS>
-__device__ inline void prefetch_batch_l2(const GemvArgs& a, const int (&rows)[ROWS], int c0, int nch, int lane) {
-  const size_t rowb = (size_t)(a.K >> 1);
-  const int ngroups = a.K >> a.gshift;
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int c = c0 + 32 * u + lane;
-    if ((lane & 7) == 0 && c < nch) {
-#pragma unroll
-      for (int i = 0; i < ROWS; ++i) prefetch_l2(a.codes + rows[i] * rowb + c * 16);
-    }
-  }
-  if (lane == 0 && c0 < nch) {
-    const int c1 = min(c0 + 32 * U, nch) - 1;
-#pragma unroll
-    for (int i = 0; i < ROWS; ++i) {
-      const __half* s0 = a.scales + (size_t)rows[i] * ngroups;
-      prefetch_l2(s0 + ((c0 * 32) >> a.gshift));
-      prefetch_l2(s0 + ((c1 * 32) >> a.gshift));
-    }
-  }
-}
 
 // Where the SwiGLU epilogue stores pair p of its N / 2 outputs (a row of the next GEMV's x).
 __device__ inline int swiglu_pos(const GemvArgs& a, int pair) {
@@ -386,9 +360,7 @@ void launch(const GemvArgs& a, cudaStream_t st) {
 // BITS 5 / 6 (variant 36 at those widths, session 14): the high plane's 4 / 8 bytes a chunk loaded beside the codes
 // and chunk_dot_fast as the ring kernel runs it, over the same chunks in the same order as ring variants 16, 17 and
 // 19 (two rows a warp, lane l takes chunks l, l + 32, ...): bit-equal to them (tests), without their shared-memory ring.
-// TILED (call 5 probe): codes read as if each row pair's batch of 64 chunks were one contiguous R KB block.
-// PFA (call 6 probe): batch k + 2 + PFA L2-prefetched when batch k + 2 is loaded.
-template <bool XL, int PRE, int R, bool CG, int BITS, bool TILED = false, int PFA = 0>
+template <bool XL, int PRE, int R, bool CG, int BITS>
 __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   static_assert(R == 2 || R == 4, "R: rows a warp, whole SwiGLU pairs");
   static_assert(BITS >= 4 && BITS <= 6, "BITS: 4, 5 or 6 (a nibble plane, plus a high plane for 5 / 6)");
@@ -417,10 +389,7 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
       if (c < nch) {
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-          const int k = c >> 6, nb = min(64, nch - 64 * k);
-          const uint4* wp = reinterpret_cast<const uint4*>(
-              TILED ? a.codes + (size_t)R * grp * rowb + (size_t)k * R * 1024 + (i * nb + (c & 63)) * 16
-                    : a.codes + r[i] * rowb + c * 16);
+          const uint4* wp = reinterpret_cast<const uint4*>(a.codes + r[i] * rowb + c * 16);
           w[i][u] = CG ? __ldcg(wp) : __ldg(wp);
         }
 #pragma unroll
@@ -468,12 +437,10 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   while (cb < nch) {
     compute(cb, wa, ha, sa);
     if (cb + 64 * U < nch) load(cb + 64 * U, wa, ha, sa);
-    if (PFA) prefetch_batch_l2<U>(a, r, cb - lane + 32 * U * (2 + PFA), nch, lane);
     cb += 32 * U;
     if (cb >= nch) break;
     compute(cb, wb, hb, sb);
     if (cb + 64 * U < nch) load(cb + 64 * U, wb, hb, sb);
-    if (PFA) prefetch_batch_l2<U>(a, r, cb - lane + 32 * U * (2 + PFA), nch, lane);
     cb += 32 * U;
   }
 #pragma unroll
@@ -495,10 +462,10 @@ __device__ __forceinline__ void qgemv_pp_body(const GemvArgs& a) {
   }
 }
 
-template <bool XL, int PRE, int R = 2, bool CG = false, bool TILED = false, int PFA = 0>
-__global__ void __launch_bounds__(kWarps * 32, PFA ? 6 : 0) qgemv_pp_kernel(GemvArgs a) {
+template <bool XL, int PRE, int R = 2, bool CG = false>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_pp_kernel(GemvArgs a) {
   MR_WARP_STAMP(kStampGemvPp, a.codes);
-  qgemv_pp_body<XL, PRE, R, CG, 4, TILED, PFA>(a);
+  qgemv_pp_body<XL, PRE, R, CG, 4>(a);
 }
 
 // 5 / 6 bits: capped at 5 blocks (20 warps) an SM, so that down's 2560 row pairs run in one round on 132 SMs (uncapped,
@@ -510,9 +477,9 @@ __global__ void __launch_bounds__(kWarps * 32, 5) qgemv_pp_wide_kernel(GemvArgs 
   qgemv_pp_body<XL, 2, 2, false, BITS>(a);
 }
 
-template <bool XL, int PRE, int R = 2, bool CG = false, bool TILED = false, int PFA = 0>
+template <bool XL, int PRE, int R = 2, bool CG = false>
 void launch_pp(const GemvArgs& a, cudaStream_t st) {
-  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG, TILED, PFA>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0,
+  launch_pdl("qgemv", qgemv_pp_kernel<XL, PRE, R, CG>, dim3(ceil_div(ceil_div(a.N, R), kWarps)), dim3(kWarps * 32), 0,
              st, a);
 }
 
@@ -526,7 +493,7 @@ void launch_pp_wide(const GemvArgs& a, cudaStream_t st) {
 // Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
 // 4 rows a warp (each x load feeds 4 rows: half of variant 4's x traffic through L1 a weight byte), 2 / 1 batches;
 // 43 / 44: 36 / 41 with the weights loaded past L1 (CG).
-inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44) || (v >= 49 && v <= 51) || v == 56; }
+inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44); }
 template <bool XL>
 void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   if (v == 36) launch_pp<XL, 2>(a, st);
@@ -535,10 +502,6 @@ void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   else if (v == 41) launch_pp<XL, 2, 4>(a, st);
   else if (v == 42) launch_pp<XL, 1, 4>(a, st);
   else if (v == 43) launch_pp<XL, 2, 2, true>(a, st);
-  else if (v == 49) launch_pp<XL, 2, 2, false, false, 1>(a, st);  // call 6 probes
-  else if (v == 50) launch_pp<XL, 2, 2, false, false, 2>(a, st);
-  else if (v == 51) launch_pp<XL, 2, 2, false, false, 4>(a, st);
-  else if (v == 56) launch_pp<XL, 2, 2, false, true>(a, st);  // call 5 probe
   else launch_pp<XL, 2, 4, true>(a, st);
 }
 
@@ -1140,7 +1103,7 @@ __device__ inline void walk_tail_groups(const GemvArgs& a, const SplitTail& t, i
 // a field more changes the code of every kernel that takes it.
 // TAIL (0, or 5 / 6 / 8 for qgemv4_split_kernel): a split projection's tail walked after the head (SplitTail above).
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT, bool NORM, bool LAZY,
-          bool XOUT, int TAIL, bool TILED = false>
+          bool XOUT, int TAIL>
 __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
   static_assert(IDOT || !NORM, "the fused norm stages the integer planes");
@@ -1168,12 +1131,7 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
 #pragma unroll
         for (int i = 0; i < ROWS; ++i) {
           const int r = min(g * ROWS + i, a.N - 1);  // last partial group: re-read the last row
-          const int k = c / (32 * U), nb = min(32 * U, nch - 32 * U * k);  // TILED: see qgemv_pp_body
-          ww[i][u].lo = ld_stream16<EVICT>(
-              TILED && g * ROWS + ROWS <= a.N
-                  ? a.codes + (size_t)g * ROWS * rowb + (size_t)k * ROWS * U * 512 + (i * nb + (c - 32 * U * k)) * 16
-                  : a.codes + r * rowb + c * 16,
-              pol);
+          ww[i][u].lo = ld_stream16<EVICT>(a.codes + r * rowb + c * 16, pol);
           const __half* sp = a.scales + (size_t)r * ngroups + ((c * 32) >> a.gshift);
           if constexpr (LAZY) ss[i][u] = ld_stream_f16_bits(sp);
           else ss[i][u] = ld_stream_half(sp);
@@ -1272,10 +1230,10 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool LAZY = false, bool XOUT = false, bool TILED = false>
+          bool LAZY = false, bool XOUT = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   MR_WARP_STAMP(kStampGemvSx, a.codes);
-  sx_gemv<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, 0, TILED>(a, SplitTail{});
+  sx_gemv<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, 0>(a, SplitTail{});
 }
 
 // Variant 30 (fused norm) on a split projection's head with its TAIL-bit tail in the same launch (qgemv_normed_split).
@@ -1358,9 +1316,9 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool LAZY = false, bool XOUT = false, bool TILED = false>
+          bool LAZY = false, bool XOUT = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, TILED>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -1883,6 +1841,11 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
+    // (session 20, measured on whole steps and removed, bench/NOTES.md calls 4-6: L2 prefetches (prefetch.global.L2,
+    // no registers held) of 1-4 more batches before the PDL wait in 36 (down), 37 (gate_up) and 30 (gdn_in / qkv):
+    // 36 with one batch unchanged, every other form +0.04 to +0.10 ms a step, the more the slower; 36 prefetching 1 / 2
+    // / 4 batches ahead inside its loop: +0.10 to +0.12 ms; and, as a timing probe on random weights, 36 and 37 reading
+    // their codes as if each batch were one contiguous block (a tiled layout): no faster)
     // (session 20, measured on whole steps and removed, bench/NOTES.md: 36 and 4 in blocks of 20 or 10 warps, 49..52
     // then, so that no SM holds more than 20 of the 2560 row pairs of down / gdn_out / o: the 4-warp blocks fit 6 an SM
     // and PDL places them greedily on the SMs their predecessor leaves first, 24 warps on ~100 SMs and none on 15-20,
@@ -2014,7 +1977,7 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   const int v = t1_variant<4>(a);
-  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 || v == 57 ? v : 0;
+  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 ? v : 0;
 }
 
 // The T = 1 variant of a matrix of any width (t1_variant of its width).
@@ -2158,7 +2121,6 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
       case 35: done = launch_sx<8, 1, 14, 1, true, false, false, true, true>(a, stream, false); break;
       case 37: done = launch_sx<4, 2, 22, 1, true, false, false, true, true, true>(a, stream, false); break;
       case 38: done = launch_sx<8, 1, 16, 1, true, false, false, true, true, true>(a, stream, false); break;
-      case 57: done = launch_sx<4, 2, 22, 1, true, false, false, true, true, true, false, true>(a, stream, false); break;
       default: done = launch_sx<8, 1, 16, 1, true, false, false, true, true>(a, stream, false); break;  // 30
     }
     if (done) {
