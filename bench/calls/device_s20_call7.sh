@@ -4,7 +4,7 @@
 # 6-warp ones end 1.1 us later (lm_head 3.4). 49: 37 in 24 warps, each block walking its own contiguous run of row
 # groups (65-66 for gate_up: 16-17 a sub-partition, at most 3 a warp); 50: the same run in 22 warps (the assignment
 # alone). Tests (bit-equal to 37), then whole steps alternating with the route.
-#   bash bench/calls/device_s20_call7.sh     (carry .whl; ~4 minutes)
+#   at commit "qgemv variants 49 / 50" (removed after the call): bash bench/calls/device_s20_call7.sh     (carry .whl; ~4 minutes)
 set -uo pipefail
 source bench/device_setup.sh
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py \

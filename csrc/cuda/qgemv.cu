@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 50;  // T = 1 launch variants 1..50 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49 / 50 4-bit)
+constexpr int kNumVariants = 48;  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -1103,7 +1103,7 @@ __device__ inline void walk_tail_groups(const GemvArgs& a, const SplitTail& t, i
 // a field more changes the code of every kernel that takes it.
 // TAIL (0, or 5 / 6 / 8 for qgemv4_split_kernel): a split projection's tail walked after the head (SplitTail above).
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT, bool NORM, bool LAZY,
-          bool XOUT, int TAIL, bool BLOCKED = false>
+          bool XOUT, int TAIL>
 __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
   static_assert(SX || !IDOT, "the integer planes of x live in shared memory");
   static_assert(IDOT || !NORM, "the fused norm stages the integer planes");
@@ -1114,12 +1114,8 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
   const int lane = threadIdx.x & 31;
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
-  static_assert(!BLOCKED || TAIL == 0, "the split kernel's walk strides over the grid");
-  // BLOCKED: block b walks its own contiguous run of row groups (b * nrg / grid .. (b + 1) * nrg / grid), warp w every
-  // WARPS-th of them from the run's w-th; else the grid strides over all of them
-  const int nrg_all = (a.N + ROWS - 1) / ROWS;
-  const int nrg = BLOCKED ? (int)((long long)(blockIdx.x + 1) * nrg_all / gridDim.x) : nrg_all;
-  const int stride = BLOCKED ? WARPS : gridDim.x * WARPS;
+  const int nrg = (a.N + ROWS - 1) / ROWS;
+  const int stride = gridDim.x * WARPS;
   const size_t rowb = (size_t)(a.K >> 1);
   uint64_t pol = 0;
   if (EVICT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
@@ -1144,8 +1140,7 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
     }
   };
 
-  int g = BLOCKED ? (int)((long long)blockIdx.x * nrg_all / gridDim.x) + (threadIdx.x >> 5)
-                  : blockIdx.x * WARPS + (threadIdx.x >> 5);
+  int g = blockIdx.x * WARPS + (threadIdx.x >> 5);
   // first batch in flight while x is staged (both modes)
   if (g < nrg && lane < nch) load_batch(g, lane, w, s);
   const int ntg = TAIL ? (t.N + kTailRows - 1) / kTailRows : 0;  // the tail's row groups, after the head's
@@ -1235,10 +1230,10 @@ __device__ __forceinline__ void sx_gemv(const GemvArgs& a, const SplitTail& t) {
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool LAZY = false, bool XOUT = false, bool BLOCKED = false>
+          bool LAZY = false, bool XOUT = false>
 __global__ void __launch_bounds__(WARPS * 32, MINB) qgemv4_sx_kernel(GemvArgs a) {
   MR_WARP_STAMP(kStampGemvSx, a.codes);
-  sx_gemv<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, 0, BLOCKED>(a, SplitTail{});
+  sx_gemv<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, 0>(a, SplitTail{});
 }
 
 // Variant 30 (fused norm) on a split projection's head with its TAIL-bit tail in the same launch (qgemv_normed_split).
@@ -1321,9 +1316,9 @@ bool allow_dynamic_smem(Kern kern, size_t smem, size_t& raised, const char* op) 
 }
 
 template <int ROWS, int U, int WARPS, int MINB, bool SX, bool PIPE, bool EVICT, bool IDOT = false, bool NORM = false,
-          bool LAZY = false, bool XOUT = false, bool BLOCKED = false>
+          bool LAZY = false, bool XOUT = false>
 bool launch_sx(const GemvArgs& a, cudaStream_t st, bool balanced) {
-  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT, BLOCKED>;
+  auto kern = qgemv4_sx_kernel<ROWS, U, WARPS, MINB, SX, PIPE, EVICT, IDOT, NORM, LAZY, XOUT>;
   const size_t smem = IDOT ? (size_t)(a.K / 32) * kXqBytesPerChunk : SX ? (size_t)a.K * 2 : 0;
   if constexpr (SX) {
     static size_t raised = 48 * 1024;  // only a long K needs more (fp16 x: K > 24576; IDOT: K > 21845)
@@ -1846,6 +1841,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
+    // (session 20, measured on whole steps and removed, bench/NOTES.md call 7: 37 in 24 warps with each block walking
+    // its own contiguous run of row groups, so that the 4 SM sub-partitions get 16-17 groups each instead of 18 / 15
+    // (the 22-warp block's 6 / 5 warps): gate_up and lm_head unchanged within 0.005 ms a step, as with 22 warps)
     // (session 20, measured on whole steps and removed, bench/NOTES.md calls 4-6: L2 prefetches (prefetch.global.L2,
     // no registers held) of 1-4 more batches before the PDL wait in 36 (down), 37 (gate_up) and 30 (gdn_in / qkv):
     // 36 with one batch unchanged, every other form +0.04 to +0.10 ms a step, the more the slower; 36 prefetching 1 / 2
@@ -1905,9 +1903,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       }
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
-      // 49 / 50: 37 with each block's row groups one contiguous run (BLOCKED) in 24 / 22 warps
-      if (v == 49 && launch_sx<4, 2, 24, 1, true, false, false, true, false, true, false, true>(a, st, false)) return;
-      if (v == 50 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true, false, true>(a, st, false)) return;
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -1985,8 +1980,7 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   const int v = t1_variant<4>(a);
-  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 || v == 49 || v == 50
-             ? v : 0;
+  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 ? v : 0;
 }
 
 // The T = 1 variant of a matrix of any width (t1_variant of its width).
@@ -2130,8 +2124,6 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
       case 35: done = launch_sx<8, 1, 14, 1, true, false, false, true, true>(a, stream, false); break;
       case 37: done = launch_sx<4, 2, 22, 1, true, false, false, true, true, true>(a, stream, false); break;
       case 38: done = launch_sx<8, 1, 16, 1, true, false, false, true, true, true>(a, stream, false); break;
-      case 49: done = launch_sx<4, 2, 24, 1, true, false, false, true, true, true, false, true>(a, stream, false); break;
-      case 50: done = launch_sx<4, 2, 22, 1, true, false, false, true, true, true, false, true>(a, stream, false); break;
       default: done = launch_sx<8, 1, 16, 1, true, false, false, true, true>(a, stream, false); break;  // 30
     }
     if (done) {
