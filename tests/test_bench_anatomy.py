@@ -95,3 +95,30 @@ def test_packed_block_and_warp_are_decoded_and_the_raw_step_round_trips(tmp_path
     assert sorted(zip(z["sm"].tolist(), z["block"].tolist(), z["end"].tolist())) == [
         (5, 77, 10 * us), (5, 77, 12 * us), (5, 78, 20 * us), (9, 300, 11 * us)]
     assert list(z["role"]) == ["down"]
+
+
+def test_warp_study_finds_a_sub_partition_effect_that_repeats(tmp_path):
+    """bench/warp_study.py on a synthetic step: one role, 6 launches of 3 blocks x 8 warps; warps on sub-partitions
+    0 / 1 (warp % 4) end 1 us after the others in every launch, plus per-launch noise that does not repeat."""
+    spec = importlib.util.spec_from_file_location("warp_study", BENCH / "warp_study.py")
+    ws = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ws)
+    rng = np.random.default_rng(0)
+    cols = {k: [] for k in ("launch", "sm", "block", "warp", "start", "end")}
+    for i in range(6):
+        for b in range(3):
+            for w in range(8):
+                start = 1000 * i * 100 + int(rng.integers(0, 50))
+                end = start + 20_000 + (1000 if w % 4 < 2 else 0) + int(rng.integers(0, 200))
+                for k, v in zip(cols, (i, b, b, w, start, end)):
+                    cols[k].append(v)
+    path = tmp_path / "warps.npz"
+    np.savez(path, **{k: np.array(v) for k, v in cols.items()}, role=np.array(["gate_up"] * 6),
+             kernel=np.array(["qgemv4_sx_kernel"] * 6))
+    z = dict(np.load(path))
+    sp = ws.by_subpartition(z, "gate_up")["subpart"]
+    assert {q: n for q, (n, _) in sp.items()} == {0: 2, 1: 2, 2: 2, 3: 2}
+    assert sp[0][1] - sp[2][1] == pytest.approx(1.0, abs=0.1)  # us
+    assert ws.item_repeat(z, "gate_up")["corr"] > 0.9
+    d = ws.durations(z, "gate_up")
+    assert 20.0 <= d["p10"] <= d["median"] <= d["max"] <= 21.3

@@ -1,0 +1,97 @@
+"""Offline study of one decode step's warps, as bench/step_anatomy.py --raw saved them (a .npz; no GPU needed).
+
+    python3 bench/warp_study.py bench/results/warps-q4g64-d0-h200-s20-call2.npz [--roles gate_up,down,lm_head]
+
+Per role, over its launches in the step (times in us, each launch's warps against that launch's median warp end):
+  durations   end - start of warps that do identical work: p10 / median / max, corr(start, end), and how much later
+              than the median warp the last tenth of warps (by end) started: late starts or slow warps?
+  repeat      a work item is (block, warp in block), the same rows in every launch of a route: the correlation of an
+              item's mean end lag over the even launches with that over the odd ones (1: the lag is the item's, 0: chance)
+  subpart     the mean end lag by SM sub-partition (warp in block % 4) with its warps a block, and by block (first /
+              last few): which warps end last, systematically
+Session 20 used these to rule out balance by SM, by sub-partition and by block as the source of the GEMV tails.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import numpy as np
+
+
+def launches_of_role(z, role: str) -> list[int]:
+    return [i for i, r in enumerate(z["role"]) if r == role]
+
+
+def _launch(z, i: int) -> dict:
+    m = z["launch"] == i
+    end = z["end"][m].astype(np.float64)
+    med = np.median(end)
+    return {"start": (z["start"][m] - med) / 1e3, "end": (end - med) / 1e3, "block": z["block"][m].astype(np.int64),
+            "warp": z["warp"][m].astype(np.int64)}
+
+
+def durations(z, role: str) -> dict:
+    """Medians over the role's launches of the warp-duration percentiles and of the start/end statistics."""
+    rows = []
+    for i in launches_of_role(z, role):
+        L = _launch(z, i)
+        d = L["end"] - L["start"]
+        last = np.argsort(L["end"])[-max(1, len(d) // 10):]
+        corr = np.corrcoef(L["start"], L["end"])[0, 1] if len(d) > 2 and np.std(L["start"]) > 0 else float("nan")
+        rows.append((np.percentile(d, 10), np.median(d), d.max(), corr,
+                     np.median(L["start"][last]) - np.median(L["start"])))
+    a = np.array(rows)
+    return dict(zip(["p10", "median", "max", "corr_start_end", "last_tenth_later"], np.nanmedian(a, axis=0)))
+
+
+def item_repeat(z, role: str) -> dict:
+    """How far each work item's end lag repeats between the even and the odd launches of the role."""
+    lag = defaultdict(lambda: ([], []))
+    wpb = 1 + max((int(_launch(z, i)["warp"].max()) for i in launches_of_role(z, role)), default=0)
+    for n, i in enumerate(launches_of_role(z, role)):
+        L = _launch(z, i)
+        for item, e in zip(L["block"] * wpb + L["warp"], L["end"]):
+            lag[int(item)][n % 2].append(e)
+    both = [(np.mean(a), np.mean(b)) for a, b in lag.values() if a and b]
+    if len(both) < 3:
+        return {"corr": float("nan"), "sd_item_mean": float("nan")}
+    a = np.array(both)
+    return {"corr": float(np.corrcoef(a[:, 0], a[:, 1])[0, 1]), "sd_item_mean": float(np.std(a.mean(axis=1)))}
+
+
+def by_subpartition(z, role: str) -> dict:
+    """Mean end lag by warp in block % 4 (the SM sub-partition a warp lands on) and its warps a block; by block."""
+    sub = defaultdict(list)
+    warps = defaultdict(set)
+    block = defaultdict(list)
+    for i in launches_of_role(z, role):
+        L = _launch(z, i)
+        for b, w, e in zip(L["block"], L["warp"], L["end"]):
+            sub[int(w) % 4].append(e)
+            warps[int(w) % 4].add(int(w))
+            block[int(b)].append(e)
+    return {"subpart": {q: (len(warps[q]), float(np.mean(v))) for q, v in sorted(sub.items())},
+            "block": [float(np.mean(block[b])) for b in sorted(block)]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("npz")
+    ap.add_argument("--roles", default="gate_up,down,gdn_in,gdn_out,attn_qkv,attn_o,lm_head")
+    args = ap.parse_args()
+    z = dict(np.load(args.npz))
+    print(f"{args.npz}: {len(z['launch'])} warps, {len(z['role'])} launches")
+    for role in [r for r in args.roles.split(",") if launches_of_role(z, r)]:
+        d, rep, sp = durations(z, role), item_repeat(z, role), by_subpartition(z, role)
+        subs = " ".join(f"{q}:{n}w {lag:+.2f}" for q, (n, lag) in sp["subpart"].items())
+        blocks = sp["block"]
+        print(f"{role:<9} durations p10 {d['p10']:.2f} median {d['median']:.2f} max {d['max']:.2f}, corr(start, end) "
+              f"{d['corr_start_end']:.2f}, last tenth started {d['last_tenth_later']:+.2f} | repeat corr "
+              f"{rep['corr']:.2f} (sd of item means {rep['sd_item_mean']:.2f}) | subpart {subs} | blocks first "
+              f"{np.mean(blocks[:8]):+.2f} last {np.mean(blocks[-8:]):+.2f}")
+
+
+if __name__ == "__main__":
+    main()
