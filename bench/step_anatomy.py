@@ -13,6 +13,8 @@ Per launch, against the last warp of the launch before it (P):
   late   how long after P's end the median warp started (> 0: half its warps had no room until P's warps left)
   body   its median warp's end minus P's end
   tail   its last warp's end minus its median warp's end
+  release  its median warp's return from pdl_wait() minus P's end (the PDL release; records from pdl.cuh)
+  after    its median warp's end minus its median warp's release: the work after the wait
 and, per GEMV role, its weight bytes over its incr (GB/s). The step's time with the stamps armed is printed
 beside the same build's time disarmed: the recording costs an atomic and two stores a warp.
 """
@@ -29,19 +31,26 @@ KERNEL = {1: "qgemv_kernel", 2: "qgemv_pp_kernel", 3: "qgemv_col_kernel", 4: "qg
           5: "qgemv4_split_kernel", 6: "qgemv_walk_kernel", 7: "qgemv_ring_kernel", 8: "gdn_conv_decode_kernel",
           9: "conv_kernel", 10: "attn_prep_kernel", 11: "attn_split_v4_kernel", 12: "attn_combine_kernel",
           13: "rmsnorm_kernel", 14: "embed_kernel"}
-RECORD = [("family", "<u4"), ("sm", "<u4"), ("key", "<u8"), ("start", "<u8"), ("end", "<u8")]
+WAIT = 15  # stamps.cuh kStampWait: a warp's return from pdl_wait()
+RECORD = [("family", "<u4"), ("sm", "<u4"), ("key", "<u8"), ("grid", "<u8"), ("start", "<u8"), ("end", "<u8")]
 GAP_NS = 20_000  # launches of one (family, key) are at least a layer apart; one launch's warps start within this
 
 
 def launches_of(rec) -> list[dict]:
     """Records -> launches: grouped by (family, key), a group cut where its sorted starts jump by more than GAP_NS.
-    stamps.cuh packs the warp's index in its block above the family (bits 8-15) and blockIdx.x above the SM (16-31)."""
+    stamps.cuh packs the warp's index in its block above the family (bits 8-15) and blockIdx.x above the SM (16-31);
+    a wait record (family WAIT) joins the warp of the same grid, block and place in the block."""
+    waited = {}
+    for r in rec:
+        fam, sm = int(r["family"]), int(r["sm"])
+        if fam & 0xFF == WAIT:
+            waited.setdefault((int(r["grid"]), sm >> 16, fam >> 8), int(r["start"]))
     groups = defaultdict(list)
     for r in rec:
-        if r["end"] > r["start"]:
-            fam, sm = int(r["family"]), int(r["sm"])
+        fam, sm = int(r["family"]), int(r["sm"])
+        if fam & 0xFF != WAIT and r["end"] > r["start"]:
             groups[(fam & 0xFF, int(r["key"]))].append((int(r["start"]), int(r["end"]), sm & 0xFFFF, sm >> 16,
-                                                        fam >> 8))
+                                                        fam >> 8, waited.get((int(r["grid"]), sm >> 16, fam >> 8), 0)))
     out = []
     for (fam, key), rows in groups.items():
         rows.sort()
@@ -57,15 +66,17 @@ def launches_of(rec) -> list[dict]:
 
 
 def summarize(fam: int, key: int, rows: list[tuple[int, ...]]) -> dict:
-    """One launch from its warps' (start, end, sm, block, warp in block) rows."""
+    """One launch from its warps' (start, end, sm, block, warp in block, wait return or 0) rows."""
     starts = sorted(r[0] for r in rows)
     ends = sorted(r[1] for r in rows)
+    waits = sorted(r[5] for r in rows if r[5])
     sm_end: dict[int, int] = {}
     for r in rows:
         sm_end[r[2]] = max(sm_end.get(r[2], 0), r[1])
     return {"family": fam, "kernel": KERNEL.get(fam, str(fam)), "key": key, "warps": len(rows),
             "first_start": starts[0], "median_start": starts[len(starts) // 2], "first_end": ends[0],
             "median_end": ends[len(ends) // 2], "p90_end": ends[(9 * len(ends)) // 10], "last_end": ends[-1],
+            "median_wait": waits[len(waits) // 2] if waits else 0, "waits": len(waits),
             "_sm_end": sm_end, "_rows": rows}  # each SM's last warp end; the warps (neither written to --json)
 
 
@@ -135,14 +146,16 @@ def balance_report(step: list[dict]) -> None:
 
 def save_raw(step: list[dict], path: str) -> None:
     """The kept step's warps for offline study (numpy .npz): per warp its launch's index, SM, block, warp in block,
-    and start / end in ns after the step's first warp; per launch its role and kernel."""
+    and start / end (and wait: its return from pdl_wait(), -1 where none was recorded) in ns after the step's first warp; per
+    launch its role and kernel."""
     import numpy as np
     t0 = step[0]["first_start"]
-    rows = [(i, r[2], r[3], r[4], r[0] - t0, r[1] - t0) for i, L in enumerate(step) for r in L["_rows"]]
+    rows = [(i, r[2], r[3], r[4], r[0] - t0, r[1] - t0, r[5] - t0 if r[5] else -1)
+            for i, L in enumerate(step) for r in L["_rows"]]
     a = np.array(rows, dtype=np.int64)
     np.savez_compressed(path, launch=a[:, 0].astype(np.int16), sm=a[:, 1].astype(np.int16),
                         block=a[:, 2].astype(np.int32), warp=a[:, 3].astype(np.int16),
-                        start=a[:, 4].astype(np.int32), end=a[:, 5].astype(np.int32),
+                        start=a[:, 4].astype(np.int32), end=a[:, 5].astype(np.int32), wait=a[:, 6].astype(np.int32),
                         role=np.array([L["role"] for L in step]), kernel=np.array([L["kernel"] for L in step]))
 
 
@@ -171,7 +184,7 @@ def main() -> None:
     e = model.engine
     disarmed = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    rec = torch.zeros(sms * args.per_sm * 32, dtype=torch.uint8, device="cuda")
+    rec = torch.zeros(sms * args.per_sm * np.dtype(RECORD).itemsize, dtype=torch.uint8, device="cuda")
     count = torch.zeros(sms, dtype=torch.int32, device="cuda")
     nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm)
     try:
@@ -196,6 +209,8 @@ def main() -> None:
         L["late_us"] = (L["median_start"] - prev_end) / 1e3
         L["body_us"] = (L["median_end"] - prev_end) / 1e3
         L["tail_us"] = (L["last_end"] - L["median_end"]) / 1e3
+        L["release_us"] = (L["median_wait"] - prev_end) / 1e3 if L["waits"] else float("nan")
+        L["after_us"] = (L["median_end"] - L["median_wait"]) / 1e3 if L["waits"] else float("nan")
         prev_end = L["last_end"]
     span = (step[-1]["last_end"] - step[0]["first_start"]) / 1e3
     print(f"{args.recipe}, {args.kv} KV, depth {args.depth}: step {disarmed:.3f} ms disarmed, {armed:.3f} ms armed; "
@@ -205,12 +220,13 @@ def main() -> None:
     by_role = defaultdict(list)
     for L in step:
         by_role[L["role"]].append(L)
-    print(f"{'role':<13} {'n':>3} {'warps':>6} {'incr':>7} {'early':>7} {'late':>7} {'body':>7} {'tail':>7} {'GB/s':>6}"
-          "   (us, medians over the step; GB/s: the role's weight bytes over incr)")
+    print(f"{'role':<13} {'n':>3} {'warps':>6} {'incr':>7} {'early':>7} {'late':>7} {'body':>7} {'tail':>7} "
+          f"{'release':>7} {'after':>7} {'GB/s':>6}   (us, medians over the step; GB/s: the role's weight bytes over incr)")
     for role, Ls in sorted(by_role.items(), key=lambda kv: -sum(L["incr_us"] for L in kv[1])):
         med = lambda k: statistics.median(L[k] for L in Ls)  # noqa: E731
         print(f"{role:<13} {len(Ls):>3} {int(med('warps')):>6} {med('incr_us'):>7.2f} {med('early_us'):>7.2f} "
-              f"{med('late_us'):>7.2f} {med('body_us'):>7.2f} {med('tail_us'):>7.2f} "
+              f"{med('late_us'):>7.2f} {med('body_us'):>7.2f} {med('tail_us'):>7.2f} {med('release_us'):>7.2f} "
+              f"{med('after_us'):>7.2f} "
               f"{(nbytes[role] / med('incr_us') / 1e3 if role in nbytes else float('nan')):>6.0f}")
     # one GDN layer and one attention layer in full, from the middle of the step
     mid = len(step) // 2

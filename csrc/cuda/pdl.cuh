@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "common.cuh"
+#include "stamps.cuh"
 
 namespace monorail {
 
@@ -49,6 +50,7 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+  MR_STAMP_WAIT_RETURNED();  // the diagnostic build only (stamps.cuh)
 }
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -11,17 +11,20 @@
 // Use: `MR_WARP_STAMP(family, key);` as a kernel's first statement (lane 0 of each warp takes a record; the record's
 // end is written when the warp leaves the kernel's scope), and `MR_STAMPS_TU(name)` once in each .cu that has such
 // kernels: each translation unit holds its own copy of the buffer pointer (the module is built without relocatable
-// device code), which stamps_arm (pdl.cu) sets in every unit.
+// device code), which stamps_arm (pdl.cu) sets in every unit. pdl_wait() (pdl.cuh) adds a record of its own when the
+// wait returns (family kStampWait, start = end = that time), tied to its warp's record by the grid id and the block
+// and warp: how long after the predecessor's last warp each kernel's warps were released.
 #pragma once
 #include <cstdint>
 
 namespace monorail {
 
-// One warp of one kernel launch: 32 bytes.
+// One warp of one kernel launch (or one return from its PDL wait): 40 bytes.
 struct StampRecord {
   uint32_t family;  // StampFamily in bits 0-7, the warp's index in its block in bits 8-15
   uint32_t sm;      // %smid in bits 0-15, blockIdx.x in bits 16-31 (saturated at 0xffff)
-  uint64_t key;     // a pointer the launch reads that differs from layer to layer where there is one
+  uint64_t key;     // a pointer the launch reads that differs from layer to layer where there is one (waits: 0)
+  uint64_t grid;    // %gridid: the launch
   uint64_t start;   // %globaltimer, ns
   uint64_t end;
 };
@@ -48,6 +51,7 @@ enum StampFamily : uint32_t {
   kStampAttnCombine = 12,
   kStampRmsnorm = 13,
   kStampEmbed = 14,
+  kStampWait = 15,        // a warp's return from pdl_wait() (any kernel; pdl.cuh)
 };
 
 #if defined(MONORAIL_STAMPS) && defined(__CUDACC__)
@@ -56,20 +60,16 @@ static __device__ StampBuffer g_stamps;  // this translation unit's copy (see ab
 class WarpStamp {
  public:
   __device__ WarpStamp(uint32_t family, const void* key) {
-    if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr) return;
-    unsigned sm;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    const unsigned i = atomicAdd(&g_stamps.count[sm], 1u);
-    if (i >= g_stamps.per_sm) return;
-    slot_ = sm * g_stamps.per_sm + i;
-    StampRecord& r = g_stamps.rec[slot_];
-    r.family = family | ((threadIdx.x >> 5) << 8);
-    r.sm = sm | (min(blockIdx.x, 0xffffu) << 16);
-    r.key = reinterpret_cast<uint64_t>(key);
-    r.start = now();
+    slot_ = take(family, reinterpret_cast<uint64_t>(key));
+    if (slot_ != ~0u) g_stamps.rec[slot_].start = now();
   }
   __device__ ~WarpStamp() {
     if (slot_ != ~0u) g_stamps.rec[slot_].end = now();
+  }
+  // pdl_wait()'s record: lane 0 of each warp, when its wait returned
+  __device__ static void wait_returned() {
+    const unsigned slot = take(kStampWait, 0);
+    if (slot != ~0u) g_stamps.rec[slot].start = g_stamps.rec[slot].end = now();
   }
 
  private:
@@ -78,16 +78,35 @@ class WarpStamp {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
   }
+  // lane 0 of the warp takes a record on its SM and fills all but the times (~0u: another lane, disarmed, or full)
+  __device__ static unsigned take(uint32_t family, uint64_t key) {
+    if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr) return ~0u;
+    unsigned sm;
+    uint64_t grid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
+    const unsigned i = atomicAdd(&g_stamps.count[sm], 1u);
+    if (i >= g_stamps.per_sm) return ~0u;
+    const unsigned slot = sm * g_stamps.per_sm + i;
+    StampRecord& r = g_stamps.rec[slot];
+    r.family = family | ((threadIdx.x >> 5) << 8);
+    r.sm = sm | (min(blockIdx.x, 0xffffu) << 16);
+    r.key = key;
+    r.grid = grid;
+    return slot;
+  }
   unsigned slot_ = ~0u;
 };
 
 #define MR_WARP_STAMP(family, key) ::monorail::WarpStamp mr_warp_stamp_((family), (key))
+#define MR_STAMP_WAIT_RETURNED() ::monorail::WarpStamp::wait_returned()
 #define MR_STAMPS_TU(name)                                                  \
   void stamps_set_##name(const StampBuffer& b) {                           \
     MR_CHECK(cudaMemcpyToSymbol(g_stamps, &b, sizeof b), "stamps_arm"); \
   }
 #else
 #define MR_WARP_STAMP(family, key) ((void)0)
+#define MR_STAMP_WAIT_RETURNED() ((void)0)
 #define MR_STAMPS_TU(name) \
   void stamps_set_##name(const StampBuffer&) {}
 #endif
