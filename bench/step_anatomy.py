@@ -13,7 +13,7 @@ Per launch, against the last warp of the launch before it (P):
   late   how long after P's end the median warp started (> 0: half its warps had no room until P's warps left)
   body   its median warp's end minus P's end
   tail   its last warp's end minus its median warp's end
-  release  its median warp's return from pdl_wait() minus P's end (the PDL release; records from pdl.cuh)
+  release  its median warp's return from pdl_wait() minus P's end (the PDL release; noted by pdl.cuh's pdl_wait)
   after    its median warp's end minus its median warp's release: the work after the wait
 and, per GEMV role, its weight bytes over its incr (GB/s). The step's time with the stamps armed is printed
 beside the same build's time disarmed: the recording costs an atomic and two stores a warp.
@@ -31,26 +31,21 @@ KERNEL = {1: "qgemv_kernel", 2: "qgemv_pp_kernel", 3: "qgemv_col_kernel", 4: "qg
           5: "qgemv4_split_kernel", 6: "qgemv_walk_kernel", 7: "qgemv_ring_kernel", 8: "gdn_conv_decode_kernel",
           9: "conv_kernel", 10: "attn_prep_kernel", 11: "attn_split_v4_kernel", 12: "attn_combine_kernel",
           13: "rmsnorm_kernel", 14: "embed_kernel"}
-WAIT = 15  # stamps.cuh kStampWait: a warp's return from pdl_wait()
-RECORD = [("family", "<u4"), ("sm", "<u4"), ("key", "<u8"), ("grid", "<u8"), ("start", "<u8"), ("end", "<u8")]
+RECORD = [("family", "<u4"), ("sm", "<u4"), ("key", "<u8"), ("start", "<u8"), ("end", "<u8"), ("waited", "<u8")]
+WARP_SLOTS = 64  # stamps.cuh kStampWarpSlots
 GAP_NS = 20_000  # launches of one (family, key) are at least a layer apart; one launch's warps start within this
 
 
 def launches_of(rec) -> list[dict]:
     """Records -> launches: grouped by (family, key), a group cut where its sorted starts jump by more than GAP_NS.
     stamps.cuh packs the warp's index in its block above the family (bits 8-15) and blockIdx.x above the SM (16-31);
-    a wait record (family WAIT) joins the warp of the same grid, block and place in the block."""
-    waited = {}
-    for r in rec:
-        fam, sm = int(r["family"]), int(r["sm"])
-        if fam & 0xFF == WAIT:
-            waited.setdefault((int(r["grid"]), sm >> 16, fam >> 8), int(r["start"]))
+    `waited` (its return from pdl_wait(), 0 if none) counts only inside the warp's life."""
     groups = defaultdict(list)
     for r in rec:
-        fam, sm = int(r["family"]), int(r["sm"])
-        if fam & 0xFF != WAIT and r["end"] > r["start"]:
-            groups[(fam & 0xFF, int(r["key"]))].append((int(r["start"]), int(r["end"]), sm & 0xFFFF, sm >> 16,
-                                                        fam >> 8, waited.get((int(r["grid"]), sm >> 16, fam >> 8), 0)))
+        fam, sm, start, end, waited = int(r["family"]), int(r["sm"]), int(r["start"]), int(r["end"]), int(r["waited"])
+        if end > start:
+            groups[(fam & 0xFF, int(r["key"]))].append((start, end, sm & 0xFFFF, sm >> 16, fam >> 8,
+                                                        waited if start <= waited <= end else 0))
     out = []
     for (fam, key), rows in groups.items():
         rows.sort()
@@ -186,7 +181,8 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rec = torch.zeros(sms * args.per_sm * np.dtype(RECORD).itemsize, dtype=torch.uint8, device="cuda")
     count = torch.zeros(sms, dtype=torch.int32, device="cuda")
-    nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm)
+    wait_at = torch.zeros(sms * WARP_SLOTS, dtype=torch.int64, device="cuda")
+    nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm, wait_at.data_ptr())
     try:
         armed = e.time_steps(0, args.depth, 2)  # one eager forward, 3 warm replays, 2 timed: the last is kept
     finally:

@@ -27,7 +27,7 @@ def _anatomy():
 def _records(mod, rows):
     rec = np.zeros(len(rows), dtype=np.dtype(mod.RECORD))
     for i, (fam, key, start, end) in enumerate(rows):
-        rec[i] = (fam, i % 132, key, key, start, end)  # the grid id: one a key here
+        rec[i] = (fam, i % 132, key, start, end, 0)
     return rec
 
 
@@ -81,7 +81,7 @@ def test_packed_block_and_warp_are_decoded_and_the_raw_step_round_trips(tmp_path
     rec = np.zeros(4, dtype=np.dtype(a.RECORD))
     # stamps.cuh: warp in block above the family, blockIdx.x above the SM; SM 5 holds three warps, SM 9 one
     for i, (sm, block, warp, end) in enumerate([(5, 77, 3, 20), (5, 77, 4, 22), (5, 78, 0, 30), (9, 300, 1, 21)]):
-        rec[i] = (4 | (warp << 8), sm | (block << 16), 0xAB00, 77, 10 * us, end * us)
+        rec[i] = (4 | (warp << 8), sm | (block << 16), 0xAB00, 10 * us, end * us, 0)
     (L,) = a.launches_of(rec)
     assert L["kernel"] == "qgemv4_sx_kernel" and set(L["_sm_end"]) == {5, 9}
     assert sorted(r[2:5] for r in L["_rows"]) == [(5, 77, 3), (5, 77, 4), (5, 78, 0), (9, 300, 1)]
@@ -124,18 +124,14 @@ def test_warp_study_finds_a_sub_partition_effect_that_repeats(tmp_path):
     assert 20.0 <= d["p10"] <= d["median"] <= d["max"] <= 21.3
 
 
-def test_wait_records_join_their_warps_by_grid_block_and_place():
-    """pdl_wait()'s records (family WAIT, start = end = the return) join the warp of the same grid id, block and place
-    in the block, and give each launch its median release; a wait of another grid (the next layer's launch of the same
-    kernel on the same block and warp) does not."""
+def test_a_warps_wait_counts_only_inside_its_life():
+    """pdl_wait()'s time reaches the warp's record from its warp slot's word at the warp's end: a time outside the
+    warp's life was an earlier warp's (a slot word not rewritten) and counts as no wait; the launch keeps the median."""
     a = _anatomy()
     us = 1000
-    rec = np.zeros(7, dtype=np.dtype(a.RECORD))
-    warps = [(5, 7, 0, 10, 30), (5, 7, 1, 10, 31), (9, 8, 0, 11, 32)]  # (sm, block, warp, start, end) of grid 41
-    for i, (sm, block, warp, start, end) in enumerate(warps):
-        rec[i] = (4 | (warp << 8), sm | (block << 16), 0xAB00, 41, start * us, end * us)
-    for i, (block, warp, t, grid) in enumerate([(7, 0, 20, 41), (7, 1, 21, 41), (8, 0, 22, 41), (7, 0, 99, 42)]):
-        rec[3 + i] = (a.WAIT | (warp << 8), 3 | (block << 16), 0, grid, t * us, t * us)
-    (L,) = a.launches_of(rec)  # wait records are not launches
-    assert L["warps"] == 3 and L["waits"] == 3 and L["median_wait"] == 21 * us
-    assert sorted(r[5] for r in L["_rows"]) == [20 * us, 21 * us, 22 * us]
+    rec = np.zeros(4, dtype=np.dtype(a.RECORD))
+    for i, (warp, start, end, waited) in enumerate([(0, 10, 30, 20), (1, 10, 31, 21), (2, 11, 32, 22), (3, 12, 33, 5)]):
+        rec[i] = (4 | (warp << 8), 5 | (7 << 16), 0xAB00, start * us, end * us, waited * us)
+    (L,) = a.launches_of(rec)
+    assert L["warps"] == 4 and L["waits"] == 3 and L["median_wait"] == 21 * us
+    assert sorted(r[5] for r in L["_rows"]) == [0, 20 * us, 21 * us, 22 * us]

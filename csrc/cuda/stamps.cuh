@@ -11,29 +11,31 @@
 // Use: `MR_WARP_STAMP(family, key);` as a kernel's first statement (lane 0 of each warp takes a record; the record's
 // end is written when the warp leaves the kernel's scope), and `MR_STAMPS_TU(name)` once in each .cu that has such
 // kernels: each translation unit holds its own copy of the buffer pointer (the module is built without relocatable
-// device code), which stamps_arm (pdl.cu) sets in every unit. pdl_wait() (pdl.cuh) adds a record of its own when the
-// wait returns (family kStampWait, start = end = that time), tied to its warp's record by the grid id and the block
-// and warp: how long after the predecessor's last warp each kernel's warps were released.
+// device code), which stamps_arm (pdl.cu) sets in every unit. pdl_wait() (pdl.cuh) also notes when the wait returned,
+// with one store to its physical warp slot's word (no atomic on the critical path); the warp's record takes it at the
+// warp's end if it falls inside the warp's life: how long after the predecessor's last warp each warp was released.
 #pragma once
 #include <cstdint>
 
 namespace monorail {
 
-// One warp of one kernel launch (or one return from its PDL wait): 40 bytes.
+// One warp of one kernel launch: 40 bytes.
 struct StampRecord {
   uint32_t family;  // StampFamily in bits 0-7, the warp's index in its block in bits 8-15
   uint32_t sm;      // %smid in bits 0-15, blockIdx.x in bits 16-31 (saturated at 0xffff)
-  uint64_t key;     // a pointer the launch reads that differs from layer to layer where there is one (waits: 0)
-  uint64_t grid;    // %gridid: the launch
+  uint64_t key;     // a pointer the launch reads that differs from layer to layer where there is one
   uint64_t start;   // %globaltimer, ns
   uint64_t end;
+  uint64_t waited;  // when its pdl_wait() returned (0: no wait, or wait_at not given)
 };
+constexpr int kStampWarpSlots = 64;  // warp slots an SM (%warpid < 64 on sm_86 .. sm_120)
 // Records of SM s go to rec[s * per_sm .. s * per_sm + count[s]); a full slice drops further records (count keeps
 // counting, so the reader sees how many were dropped).
 struct StampBuffer {
   StampRecord* rec = nullptr;
   unsigned* count = nullptr;
   unsigned per_sm = 0;
+  uint64_t* wait_at = nullptr;  // num_sms x kStampWarpSlots: a warp slot's last return from pdl_wait() (optional)
 };
 
 enum StampFamily : uint32_t {
@@ -51,7 +53,6 @@ enum StampFamily : uint32_t {
   kStampAttnCombine = 12,
   kStampRmsnorm = 13,
   kStampEmbed = 14,
-  kStampWait = 15,        // a warp's return from pdl_wait() (any kernel; pdl.cuh)
 };
 
 #if defined(MONORAIL_STAMPS) && defined(__CUDACC__)
@@ -60,16 +61,29 @@ static __device__ StampBuffer g_stamps;  // this translation unit's copy (see ab
 class WarpStamp {
  public:
   __device__ WarpStamp(uint32_t family, const void* key) {
-    slot_ = take(family, reinterpret_cast<uint64_t>(key));
-    if (slot_ != ~0u) g_stamps.rec[slot_].start = now();
+    if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr) return;
+    const unsigned sm = smid();
+    const unsigned i = atomicAdd(&g_stamps.count[sm], 1u);
+    if (i >= g_stamps.per_sm) return;
+    slot_ = sm * g_stamps.per_sm + i;
+    StampRecord& r = g_stamps.rec[slot_];
+    r.family = family | ((threadIdx.x >> 5) << 8);
+    r.sm = sm | (min(blockIdx.x, 0xffffu) << 16);
+    r.key = reinterpret_cast<uint64_t>(key);
+    r.start = start_ = now();
   }
   __device__ ~WarpStamp() {
-    if (slot_ != ~0u) g_stamps.rec[slot_].end = now();
+    if (slot_ == ~0u) return;
+    StampRecord& r = g_stamps.rec[slot_];
+    const uint64_t end = now();
+    r.end = end;
+    uint64_t w = 0;  // this warp's own wait if its slot's word was written during its life (else an earlier warp's)
+    if (g_stamps.wait_at) w = g_stamps.wait_at[warp_slot()];
+    r.waited = w >= start_ && w <= end ? w : 0;
   }
-  // pdl_wait()'s record: lane 0 of each warp, when its wait returned
+  // pdl_wait(): lane 0 notes the time in its physical warp slot's word (a store, no atomic)
   __device__ static void wait_returned() {
-    const unsigned slot = take(kStampWait, 0);
-    if (slot != ~0u) g_stamps.rec[slot].start = g_stamps.rec[slot].end = now();
+    if ((threadIdx.x & 31) == 0 && g_stamps.wait_at != nullptr) g_stamps.wait_at[warp_slot()] = now();
   }
 
  private:
@@ -78,24 +92,18 @@ class WarpStamp {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
   }
-  // lane 0 of the warp takes a record on its SM and fills all but the times (~0u: another lane, disarmed, or full)
-  __device__ static unsigned take(uint32_t family, uint64_t key) {
-    if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr) return ~0u;
+  __device__ static unsigned smid() {
     unsigned sm;
-    uint64_t grid;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    asm volatile("mov.u64 %0, %%gridid;" : "=l"(grid));
-    const unsigned i = atomicAdd(&g_stamps.count[sm], 1u);
-    if (i >= g_stamps.per_sm) return ~0u;
-    const unsigned slot = sm * g_stamps.per_sm + i;
-    StampRecord& r = g_stamps.rec[slot];
-    r.family = family | ((threadIdx.x >> 5) << 8);
-    r.sm = sm | (min(blockIdx.x, 0xffffu) << 16);
-    r.key = key;
-    r.grid = grid;
-    return slot;
+    return sm;
+  }
+  __device__ static unsigned warp_slot() {
+    unsigned w;
+    asm volatile("mov.u32 %0, %%warpid;" : "=r"(w));
+    return smid() * kStampWarpSlots + (w & (kStampWarpSlots - 1));
   }
   unsigned slot_ = ~0u;
+  uint64_t start_ = 0;
 };
 
 #define MR_WARP_STAMP(family, key) ::monorail::WarpStamp mr_warp_stamp_((family), (key))
@@ -121,6 +129,6 @@ void stamps_set_norm_embed(const StampBuffer& b);
 // per_sm records, count: num_sms zeroed counters) or disarm them (rec = nullptr). Arming a module built without the
 // stamps throws.
 bool stamps_built();
-void stamps_arm(StampRecord* rec, unsigned* count, unsigned per_sm);
+void stamps_arm(StampRecord* rec, unsigned* count, unsigned per_sm, uint64_t* wait_at = nullptr);
 
 }  // namespace monorail
