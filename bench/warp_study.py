@@ -9,6 +9,8 @@ Per role, over its launches in the step (times in us, each launch's warps agains
               item's mean end lag over the even launches with that over the odd ones (1: the lag is the item's, 0: chance)
   subpart     the mean end lag by SM sub-partition (warp in block % 4) with its warps a block, and by block (first /
               last few): which warps end last, systematically
+  waits       (files with a `wait` column: each warp's return from pdl_wait(), -1 if none) the spread of a launch's
+              releases (p90 - p10) and the work after them (end - wait: median, max)
 Session 20 used these to rule out balance by SM, by sub-partition and by block as the source of the GEMV tails.
 """
 
@@ -61,6 +63,24 @@ def item_repeat(z, role: str) -> dict:
     return {"corr": float(np.corrcoef(a[:, 0], a[:, 1])[0, 1]), "sd_item_mean": float(np.std(a.mean(axis=1)))}
 
 
+def waits(z, role: str) -> dict:
+    """Medians over the role's launches of the release spread (p90 - p10 of its warps' wait returns) and of the
+    median and largest end - wait; empty where the file has no waits for the role."""
+    if "wait" not in z:
+        return {}
+    rows = []
+    for i in launches_of_role(z, role):
+        m = (z["launch"] == i) & (z["wait"] >= 0)
+        if m.sum() < 2:
+            continue
+        w = z["wait"][m].astype(np.float64) / 1e3
+        after = z["end"][m] / 1e3 - w
+        rows.append((np.percentile(w, 90) - np.percentile(w, 10), np.median(after), after.max()))
+    if not rows:
+        return {}
+    return dict(zip(["release_spread", "after_median", "after_max"], np.median(np.array(rows), axis=0)))
+
+
 def by_subpartition(z, role: str) -> dict:
     """Mean end lag by warp in block % 4 (the SM sub-partition a warp lands on) and its warps a block; by block."""
     sub = defaultdict(list)
@@ -87,10 +107,13 @@ def main() -> None:
         d, rep, sp = durations(z, role), item_repeat(z, role), by_subpartition(z, role)
         subs = " ".join(f"{q}:{n}w {lag:+.2f}" for q, (n, lag) in sp["subpart"].items())
         blocks = sp["block"]
+        wt = waits(z, role)
+        wts = (f" | releases spread {wt['release_spread']:.2f}, after them median {wt['after_median']:.2f} max "
+               f"{wt['after_max']:.2f}") if wt else ""
         print(f"{role:<9} durations p10 {d['p10']:.2f} median {d['median']:.2f} max {d['max']:.2f}, corr(start, end) "
               f"{d['corr_start_end']:.2f}, last tenth started {d['last_tenth_later']:+.2f} | repeat corr "
               f"{rep['corr']:.2f} (sd of item means {rep['sd_item_mean']:.2f}) | subpart {subs} | blocks first "
-              f"{np.mean(blocks[:8]):+.2f} last {np.mean(blocks[-8:]):+.2f}")
+              f"{np.mean(blocks[:8]):+.2f} last {np.mean(blocks[-8:]):+.2f}{wts}")
 
 
 if __name__ == "__main__":

@@ -122,6 +122,10 @@ def test_warp_study_finds_a_sub_partition_effect_that_repeats(tmp_path):
     assert ws.item_repeat(z, "gate_up")["corr"] > 0.9
     d = ws.durations(z, "gate_up")
     assert 20.0 <= d["p10"] <= d["median"] <= d["max"] <= 21.3
+    assert ws.waits(z, "gate_up") == {}  # a file without waits (session 20's)
+    z["wait"] = np.where(z["warp"] % 2 == 0, z["start"] + 5000, -1)  # half the warps released 5 us after their start
+    wt = ws.waits(z, "gate_up")
+    assert wt["release_spread"] < 0.1 and 15.0 < wt["after_median"] <= wt["after_max"] < 16.3
 
 
 def test_a_warps_wait_counts_only_inside_its_life():
