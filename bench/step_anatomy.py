@@ -39,7 +39,7 @@ GAP_NS = 20_000  # launches of one (family, key) are at least a layer apart; one
 def launches_of(rec) -> list[dict]:
     """Records -> launches: grouped by (family, key), a group cut where its sorted starts jump by more than GAP_NS.
     stamps.cuh packs the warp's index in its block above the family (bits 8-15) and blockIdx.x above the SM (16-31);
-    `waited` (its return from pdl_wait(), 0 if none) counts only inside the warp's life."""
+    `waited` (its return from pdl_wait(), 0 if none) counts only inside the warp's life (stamps.cuh)."""
     groups = defaultdict(list)
     for r in rec:
         fam, sm, start, end, waited = int(r["family"]), int(r["sm"]), int(r["start"]), int(r["end"]), int(r["waited"])
@@ -181,8 +181,8 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rec = torch.zeros(sms * args.per_sm * np.dtype(RECORD).itemsize, dtype=torch.uint8, device="cuda")
     count = torch.zeros(sms, dtype=torch.int32, device="cuda")
-    wait_at = torch.zeros(sms * WARP_SLOTS, dtype=torch.int64, device="cuda")
-    nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm, wait_at.data_ptr())
+    slot_of = torch.full((sms * WARP_SLOTS,), -1, dtype=torch.int32, device="cuda")
+    nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm, slot_of.data_ptr())
     try:
         armed = e.time_steps(0, args.depth, 2)  # one eager forward, 3 warm replays, 2 timed: the last is kept
     finally:

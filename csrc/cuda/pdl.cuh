@@ -48,9 +48,8 @@ struct PdlScope {  // marks the launches of one decode step (not thread-safe: on
 #ifdef __CUDACC__
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  MR_STAMPED_WAIT(asm volatile("griddepcontrol.wait;" ::: "memory"));  // stamps.cuh: the wait alone by default
 #endif
-  MR_STAMP_WAIT_RETURNED();  // the diagnostic build only (stamps.cuh)
 }
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

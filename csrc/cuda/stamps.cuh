@@ -11,9 +11,11 @@
 // Use: `MR_WARP_STAMP(family, key);` as a kernel's first statement (lane 0 of each warp takes a record; the record's
 // end is written when the warp leaves the kernel's scope), and `MR_STAMPS_TU(name)` once in each .cu that has such
 // kernels: each translation unit holds its own copy of the buffer pointer (the module is built without relocatable
-// device code), which stamps_arm (pdl.cu) sets in every unit. pdl_wait() (pdl.cuh) also notes when the wait returned,
-// with one store to its physical warp slot's word (no atomic on the critical path); the warp's record takes it at the
-// warp's end if it falls inside the warp's life: how long after the predecessor's last warp each warp was released.
+// device code), which stamps_arm (pdl.cu) sets in every unit. pdl_wait() (pdl.cuh) also writes when its wait
+// returned into the warp's record (`waited`): the constructor leaves the record's index in its physical warp slot's
+// word (slot_of), pdl_wait loads that word before it waits and stores the time after, so nothing but one store follows
+// the release (a reader keeps `waited` only inside the record's start .. end: a kernel without a stamp would write
+// into the record of the slot's previous warp, after that warp's end).
 #pragma once
 #include <cstdint>
 
@@ -26,7 +28,7 @@ struct StampRecord {
   uint64_t key;     // a pointer the launch reads that differs from layer to layer where there is one
   uint64_t start;   // %globaltimer, ns
   uint64_t end;
-  uint64_t waited;  // when its pdl_wait() returned (0: no wait, or wait_at not given)
+  uint64_t waited;  // when its pdl_wait() returned (0: none noted; see above)
 };
 constexpr int kStampWarpSlots = 64;  // warp slots an SM (%warpid < 64 on sm_86 .. sm_120)
 // Records of SM s go to rec[s * per_sm .. s * per_sm + count[s]); a full slice drops further records (count keeps
@@ -35,7 +37,7 @@ struct StampBuffer {
   StampRecord* rec = nullptr;
   unsigned* count = nullptr;
   unsigned per_sm = 0;
-  uint64_t* wait_at = nullptr;  // num_sms x kStampWarpSlots: a warp slot's last return from pdl_wait() (optional)
+  unsigned* slot_of = nullptr;  // num_sms x kStampWarpSlots: the record of the warp in each slot (optional; ~0u: none)
 };
 
 enum StampFamily : uint32_t {
@@ -70,20 +72,20 @@ class WarpStamp {
     r.family = family | ((threadIdx.x >> 5) << 8);
     r.sm = sm | (min(blockIdx.x, 0xffffu) << 16);
     r.key = reinterpret_cast<uint64_t>(key);
-    r.start = start_ = now();
+    r.waited = 0;
+    r.start = now();
+    if (g_stamps.slot_of) g_stamps.slot_of[warp_slot()] = slot_;
   }
   __device__ ~WarpStamp() {
-    if (slot_ == ~0u) return;
-    StampRecord& r = g_stamps.rec[slot_];
-    const uint64_t end = now();
-    r.end = end;
-    uint64_t w = 0;  // this warp's own wait if its slot's word was written during its life (else an earlier warp's)
-    if (g_stamps.wait_at) w = g_stamps.wait_at[warp_slot()];
-    r.waited = w >= start_ && w <= end ? w : 0;
+    if (slot_ != ~0u) g_stamps.rec[slot_].end = now();
   }
-  // pdl_wait(): lane 0 notes the time in its physical warp slot's word (a store, no atomic)
-  __device__ static void wait_returned() {
-    if ((threadIdx.x & 31) == 0 && g_stamps.wait_at != nullptr) g_stamps.wait_at[warp_slot()] = now();
+  // pdl_wait(): before the wait, the record of the warp in this slot (lane 0; ~0u: none); after it, the time
+  __device__ static unsigned wait_record() {
+    if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr || g_stamps.slot_of == nullptr) return ~0u;
+    return g_stamps.slot_of[warp_slot()];
+  }
+  __device__ static void wait_returned(unsigned record) {
+    if (record != ~0u) g_stamps.rec[record].waited = now();
   }
 
  private:
@@ -103,18 +105,22 @@ class WarpStamp {
     return smid() * kStampWarpSlots + (w & (kStampWarpSlots - 1));
   }
   unsigned slot_ = ~0u;
-  uint64_t start_ = 0;
 };
 
 #define MR_WARP_STAMP(family, key) ::monorail::WarpStamp mr_warp_stamp_((family), (key))
-#define MR_STAMP_WAIT_RETURNED() ::monorail::WarpStamp::wait_returned()
+#define MR_STAMPED_WAIT(wait_statement)                                \
+  do {                                                                  \
+    const unsigned mr_wait_record_ = ::monorail::WarpStamp::wait_record(); \
+    wait_statement;                                                     \
+    ::monorail::WarpStamp::wait_returned(mr_wait_record_);              \
+  } while (0)
 #define MR_STAMPS_TU(name)                                                  \
   void stamps_set_##name(const StampBuffer& b) {                           \
     MR_CHECK(cudaMemcpyToSymbol(g_stamps, &b, sizeof b), "stamps_arm"); \
   }
 #else
 #define MR_WARP_STAMP(family, key) ((void)0)
-#define MR_STAMP_WAIT_RETURNED() ((void)0)
+#define MR_STAMPED_WAIT(wait_statement) wait_statement
 #define MR_STAMPS_TU(name) \
   void stamps_set_##name(const StampBuffer&) {}
 #endif
@@ -129,6 +135,6 @@ void stamps_set_norm_embed(const StampBuffer& b);
 // per_sm records, count: num_sms zeroed counters) or disarm them (rec = nullptr). Arming a module built without the
 // stamps throws.
 bool stamps_built();
-void stamps_arm(StampRecord* rec, unsigned* count, unsigned per_sm, uint64_t* wait_at = nullptr);
+void stamps_arm(StampRecord* rec, unsigned* count, unsigned per_sm, unsigned* slot_of = nullptr);
 
 }  // namespace monorail
