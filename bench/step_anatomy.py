@@ -32,7 +32,6 @@ KERNEL = {1: "qgemv_kernel", 2: "qgemv_pp_kernel", 3: "qgemv_col_kernel", 4: "qg
           9: "conv_kernel", 10: "attn_prep_kernel", 11: "attn_split_v4_kernel", 12: "attn_combine_kernel",
           13: "rmsnorm_kernel", 14: "embed_kernel"}
 RECORD = [("family", "<u4"), ("sm", "<u4"), ("key", "<u8"), ("start", "<u8"), ("end", "<u8"), ("waited", "<u8")]
-WARP_SLOTS = 64  # stamps.cuh kStampWarpSlots
 GAP_NS = 20_000  # launches of one (family, key) are at least a layer apart; one launch's warps start within this
 
 
@@ -181,8 +180,7 @@ def main() -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     rec = torch.zeros(sms * args.per_sm * np.dtype(RECORD).itemsize, dtype=torch.uint8, device="cuda")
     count = torch.zeros(sms, dtype=torch.int32, device="cuda")
-    slot_of = torch.full((sms * WARP_SLOTS,), -1, dtype=torch.int32, device="cuda")
-    nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm, slot_of.data_ptr())
+    nat.stamps_arm(rec.data_ptr(), count.data_ptr(), args.per_sm)
     try:
         armed = e.time_steps(0, args.depth, 2)  # one eager forward, 3 warm replays, 2 timed: the last is kept
     finally:

@@ -208,12 +208,10 @@ void register_cuda_bindings(py::module_& m) {
         "one shared-memory carveout preference (0..100 percent) for every kernel of the step, or -1 (default): each "
         "kernel's own; for measurements (graphs captured before keep theirs)");
   m.def("stamps_built", &stamps_built, "whether the module records warp timestamps (built with MONORAIL_STAMPS=ON)");
-  m.def("stamps_arm", [](uintptr_t rec, uintptr_t count, unsigned per_sm, uintptr_t slot_of) {
-    stamps_arm(ptr<StampRecord>(rec), ptr<unsigned>(count), per_sm, ptr<unsigned>(slot_of));
-  }, py::arg("rec"), py::arg("count"), py::arg("per_sm"), py::arg("slot_of") = 0,
-     "point the step kernels' warp stamps at rec (num_sms x per_sm 40-byte records), count (num_sms zeroed uint32 "
-     "counters) and, optionally, slot_of (num_sms x 64 uint32, all bits set: each warp slot's record, so that "
-     "pdl_wait() notes its return); rec = 0 disarms (bench/step_anatomy.py)");
+  m.def("stamps_arm", [](uintptr_t rec, uintptr_t count, unsigned per_sm) {
+    stamps_arm(ptr<StampRecord>(rec), ptr<unsigned>(count), per_sm);
+  }, "point the step kernels' warp stamps at rec (num_sms x per_sm 40-byte records) and count (num_sms zeroed "
+     "uint32 counters); rec = 0 disarms (bench/step_anatomy.py)");
   m.def("set_attn_variant", &set_attn_variant);
   m.def("get_attn_variant", &get_attn_variant);
   m.def("op_rmsnorm", [](uintptr_t x, int T, int H, uintptr_t w, float eps, bool add_one, uintptr_t out) {

@@ -12,10 +12,10 @@
 // end is written when the warp leaves the kernel's scope), and `MR_STAMPS_TU(name)` once in each .cu that has such
 // kernels: each translation unit holds its own copy of the buffer pointer (the module is built without relocatable
 // device code), which stamps_arm (pdl.cu) sets in every unit. pdl_wait() (pdl.cuh) also writes when its wait
-// returned into the warp's record (`waited`): the constructor leaves the record's index in its physical warp slot's
-// word (slot_of), pdl_wait loads that word before it waits and stores the time after, so nothing but one store follows
-// the release (a reader keeps `waited` only inside the record's start .. end: a kernel without a stamp would write
-// into the record of the slot's previous warp, after that warp's end).
+// returned into the warp's record (`waited`): the constructor leaves the record's index in a shared-memory word of its
+// warp, pdl_wait reads that word before it waits and stores the time after, so nothing but one store follows the
+// release. Every kernel of an armed unit that calls pdl_wait() must therefore take a stamp first (all do; an index
+// past the buffer is ignored).
 #pragma once
 #include <cstdint>
 
@@ -30,14 +30,13 @@ struct StampRecord {
   uint64_t end;
   uint64_t waited;  // when its pdl_wait() returned (0: none noted; see above)
 };
-constexpr int kStampWarpSlots = 64;  // warp slots an SM (%warpid < 64 on sm_86 .. sm_120)
 // Records of SM s go to rec[s * per_sm .. s * per_sm + count[s]); a full slice drops further records (count keeps
 // counting, so the reader sees how many were dropped).
 struct StampBuffer {
   StampRecord* rec = nullptr;
   unsigned* count = nullptr;
   unsigned per_sm = 0;
-  unsigned* slot_of = nullptr;  // num_sms x kStampWarpSlots: the record of the warp in each slot (optional; ~0u: none)
+  unsigned capacity = 0;  // num_sms x per_sm records
 };
 
 enum StampFamily : uint32_t {
@@ -60,12 +59,19 @@ enum StampFamily : uint32_t {
 #if defined(MONORAIL_STAMPS) && defined(__CUDACC__)
 static __device__ StampBuffer g_stamps;  // this translation unit's copy (see above)
 
+// The record index of each warp of this block (lane 0 of warp w writes word w); one array a kernel that uses it.
+__device__ __forceinline__ unsigned* stamp_record_of_warp() {
+  __shared__ unsigned record_of_warp[32];
+  return record_of_warp;
+}
+
 class WarpStamp {
  public:
   __device__ WarpStamp(uint32_t family, const void* key) {
     if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr) return;
     const unsigned sm = smid();
     const unsigned i = atomicAdd(&g_stamps.count[sm], 1u);
+    stamp_record_of_warp()[threadIdx.x >> 5] = i < g_stamps.per_sm ? sm * g_stamps.per_sm + i : ~0u;
     if (i >= g_stamps.per_sm) return;
     slot_ = sm * g_stamps.per_sm + i;
     StampRecord& r = g_stamps.rec[slot_];
@@ -74,18 +80,17 @@ class WarpStamp {
     r.key = reinterpret_cast<uint64_t>(key);
     r.waited = 0;
     r.start = now();
-    if (g_stamps.slot_of) g_stamps.slot_of[warp_slot()] = slot_;
   }
   __device__ ~WarpStamp() {
     if (slot_ != ~0u) g_stamps.rec[slot_].end = now();
   }
-  // pdl_wait(): before the wait, the record of the warp in this slot (lane 0; ~0u: none); after it, the time
+  // pdl_wait(): before the wait, this warp's record (lane 0; ~0u: none); after it, the time
   __device__ static unsigned wait_record() {
-    if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr || g_stamps.slot_of == nullptr) return ~0u;
-    return g_stamps.slot_of[warp_slot()];
+    if ((threadIdx.x & 31) != 0 || g_stamps.rec == nullptr) return ~0u;
+    return stamp_record_of_warp()[threadIdx.x >> 5];
   }
   __device__ static void wait_returned(unsigned record) {
-    if (record != ~0u) g_stamps.rec[record].waited = now();
+    if (record < g_stamps.capacity) g_stamps.rec[record].waited = now();
   }
 
  private:
@@ -98,11 +103,6 @@ class WarpStamp {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     return sm;
-  }
-  __device__ static unsigned warp_slot() {
-    unsigned w;
-    asm volatile("mov.u32 %0, %%warpid;" : "=r"(w));
-    return smid() * kStampWarpSlots + (w & (kStampWarpSlots - 1));
   }
   unsigned slot_ = ~0u;
 };
@@ -135,6 +135,6 @@ void stamps_set_norm_embed(const StampBuffer& b);
 // per_sm records, count: num_sms zeroed counters) or disarm them (rec = nullptr). Arming a module built without the
 // stamps throws.
 bool stamps_built();
-void stamps_arm(StampRecord* rec, unsigned* count, unsigned per_sm, unsigned* slot_of = nullptr);
+void stamps_arm(StampRecord* rec, unsigned* count, unsigned per_sm);
 
 }  // namespace monorail
