@@ -9,8 +9,9 @@ Per role, over its launches in the step (times in us, each launch's warps agains
               item's mean end lag over the even launches with that over the odd ones (1: the lag is the item's, 0: chance)
   subpart     the mean end lag by SM sub-partition (warp in block % 4) with its warps a block, and by block (first /
               last few): which warps end last, systematically
-  waits       (files with a `wait` column: each warp's return from pdl_wait(), -1 if none) the spread of a launch's
-              releases (p90 - p10) and the work after them (end - wait: median, max)
+  waits       (files with a `wait` column: each warp's return from pdl_wait(), -1 if none) the release (the median
+              warp's return minus the previous launch's last warp end), the spread of a launch's releases (p90 - p10)
+              and the work after them (end - wait: median, max)
 Session 20 used these to rule out balance by SM, by sub-partition and by block as the source of the GEMV tails.
 """
 
@@ -64,8 +65,9 @@ def item_repeat(z, role: str) -> dict:
 
 
 def waits(z, role: str) -> dict:
-    """Medians over the role's launches of the release spread (p90 - p10 of its warps' wait returns) and of the
-    median and largest end - wait; empty where the file has no waits for the role."""
+    """Medians over the role's launches of the release (median wait return minus the previous launch's last end),
+    the release spread (p90 - p10 of its warps' wait returns) and the median and largest end - wait; empty where the
+    file has no waits for the role."""
     if "wait" not in z:
         return {}
     rows = []
@@ -75,10 +77,12 @@ def waits(z, role: str) -> dict:
             continue
         w = z["wait"][m].astype(np.float64) / 1e3
         after = z["end"][m] / 1e3 - w
-        rows.append((np.percentile(w, 90) - np.percentile(w, 10), np.median(after), after.max()))
+        prev = z["end"][z["launch"] == i - 1]
+        release = np.median(w) - prev.max() / 1e3 if len(prev) else float("nan")
+        rows.append((release, np.percentile(w, 90) - np.percentile(w, 10), np.median(after), after.max()))
     if not rows:
         return {}
-    return dict(zip(["release_spread", "after_median", "after_max"], np.median(np.array(rows), axis=0)))
+    return dict(zip(["release", "release_spread", "after_median", "after_max"], np.nanmedian(np.array(rows), axis=0)))
 
 
 def by_subpartition(z, role: str) -> dict:
@@ -108,8 +112,8 @@ def main() -> None:
         subs = " ".join(f"{q}:{n}w {lag:+.2f}" for q, (n, lag) in sp["subpart"].items())
         blocks = sp["block"]
         wt = waits(z, role)
-        wts = (f" | releases spread {wt['release_spread']:.2f}, after them median {wt['after_median']:.2f} max "
-               f"{wt['after_max']:.2f}") if wt else ""
+        wts = (f" | release {wt['release']:.2f} (spread {wt['release_spread']:.2f}), after it median "
+               f"{wt['after_median']:.2f} max {wt['after_max']:.2f}") if wt else ""
         print(f"{role:<9} durations p10 {d['p10']:.2f} median {d['median']:.2f} max {d['max']:.2f}, corr(start, end) "
               f"{d['corr_start_end']:.2f}, last tenth started {d['last_tenth_later']:+.2f} | repeat corr "
               f"{rep['corr']:.2f} (sd of item means {rep['sd_item_mean']:.2f}) | subpart {subs} | blocks first "

@@ -126,6 +126,8 @@ def test_warp_study_finds_a_sub_partition_effect_that_repeats(tmp_path):
     z["wait"] = np.where(z["warp"] % 2 == 0, z["start"] + 5000, -1)  # half the warps released 5 us after their start
     wt = ws.waits(z, "gate_up")
     assert wt["release_spread"] < 0.1 and 15.0 < wt["after_median"] <= wt["after_max"] < 16.3
+    # launch i starts 100 us after launch i - 1, whose last warp ends ~21.2 us after its start: released ~84 us later
+    assert 83.6 < wt["release"] < 84.2
 
 
 def test_a_warps_wait_counts_only_inside_its_life():
