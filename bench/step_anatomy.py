@@ -16,7 +16,7 @@ Per launch, against the last warp of the launch before it (P):
   release  its median warp's return from pdl_wait() minus P's end (the PDL release; noted by pdl.cuh's pdl_wait)
   after    its median warp's end minus its median warp's release: the work after the wait
 and, per GEMV role, its weight bytes over its incr (GB/s). The step's time with the stamps armed is printed
-beside the same build's time disarmed: the recording costs an atomic and two stores a warp.
+beside the same build's time disarmed: the recording costs an atomic and a few stores a warp.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ def balance_report(step: list[dict]) -> None:
     for L in step:
         if "qgemv" in L["kernel"] or L["role"] in ("gdn_step", "attn_split"):
             by_role[L["role"]].append(L)
-    print("\nload by SM (per role: warps an SM held -> SMs x launches, mean lag of the SM's last / median warp end, us; "
-          "spread inside an SM)")
+    print("\nload by SM (per role: warps an SM held -> SMs x launches, mean lag of the SM's last / median warp end, "
+          "us; spread inside an SM)")
     for role, Ls in by_role.items():
         groups = defaultdict(lambda: [0, 0.0, 0.0])
         spread = []
@@ -140,8 +140,8 @@ def balance_report(step: list[dict]) -> None:
 
 def save_raw(step: list[dict], path: str) -> None:
     """The kept step's warps for offline study (numpy .npz): per warp its launch's index, SM, block, warp in block,
-    and start / end (and wait: its return from pdl_wait(), -1 where none was recorded) in ns after the step's first warp; per
-    launch its role and kernel."""
+    and start / end (and wait: its return from pdl_wait(), -1 where none was recorded) in ns after the step's first
+    warp; per launch its role and kernel."""
     import numpy as np
     t0 = step[0]["first_start"]
     rows = [(i, r[2], r[3], r[4], r[0] - t0, r[1] - t0, r[5] - t0 if r[5] else -1)
@@ -158,7 +158,7 @@ def main() -> None:
     ap.add_argument("--kv", default="int8")
     ap.add_argument("--depth", type=int, default=0)
     ap.add_argument("--recipe", default="q4g64")
-    ap.add_argument("--per-sm", type=int, default=49152, help="records an SM (32 bytes each)")
+    ap.add_argument("--per-sm", type=int, default=49152, help="records an SM (RECORD: 40 bytes each)")
     ap.add_argument("--json", default="")
     ap.add_argument("--raw", default="", help="also save the kept step's warps (.npz)")
     args = ap.parse_args()
@@ -215,7 +215,8 @@ def main() -> None:
     for L in step:
         by_role[L["role"]].append(L)
     print(f"{'role':<13} {'n':>3} {'warps':>6} {'incr':>7} {'early':>7} {'late':>7} {'body':>7} {'tail':>7} "
-          f"{'release':>7} {'after':>7} {'GB/s':>6}   (us, medians over the step; GB/s: the role's weight bytes over incr)")
+          f"{'release':>7} {'after':>7} {'GB/s':>6}   (us, medians over the step; GB/s: the role's weight bytes over "
+          "incr)")
     for role, Ls in sorted(by_role.items(), key=lambda kv: -sum(L["incr_us"] for L in kv[1])):
         med = lambda k: statistics.median(L[k] for L in Ls)  # noqa: E731
         print(f"{role:<13} {len(Ls):>3} {int(med('warps')):>6} {med('incr_us'):>7.2f} {med('early_us'):>7.2f} "

@@ -6,7 +6,8 @@ Per role, over its launches in the step (times in us, each launch's warps agains
   durations   end - start of warps that do identical work: p10 / median / max, corr(start, end), and how much later
               than the median warp the last tenth of warps (by end) started: late starts or slow warps?
   repeat      a work item is (block, warp in block), the same rows in every launch of a route: the correlation of an
-              item's mean end lag over the even launches with that over the odd ones (1: the lag is the item's, 0: chance)
+              item's mean end lag over the even launches with that over the odd ones (1: the lag is the item's,
+              0: chance)
   subpart     the mean end lag by SM sub-partition (warp in block % 4) with its warps a block, and by block (first /
               last few): which warps end last, systematically
   waits       (files with a `wait` column: each warp's return from pdl_wait(), -1 if none) the release (the median
@@ -52,8 +53,9 @@ def durations(z, role: str) -> dict:
 def item_repeat(z, role: str) -> dict:
     """How far each work item's end lag repeats between the even and the odd launches of the role."""
     lag = defaultdict(lambda: ([], []))
-    wpb = 1 + max((int(_launch(z, i)["warp"].max()) for i in launches_of_role(z, role)), default=0)
-    for n, i in enumerate(launches_of_role(z, role)):
+    launches = launches_of_role(z, role)
+    wpb = 1 + int(z["warp"][np.isin(z["launch"], launches)].max(initial=0))  # warps a block
+    for n, i in enumerate(launches):
         L = _launch(z, i)
         for item, e in zip(L["block"] * wpb + L["warp"], L["end"]):
             lag[int(item)][n % 2].append(e)

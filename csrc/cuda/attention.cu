@@ -1090,9 +1090,9 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
     // are no faster (0.111 / 0.094 ms against 0.090; int4 0.111 / 0.080 against 0.088, one timing run; bench/NOTES.md
     // session 8 call 3). Session 19 measured and removed a variant 7: 5 held to 168 registers (__launch_bounds__(96, 4),
     // 40-76 bytes spilled), 12 warps an SM. The module's timing probe had it faster on int4 at 128K (0.032 against
-    // 0.049 ms for the context part, but that difference of two synchronised calls is noisy by ~0.03 ms); in whole steps it was slower on both formats (int8 6.198 against 5.88-5.90 ms, int4 5.875 against
-    // 5.633-5.646; the int4 split kernel 70.0 against 60.7 us a layer in the step's timeline; bench/NOTES.md session
-    // 19). Session 19 also measured and removed a two-chunks-a-step loop for int4 (both chunks' scores in flight, one
+    // 0.049 ms for the context part, but that difference of two synchronised calls is noisy by ~0.03 ms); in whole
+    // steps it was slower on both formats (int8 6.198 against 5.88-5.90 ms, int4 5.875 against 5.633-5.646; the int4
+    // split kernel 70.0 against 60.7 us a layer in the step's timeline; bench/NOTES.md session 19). Session 19 also measured and removed a two-chunks-a-step loop for int4 (both chunks' scores in flight, one
     // softmax update for 32 positions, 6 stages; 205 registers): 5.746 against 5.627-5.642 ms at 128K, the split 64.0
     // against 60.7 us a layer. bf16 KV runs the default for both
     if (d.kv_fmt == kKvInt8 && m == 5) launch_attn_split_v4<kKvInt8, 3, 2>(a, T, d.n_kv_heads, stream);

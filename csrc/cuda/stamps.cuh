@@ -11,7 +11,7 @@
 // Use: `MR_WARP_STAMP(family, key);` as a kernel's first statement (lane 0 of each warp takes a record; the record's
 // end is written when the warp leaves the kernel's scope), and `MR_STAMPS_TU(name)` once in each .cu that has such
 // kernels: each translation unit holds its own copy of the buffer pointer (the module is built without relocatable
-// device code), which stamps_arm (pdl.cu) sets in every unit. pdl_wait() (pdl.cuh) also writes when its wait
+// device code), which stamps_arm (stamps.cu) sets in every unit. pdl_wait() (pdl.cuh) also writes when its wait
 // returned into the warp's record (`waited`): the constructor leaves the record's index in a shared-memory word of its
 // warp, pdl_wait reads that word before it waits and stores the time after, so nothing but one store follows the
 // release. Every kernel of an armed unit that calls pdl_wait() must therefore take a stamp first (all do; an index
