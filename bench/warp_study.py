@@ -13,6 +13,9 @@ Per role, over its launches in the step (times in us, each launch's warps agains
   waits       (files with a `wait` column: each warp's return from pdl_wait(), -1 if none) the release (the median
               warp's return minus the previous launch's last warp end), the spread of a launch's releases (p90 - p10)
               and the work after them (end - wait: median, max)
+  by start    (with waits) the wait return against the previous launch's last warp end, by when the warp started
+              (its stamp) against that end: warps resident long before it show the PDL release itself; warps that
+              start near it show what their own pre-wait work adds (session 22: 0.6-0.9 us against start + ~2 us)
 Session 20 used these to rule out balance by SM, by sub-partition and by block as the source of the GEMV tails.
 """
 
@@ -87,6 +90,31 @@ def waits(z, role: str) -> dict:
     return dict(zip(["release", "release_spread", "after_median", "after_max"], np.nanmedian(np.array(rows), axis=0)))
 
 
+START_EDGES_US = (-3.0, -1.0, 0.0, 1.0)
+
+
+def release_by_start(z, role: str, edges=START_EDGES_US) -> dict:
+    """Over the role's launches with waits: each warp's wait return minus the previous launch's last warp end (us),
+    grouped by the warp's start minus that end into the bins edges make (below the first edge, between edges, above
+    the last). Returns {bin label: (median return, warps)}; empty without waits."""
+    if "wait" not in z:
+        return {}
+    lo = (-np.inf,) + tuple(edges)
+    hi = tuple(edges) + (np.inf,)
+    got = defaultdict(list)
+    for i in launches_of_role(z, role):
+        m = (z["launch"] == i) & (z["wait"] >= 0)
+        prev = z["end"][z["launch"] == i - 1]
+        if not m.any() or not len(prev):
+            continue
+        pe = prev.max().astype(np.float64)
+        start = (z["start"][m] - pe) / 1e3
+        ret = (z["wait"][m] - pe) / 1e3
+        for k, (a, b) in enumerate(zip(lo, hi)):
+            got[k].extend(ret[(start >= a) & (start < b)].tolist())
+    return {f"[{lo[k]:g},{hi[k]:g})": (float(np.median(v)), len(v)) for k, v in sorted(got.items()) if v}
+
+
 def by_subpartition(z, role: str) -> dict:
     """Mean end lag by warp in block % 4 (the SM sub-partition a warp lands on) and its warps a block; by block."""
     sub = defaultdict(list)
@@ -120,6 +148,10 @@ def main() -> None:
               f"{d['corr_start_end']:.2f}, last tenth started {d['last_tenth_later']:+.2f} | repeat corr "
               f"{rep['corr']:.2f} (sd of item means {rep['sd_item_mean']:.2f}) | subpart {subs} | blocks first "
               f"{np.mean(blocks[:8]):+.2f} last {np.mean(blocks[-8:]):+.2f}{wts}")
+        rb = release_by_start(z, role)
+        if rb:
+            print(f"{'':<9} wait return by start (us against the previous launch's end): "
+                  + " ".join(f"{k} {ret:.2f} (n {n})" for k, (ret, n) in rb.items()))
 
 
 if __name__ == "__main__":

@@ -130,6 +130,24 @@ def test_warp_study_finds_a_sub_partition_effect_that_repeats(tmp_path):
     assert 83.6 < wt["release"] < 84.2
 
 
+def test_release_by_start_separates_the_release_from_a_warps_own_pre_wait_work():
+    """Two launches: the second's warps started 5 us before the first's last end return 0.6 us after it (the
+    release); those that started 0.5 us after it return 2 us after their start (their own pre-wait work)."""
+    spec = importlib.util.spec_from_file_location("warp_study", BENCH / "warp_study.py")
+    ws = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ws)
+    us = 1000
+    rows = [(0, w, 0, 20 * us, -1) for w in range(4)]  # launch 0 ends at 20 us
+    rows += [(1, w, 15 * us, 40 * us, int(20.6 * us)) for w in range(6)]  # resident early
+    rows += [(1, 6 + w, int(20.5 * us), 41 * us, int(22.5 * us)) for w in range(3)]  # resident late
+    cols = np.array(rows)
+    z = {"launch": cols[:, 0], "sm": np.zeros(len(rows), int), "block": np.zeros(len(rows), int), "warp": cols[:, 1],
+         "start": cols[:, 2], "end": cols[:, 3], "wait": cols[:, 4], "role": np.array(["gate_up", "down"])}
+    rb = ws.release_by_start(z, "down")
+    assert rb == {"[-inf,-3)": (pytest.approx(0.6), 6), "[0,1)": (pytest.approx(2.5), 3)}
+    assert ws.release_by_start({k: v for k, v in z.items() if k != "wait"}, "down") == {}
+
+
 def test_a_warps_wait_counts_only_inside_its_life():
     """pdl_wait()'s time reaches the warp's record from its warp slot's word at the warp's end: a time outside the
     warp's life was an earlier warp's (a slot word not rewritten) and counts as no wait; the launch keeps the median."""
