@@ -13,9 +13,12 @@ Per role, over its launches in the step (times in us, each launch's warps agains
   waits       (files with a `wait` column: each warp's return from pdl_wait(), -1 if none) the release (the median
               warp's return minus the previous launch's last warp end), the spread of a launch's releases (p90 - p10)
               and the work after them (end - wait: median, max)
-  by start    (with waits) the wait return against the previous launch's last warp end, by when the warp started
-              (its stamp) against that end: warps resident long before it show the PDL release itself; warps that
-              start near it show what their own pre-wait work adds (session 22: 0.6-0.9 us against start + ~2 us)
+  by start    (with waits) the wait return against the previous launch's last warp end, and against the warp's own
+              start, by when the warp started (its stamp) against that end: warps resident long before it show the
+              PDL release itself; warps that start near it show what their own pre-wait work adds (session 22:
+              0.6-0.9 us after the end against ~2 us after their start)
+  SM bound    the last warp end minus the largest mean warp end of any SM: what a perfect balance of work inside
+              each SM could take off the launch at most (median a launch, and summed over the role's launches)
 Session 20 used these to rule out balance by SM, by sub-partition and by block as the source of the GEMV tails.
 """
 
@@ -96,12 +99,13 @@ START_EDGES_US = (-3.0, -1.0, 0.0, 1.0)
 def release_by_start(z, role: str, edges=START_EDGES_US) -> dict:
     """Over the role's launches with waits: each warp's wait return minus the previous launch's last warp end (us),
     grouped by the warp's start minus that end into the bins edges make (below the first edge, between edges, above
-    the last). Returns {bin label: (median return, warps)}; empty without waits."""
+    the last). Returns {bin label: (median return after the end, median return after the warp's start, warps)};
+    empty without waits."""
     if "wait" not in z:
         return {}
     lo = (-np.inf,) + tuple(edges)
     hi = tuple(edges) + (np.inf,)
-    got = defaultdict(list)
+    got = defaultdict(lambda: ([], []))
     for i in launches_of_role(z, role):
         m = (z["launch"] == i) & (z["wait"] >= 0)
         prev = z["end"][z["launch"] == i - 1]
@@ -111,8 +115,22 @@ def release_by_start(z, role: str, edges=START_EDGES_US) -> dict:
         start = (z["start"][m] - pe) / 1e3
         ret = (z["wait"][m] - pe) / 1e3
         for k, (a, b) in enumerate(zip(lo, hi)):
-            got[k].extend(ret[(start >= a) & (start < b)].tolist())
-    return {f"[{lo[k]:g},{hi[k]:g})": (float(np.median(v)), len(v)) for k, v in sorted(got.items()) if v}
+            sel = (start >= a) & (start < b)
+            got[k][0].extend(ret[sel].tolist())
+            got[k][1].extend((ret[sel] - start[sel]).tolist())
+    return {f"[{lo[k]:g},{hi[k]:g})": (float(np.median(r)), float(np.median(d)), len(r))
+            for k, (r, d) in sorted(got.items()) if r}
+
+
+def sm_bound(z, role: str) -> dict:
+    """Per launch, the last warp end minus the largest mean warp end of any SM (us): the most a perfect balance of
+    the work inside each SM could save. Median over the role's launches, and the sum over them."""
+    gains = []
+    for i in launches_of_role(z, role):
+        L = _launch(z, i)
+        sm = z["sm"][z["launch"] == i]
+        gains.append(L["end"].max() - max(L["end"][sm == s].mean() for s in np.unique(sm)))
+    return {"median": float(np.median(gains)), "sum": float(np.sum(gains))} if gains else {}
 
 
 def by_subpartition(z, role: str) -> dict:
@@ -150,8 +168,11 @@ def main() -> None:
               f"{np.mean(blocks[:8]):+.2f} last {np.mean(blocks[-8:]):+.2f}{wts}")
         rb = release_by_start(z, role)
         if rb:
-            print(f"{'':<9} wait return by start (us against the previous launch's end): "
-                  + " ".join(f"{k} {ret:.2f} (n {n})" for k, (ret, n) in rb.items()))
+            print(f"{'':<9} wait return by start (us after the previous launch's end / after the warp's start): "
+                  + " ".join(f"{k} {ret:.2f} / {own:.2f} (n {n})" for k, (ret, own, n) in rb.items()))
+        sb = sm_bound(z, role)
+        print(f"{'':<9} SM bound: perfect balance inside each SM saves at most {sb['median']:.2f} us a launch, "
+              f"{sb['sum']:.1f} us over the step")
 
 
 if __name__ == "__main__":

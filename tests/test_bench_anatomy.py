@@ -24,6 +24,13 @@ def _anatomy():
         sys.path.remove(str(BENCH))
 
 
+def _warp_study():
+    spec = importlib.util.spec_from_file_location("warp_study", BENCH / "warp_study.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _records(mod, rows):
     rec = np.zeros(len(rows), dtype=np.dtype(mod.RECORD))
     for i, (fam, key, start, end) in enumerate(rows):
@@ -100,9 +107,7 @@ def test_packed_block_and_warp_are_decoded_and_the_raw_step_round_trips(tmp_path
 def test_warp_study_finds_a_sub_partition_effect_that_repeats(tmp_path):
     """bench/warp_study.py on a synthetic step: one role, 6 launches of 3 blocks x 8 warps; warps on sub-partitions
     0 / 1 (warp % 4) end 1 us after the others in every launch, plus per-launch noise that does not repeat."""
-    spec = importlib.util.spec_from_file_location("warp_study", BENCH / "warp_study.py")
-    ws = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ws)
+    ws = _warp_study()
     rng = np.random.default_rng(0)
     cols = {k: [] for k in ("launch", "sm", "block", "warp", "start", "end")}
     for i in range(6):
@@ -133,9 +138,7 @@ def test_warp_study_finds_a_sub_partition_effect_that_repeats(tmp_path):
 def test_release_by_start_separates_the_release_from_a_warps_own_pre_wait_work():
     """Two launches: the second's warps started 5 us before the first's last end return 0.6 us after it (the
     release); those that started 0.5 us after it return 2 us after their start (their own pre-wait work)."""
-    spec = importlib.util.spec_from_file_location("warp_study", BENCH / "warp_study.py")
-    ws = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ws)
+    ws = _warp_study()
     us = 1000
     rows = [(0, w, 0, 20 * us, -1) for w in range(4)]  # launch 0 ends at 20 us
     rows += [(1, w, 15 * us, 40 * us, int(20.6 * us)) for w in range(6)]  # resident early
@@ -144,8 +147,20 @@ def test_release_by_start_separates_the_release_from_a_warps_own_pre_wait_work()
     z = {"launch": cols[:, 0], "sm": np.zeros(len(rows), int), "block": np.zeros(len(rows), int), "warp": cols[:, 1],
          "start": cols[:, 2], "end": cols[:, 3], "wait": cols[:, 4], "role": np.array(["gate_up", "down"])}
     rb = ws.release_by_start(z, "down")
-    assert rb == {"[-inf,-3)": (pytest.approx(0.6), 6), "[0,1)": (pytest.approx(2.5), 3)}
+    assert rb == {"[-inf,-3)": (pytest.approx(0.6), pytest.approx(5.6), 6),
+                  "[0,1)": (pytest.approx(2.5), pytest.approx(2.0), 3)}
     assert ws.release_by_start({k: v for k, v in z.items() if k != "wait"}, "down") == {}
+
+
+def test_sm_bound_is_the_last_end_over_the_most_loaded_sm_mean():
+    """One launch on two SMs: SM 0's warps end at 10 and 14 us (mean 12), SM 1's at 11 and 11: the last end (14)
+    minus the largest SM mean (12) is 2 us, what balancing inside SM 0 could save."""
+    ws = _warp_study()
+    z = {"launch": np.zeros(4, int), "sm": np.array([0, 0, 1, 1]), "block": np.zeros(4, int),
+         "warp": np.arange(4), "start": np.zeros(4, int), "end": np.array([10, 14, 11, 11]) * 1000,
+         "role": np.array(["down"])}
+    assert ws.sm_bound(z, "down") == {"median": pytest.approx(2.0), "sum": pytest.approx(2.0)}
+    assert ws.sm_bound(z, "gate_up") == {}
 
 
 def test_a_warps_wait_counts_only_inside_its_life():
