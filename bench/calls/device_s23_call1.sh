@@ -4,7 +4,7 @@
 # session 20's ids 49..52 were other kernels, since removed), and down's variant 36 held to 72 registers (52), so that
 # one down block fits beside gate_up's 22-warp block. Tests (bit-equal to variant 4), then whole steps alternating
 # with the route, then the per-role timeline of the route and of 49 on 5120 x 6144.
-#   bash bench/calls/device_s23_call1.sh     (carry .whl; ~5 minutes)
+#   at commit f07f058 (the variants removed after the call): bash bench/calls/device_s23_call1.sh     (carry .whl; ~5 minutes)
 set -uo pipefail
 source bench/device_setup.sh
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py \
