@@ -3,7 +3,7 @@
 # same 22-warp block), so that each warp walks 6 row groups of ~4 us instead of 3 of ~8 us and the last warps end
 # closer to the median (37's tail is 3.0 us a launch in session 19's anatomy). Tests (bit-equal to 37), whole steps
 # alternating with the route, the per-role timeline of the better one.
-#   bash bench/calls/device_s23_call2.sh     (carry .whl; ~5 minutes)
+#   at commit 2fe34cd (the variants removed after the call): bash bench/calls/device_s23_call2.sh     (carry .whl; ~5 minutes)
 set -uo pipefail
 source bench/device_setup.sh
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py \

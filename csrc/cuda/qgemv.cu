@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 50;  // T = 1 launch variants 1..50 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49 / 50 4-bit)
+constexpr int kNumVariants = 48;  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -1811,9 +1811,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      after (bench/results/step-pp-pre-h200-s14-call2.txt): no gain, not routed
     //   41 / 42: qgemv_pp_kernel with 4 rows a warp (R = 4), 2 / 1 batches before the wait; 43 / 44: 36 / 41 with the
     //      weights loaded past L1 (ld.global.cg)
-    //   49 / 50 (session 23): 37 with 2 rows a warp (R2 U4 / R2 U2: 4 / 2 KB in flight a warp), so that gate_up's warps
-    //      walk 6 row groups of ~4 us instead of 3 of ~8 us and the last ones end closer together (37's tail: the last
-    //      warp 3.0 us after the median, session 19's anatomy); each x load from shared memory then feeds 2 rows, not 4
     // (session 13 call 4, measured and removed: 36, variant 4 with U = 6 and no pipeline, so that gdn_out's / the
     // attention output's whole row pair (K = 6144) is in registers before the PDL wait, capped at 102 registers by
     // __launch_bounds__(128, U >= 6 ? 5 : 1). Bit-equal to 4 (517 GEMV tests passed), but the explicit minimum of 1 block
@@ -1844,6 +1841,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     // (session 8 call 2, measured and removed: one block per SM streaming a contiguous run of whole rows, 512-byte
     // items round-robin over its warps, D items in flight per thread: 2-4x slower, each item paying a warp sum and
     // its own x reads; the ids 34..37 then were that kernel)
+    // (session 23, measured on whole steps and removed, bench/NOTES.md call 2: 49 / 50, 37 with 2 rows a warp (R2 U4 /
+    // R2 U2, 80 / 67 registers, bit-equal to 37) so that gate_up's warps walk 6 row groups of ~4 us instead of 3 of ~8:
+    // +0.06 / +0.025 ms a step on gate_up (26.34 -> 27.12 us a layer for R2 U4), lm_head within noise
+    // (bench/results/step-gateup-r2-h200-s23-call2.txt, step-timeline-gateup-r2-h200-s23-call2.txt))
     // (session 23, measured on whole steps and removed, bench/NOTES.md: 49..51, gdn_out's / the attention output's
     // rows wholly in registers before the PDL wait (2 or 4 rows a warp, 6 chunks a lane), the row groups claimed by
     // blocks from a counter so that blocks on the SMs free during the GDN step / combine take most of them: +0.09 /
@@ -1913,8 +1914,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
         return;
       }
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
-      if (v == 49 && launch_sx<2, 4, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
-      if (v == 50 && launch_sx<2, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
@@ -1993,7 +1992,7 @@ GemvArgs gemv_args(const QMatrix& W, const __half* x, int T, int epilogue, float
 int fused_norm_variant(const GemvArgs& a) {
   if (a.T != 1) return 0;
   const int v = t1_variant<4>(a);
-  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 || v == 49 || v == 50 ? v : 0;
+  return v == 23 || v == 27 || v == 29 || v == 30 || v == 34 || v == 35 || v == 37 || v == 38 ? v : 0;
 }
 
 // The T = 1 variant of a matrix of any width (t1_variant of its width).
@@ -2137,8 +2136,6 @@ void qgemv_normed(const QMatrix& W, const float* resid, const float* norm_w, flo
       case 35: done = launch_sx<8, 1, 14, 1, true, false, false, true, true>(a, stream, false); break;
       case 37: done = launch_sx<4, 2, 22, 1, true, false, false, true, true, true>(a, stream, false); break;
       case 38: done = launch_sx<8, 1, 16, 1, true, false, false, true, true, true>(a, stream, false); break;
-      case 49: done = launch_sx<2, 4, 22, 1, true, false, false, true, true, true>(a, stream, false); break;
-      case 50: done = launch_sx<2, 2, 22, 1, true, false, false, true, true, true>(a, stream, false); break;
       default: done = launch_sx<8, 1, 16, 1, true, false, false, true, true>(a, stream, false); break;  // 30
     }
     if (done) {
