@@ -7,7 +7,6 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
     python3 bench/step_probe.py --norm-early 1,0,1   # the fused norm's weights before the PDL wait (1) or after (0)
     python3 bench/step_probe.py --recipe q4-27b      # the converter's default recipe (5-bit down, 6-bit lm_head, ...)
-    python3 bench/step_probe.py --gdn-out-variants 0,49,0 --preload-reserved 48   # one role's variant (gdn_out)
 
 --carveouts: one L1 / shared-memory split preference for every kernel of the step (pdl.cuh), e.g. --carveouts=-1,0,100
 (with '=': argparse reads a value starting with '-' as an option).
@@ -45,11 +44,6 @@ def main() -> None:
                          "(set_step_smem_carveout)")
     ap.add_argument("--routes-carveout", type=int, default=-1, help="the carveout the --routes runs use")
     ap.add_argument("--routes", default="", help="per-shape GEMV routes to time after the built-in one (see above)")
-    ap.add_argument("--gdn-out-variants", default="",
-                    help="steps with a T = 1 GEMV variant forced on the GDN layers' output projection alone (0: the "
-                         "route), e.g. 0,49,0 (set_gdn_out_variant; gdn_out and the attention output share a shape)")
-    ap.add_argument("--preload-reserved", type=int, default=0,
-                    help="SMs the preload variants 49 / 50 leave to the kernel before them (set_qgemv_preload_reserved_sms)")
     ap.add_argument("--route-from", default="", help="also time the per-shape best route of a gemv_probe.py --json file")
     ap.add_argument("--attn-variants", default="",
                     help="attention split variants to time after the GEMV runs, one run each (csrc/cuda/attention.cu; "
@@ -98,8 +92,6 @@ def main() -> None:
         switch(lambda v: nat.set_qgemv_keep_x_fused(bool(v)), args.keep_x_fused, True, "split head writes x")
         switch(lambda v: nat.set_qgemv_split_fused(bool(v)), args.split_fused, True, "split in one kernel")
         switch(nat.set_step_smem_carveout, args.carveouts, args.routes_carveout, "smem carveout")
-        nat.set_qgemv_preload_reserved_sms(args.preload_reserved)
-        switch(nat.set_gdn_out_variant, args.gdn_out_variants, 0, f"gdn_out variant (preload reserved {args.preload_reserved})")
         for route in routes:
             apply_route(nat, e, route)
             time_depths(e, depths, args.steps, f"step kv {kv} route {format_route(route)}")

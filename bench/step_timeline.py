@@ -94,10 +94,6 @@ def main() -> None:
                                                 "--routes takes one (e.g. 5120x6144=36)")
     ap.add_argument("--recipe", default="q4g64", help="weight formats, as step_probe.py's --recipe (e.g. q4-27b)")
     ap.add_argument("--attn-variant", type=int, default=-1, help="attention split variant (-1: the route by KV format)")
-    ap.add_argument("--gdn-out-variant", type=int, default=0,
-                    help="GEMV variant forced on the GDN layers' output projection alone (0: the route; step_probe.py)")
-    ap.add_argument("--preload-reserved", type=int, default=0,
-                    help="SMs the preload variants 49 / 50 leave to the kernel before them (step_probe.py)")
     args = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -111,8 +107,6 @@ def main() -> None:
     from engine.native import load_native
     load_native().set_pdl(bool(args.pdl))
     load_native().set_attn_variant(args.attn_variant)
-    load_native().set_gdn_out_variant(args.gdn_out_variant)
-    load_native().set_qgemv_preload_reserved_sms(args.preload_reserved)
     from step_probe import apply_route, parse_route  # bench/ is the script's directory, first on sys.path
     apply_route(load_native(), e, parse_route(args.route) if args.route.strip() else {})
     graph_ms = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))

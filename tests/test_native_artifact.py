@@ -180,40 +180,6 @@ def test_split_projection_fused_equals_the_norm_kernel(tiny_native_ckpt, way):
     assert max(errs) < 1e-2
 
 
-@pytest.mark.parametrize("variant, reserved", [(49, 0), (50, 0), (49, 1)])
-def test_gdn_out_preload_variant_leaves_decode_unchanged(tiny_native_ckpt, variant, reserved):
-    """The preload variants forced on the GDN layers' output projection alone (set_gdn_out_variant; the attention output
-    keeps its route) run variant 4's sums, gdn_out's route on this tiny model: the decode logits are equal bit for bit,
-    with the grid on every SM or leaving some to the GDN step (set_qgemv_preload_reserved_sms)."""
-    from engine.native import load_native
-    from engine.native_backend import NativeModel
-    from engine.plan import Recipe, uniform_recipe
-    nat = load_native()
-    src = source_from_checkpoint(tiny_native_ckpt)
-    model = NativeModel.from_checkpoint(src, kv_dtype="int8", max_context=256, vram_budget_bytes=2 << 30,
-                                        recipe=Recipe("q4g64", uniform_recipe(4, 64).roles), prefill_chunk=64)
-    g = torch.Generator().manual_seed(9)
-    prompt = torch.randint(0, 1000, (24,), generator=g)
-    tokens = torch.randint(0, 1000, (6,), generator=g).tolist()
-
-    def decode():
-        model.engine.reset_graphs()
-        st = model.new_state(64)
-        model.forward(prompt, st, last_only=True)
-        return [model.forward(torch.tensor([t]), st).logits[-1] for t in tokens]
-
-    routed = decode()
-    nat.set_gdn_out_variant(variant)
-    nat.set_qgemv_preload_reserved_sms(reserved)
-    try:
-        forced = decode()
-    finally:
-        nat.set_gdn_out_variant(0)
-        nat.set_qgemv_preload_reserved_sms(0)
-        model.engine.reset_graphs()
-    assert all(torch.equal(a, b) for a, b in zip(forced, routed))
-
-
 def test_default_recipe_artifact_generates_through_the_engine(artifacts):
     from engine.api import Engine, EngineOptions, Finished, TextDelta
     from engine.sampling import SamplingParams

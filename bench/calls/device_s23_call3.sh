@@ -4,7 +4,7 @@
 # its grid on every SM (reserved 0) or on the 84 the GDN step's 48 blocks leave free (reserved 48), so that no block
 # starts when the step ends with a full claim (call 1's reading of why gdn_out gained only 0.3 us). Tests, whole steps
 # alternating with the route, the per-role timeline of 49 with 48 reserved.
-#   bash bench/calls/device_s23_call3.sh     (carry .whl; ~5 minutes)
+#   at commit 1f8e858 (the variants and switches removed after the call): bash bench/calls/device_s23_call3.sh     (carry .whl; ~5 minutes)
 set -uo pipefail
 source bench/device_setup.sh
 timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_ops.py tests/test_native_artifact.py \

@@ -201,10 +201,6 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_qgemv_shape_variant", &set_qgemv_shape_variant,
         "T = 1 GEMV variant for one shape (N, K), over the route (0 removes the override); for measurements");
   m.def("clear_qgemv_shape_variants", &clear_qgemv_shape_variants);
-  m.def("set_gdn_out_variant", &set_gdn_out_variant,
-        "T = 1 GEMV variant for the GDN layers' output projection alone (0: the route); for measurements");
-  m.def("set_qgemv_preload_reserved_sms", &set_qgemv_preload_reserved_sms,
-        "SMs the preload variants 49 / 50 leave to the kernel before them (0: none); for measurements");
   m.def("set_pdl", &set_pdl, "programmatic dependent launch inside decode steps (default on where supported); "
         "graphs captured before keep their mode");
   m.def("pdl_supported", &pdl_supported);

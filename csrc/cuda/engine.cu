@@ -12,24 +12,6 @@
 namespace monorail {
 namespace {
 
-// Runs f with the T = 1 GEMV variant forced to v (v = 0: as routed), then restores the previous setting; for
-// measurements (set_gdn_out_variant), so that one role can run a variant its shape's other roles do not.
-struct ForcedGemvVariant {
-  int v;
-  explicit ForcedGemvVariant(int variant) : v(variant) {}
-  template <typename F>
-  auto run(F&& f) const {
-    if (!v) return f();
-    const int prev = get_qgemv_variant();
-    set_qgemv_variant(v);
-    struct Restore {
-      int prev;
-      ~Restore() { set_qgemv_variant(prev); }
-    } restore{prev};
-    return f();
-  }
-};
-
 constexpr int64_t kInvFreqOffset = 1024;  // inside ws.inputs (4 KiB): StepInputs first, then inv_freq
 
 __device__ inline uint64_t mix64(uint64_t x) {
@@ -369,9 +351,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
       const float* b = z + d.lin_v_total();
       const float* a = b + d.lin_v_heads;
       const int Kc = (int)d.conv_kernel;
-      const ForcedGemvVariant gdn_out_forced(gdn_out_variant());  // measurements only (ops.h set_gdn_out_variant)
-      // the order gdn_out's GEMV reads fastest
-      const int mix_layout = gdn_out_forced.run([&] { return qgemv_x_layout(L.mixer_out, T); });
+      const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order gdn_out's GEMV reads fastest
       if (T == 1 && !(skip_ & 6)) {  // one token: the conv inside the GDN step's kernel (one kernel fewer)
         gdn_conv_step(w.proj, z, b, a, gd, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, L.a_log, L.dt_bias,
                       L.gdn_norm, S.gdn_state, mix, st, mix_layout);
@@ -383,8 +363,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
           gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st, mix_layout);
         mark("gdn_step");
       }
-      if (!(skip_ & 32))
-        gdn_out_forced.run([&] { qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout); return 0; });
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
       mark("gemv gdn_out");
     } else {
       const int ldp = (int)d.attn_qkv_rows();

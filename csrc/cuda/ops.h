@@ -39,26 +39,16 @@ int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..50 force one (qgemv.cu
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..48 force one (qgemv.cu
 // launch_bits: 1..15 and 20..44 are 4-bit kernels (20..35, 37, 38: integer dot products; 36 also takes 5 / 6 bits),
 // 16..19 the cp.async ring kernel and 45 / 46 the column split for every width; 47, in qgemv_normed only, the walk
 // kernel (row groups of 4 on fp16 x in shared memory) with the norm fused at 5 / 6 / 8 bits (store or SwiGLU),
 // elsewhere the generic kernel; 48, at 5 / 6 / 8 bits, the same walk on the given fp16 x with every epilogue (the
-// 8-bit route), at 4 bits the generic kernel; 49 / 50, 4-bit, K <= 6144: each warp's rows in registers before the PDL
-// wait, claimed from a counter (measurements, session 23)).
+// 8-bit route), at 4 bits the generic kernel).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.
 void set_qgemv_shape_variant(int N, int K, int v);
-int get_qgemv_variant();  // the forced variant (0: the route)
-// Measurements: a T = 1 variant for the GDN layers' output projection alone (gdn_out and the attention output share
-// their shape, so set_qgemv_shape_variant cannot tell them apart); 0 (default): the route. The engine forces it around
-// gdn_out's launch (and the layout its input is written in).
-void set_gdn_out_variant(int v);
-int gdn_out_variant();
-// Measurements: SMs the preload variants 49 / 50 leave to the kernel before them (their grid is a block per other SM);
-// 0 (default): every SM.
-void set_qgemv_preload_reserved_sms(int n);
 void clear_qgemv_shape_variants();
 
 // qgemv on x = rmsnorm_to_gemv_input(resid, T, K, norm_w, eps, add_one): for T = 1 matrices whose route takes the

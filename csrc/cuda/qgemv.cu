@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 50;  // T = 1 launch variants 1..50 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49 / 50 4-bit)
+constexpr int kNumVariants = 48;  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -503,145 +503,6 @@ void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   else if (v == 42) launch_pp<XL, 1, 4>(a, st);
   else if (v == 43) launch_pp<XL, 2, 2, true>(a, st);
   else launch_pp<XL, 2, 4, true>(a, st);
-}
-
-// ---- T = 1, 4-bit, K <= 6144: whole row groups in registers before the PDL wait, claimed (variants 49 / 50, session 23) ----
-// gdn_out and the attention output (5120 x 6144) follow latency-bound kernels (the GDN step: 48 blocks that each fill
-// an SM; the attention combine) during which DRAM idles, yet they stream their 17.7 MB only after the release
-// (anatomy, session 19: ~7.8 us a launch against 3.9 at the copy rate). Here each warp loads all of its R rows (K / 32
-// chunks, at most kPreloadU a lane) into registers before the wait, so the matrix streams while the predecessor runs.
-// Variant 4 with every batch before the wait (session 13) lost because a static split puts a third of the rows on
-// the SMs the GDN step holds, whose warps start only when it ends; here blocks claim W row groups at a time from a
-// counter, so the blocks that start early (on free SMs) take the work and blocks that start late find little left.
-// Each row's sum runs variant 4's products in variant 4's order (lane l: chunks l, l + 32, ...; then a warp sum), so
-// the result is bit-equal to variant 4's whichever warp claims the row. Session 23 call 1 measured this kernel in three
-// shapes (then 49..51) on gdn_out and o together, with a grid of every SM: +0.09 ms a step and more; call 3 times it on
-// gdn_out alone (set_gdn_out_variant) with the grid held to the SMs the GDN step leaves free.
-// The counters: a pair [next row group, blocks done] a launch, from a static ring of kPreloadSlots (each captured
-// launch keeps its own pair; a pair is reused kPreloadSlots launches later, long after its kernel completed). The
-// last block to finish zeroes its pair, so every launch finds it zero. The claim before the wait reads a counter last
-// written by an earlier launch, not by the predecessor (pdl.cuh's prologue rule).
-constexpr int kPreloadU = 6;  // chunks a lane holds per row: K <= 32 x 32 x 6 = 6144
-constexpr int kPreloadSlots = 256;
-__device__ unsigned int g_preload_claims[kPreloadSlots][2];
-
-inline bool is_preload_variant(int v) { return v == 49 || v == 50; }
-bool preload_fits(const GemvArgs& a) {
-  return a.T == 1 && a.K % 32 == 0 && ((a.K >> 5) + 31) / 32 <= kPreloadU && (a.epi != GEMV_SWIGLU || a.N % 2 == 0);
-}
-
-template <bool XL, int W, int R>
-__global__ void __launch_bounds__(W * 32) qgemv_preload_kernel(GemvArgs a, unsigned int* claim) {
-  static_assert(R % 2 == 0, "the SwiGLU epilogue pairs rows 2p, 2p + 1");
-  MR_WARP_STAMP(kStampGemvPp, a.codes);
-  __shared__ unsigned int group_base;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int nch = a.K >> 5;
-  const size_t rowb = (size_t)(a.K >> 1);
-  const size_t ngroups = (size_t)(a.K >> a.gshift);
-  const unsigned ngrp = (unsigned)((a.N + R - 1) / R);
-  bool waited = false;
-  for (;;) {
-    if (threadIdx.x == 0) group_base = atomicAdd(claim, (unsigned)W);
-    __syncthreads();
-    const unsigned base = group_base;
-    __syncthreads();  // every warp has read group_base before thread 0 claims again
-    if (base >= ngrp) break;
-    const unsigned grp = base + warp;
-    const bool mine = grp < ngrp;
-    int r[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) r[i] = min((int)grp * R + i, a.N - 1);  // past the end: a real row, result dropped
-    uint4 w[R][kPreloadU];
-    __half sc[R][kPreloadU];
-    if (mine) {
-#pragma unroll
-      for (int u = 0; u < kPreloadU; ++u) {
-        const int c = lane + 32 * u;
-        if (c < nch) {
-#pragma unroll
-          for (int i = 0; i < R; ++i) w[i][u] = __ldg(reinterpret_cast<const uint4*>(a.codes + r[i] * rowb + c * 16));
-#pragma unroll
-          for (int i = 0; i < R; ++i) sc[i][u] = a.scales[r[i] * ngroups + ((c * 32) >> a.gshift)];
-        }
-      }
-    }
-    if (!waited) {
-      pdl_wait();
-      pdl_trigger();
-      waited = true;
-    }
-    if (!mine) continue;  // the block claims again (and finds the counter past the end)
-    float acc[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = 0.f;
-#pragma unroll
-    for (int u = 0; u < kPreloadU; ++u) {
-      const int c = lane + 32 * u;
-      if (c >= nch) break;
-      uint4 xv[4];
-      load_x_global<XL>(reinterpret_cast<const uint4*>(a.x), c, nch, xv);
-#pragma unroll
-      for (int i = 0; i < R; ++i) acc[i] = fmaf(__half2float(sc[i][u]), dot_q4_half2(w[i][u], xv), acc[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i] = warp_sum(acc[i]);
-    if (lane != 0) continue;
-#pragma unroll
-    for (int i = 0; i < R; i += 2) {
-      const int r0 = (int)grp * R + i;
-      if (r0 >= a.N) break;
-      if (a.epi == GEMV_STORE) {
-        a.out_f32[r0] = acc[i];
-        if (r0 + 1 < a.N) a.out_f32[r0 + 1] = acc[i + 1];
-      } else if (a.epi == GEMV_ADD) {
-        a.out_f32[r0] += acc[i];
-        if (r0 + 1 < a.N) a.out_f32[r0 + 1] += acc[i + 1];
-      } else {
-        a.out_h[swiglu_pos(a, r0 >> 1)] = __float2half(silu(acc[i]) * acc[i + 1]);
-      }
-    }
-  }
-  if (!waited) {  // a block that found nothing left still waits (pdl.cuh: completion stays transitive)
-    pdl_wait();
-    pdl_trigger();
-  }
-  if (threadIdx.x == 0 && atomicAdd(claim + 1, 1u) == gridDim.x - 1) {  // the last block: every claim is made
-    atomicExch(claim, 0u);
-    atomicExch(claim + 1, 0u);
-  }
-}
-
-// Measurements (set_qgemv_preload_reserved_sms): SMs left to the kernel before (the GDN step holds one SM a value
-// head); the grid is one block a free SM, so that no block starts late with a full claim (session 23 call 1: blocks
-// that started when the GDN step ended claimed the last third of the rows and set gdn_out's end).
-int g_preload_reserved_sms = 0;
-
-unsigned int* next_preload_claim() {
-  static unsigned int* base = nullptr;
-  static unsigned slot = 0;
-  if (!base) MR_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&base), g_preload_claims), "qgemv preload claims");
-  return base + 2 * (slot++ % kPreloadSlots);
-}
-
-template <bool XL, int W, int R>
-void launch_preload(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_preload_kernel<XL, W, R>;
-  static int per_sm = 0;  // resident blocks an SM (one kernel, one block size)
-  if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, W * 32, 0) != cudaSuccess || per_sm <= 0))
-    per_sm = 1;
-  const int groups = ceil_div(a.N, R);
-  const int free_sms = std::max(1, sm_count() - g_preload_reserved_sms);
-  const int blocks = std::max(1, std::min(per_sm * free_sms, ceil_div(groups, W)));
-  launch_pdl("qgemv", kern, dim3(blocks), dim3(W * 32), 0, st, a, next_preload_claim());
-}
-
-// 49: 20 warps (one block an SM), 2 rows a warp (40 rows an SM); 50: 12 warps, 4 rows (48 rows an SM, each x load
-// feeding 4 rows).
-template <bool XL>
-void launch_preload_variant(const GemvArgs& a, cudaStream_t st, int v) {
-  if (v == 49) launch_preload<XL, 20, 2>(a, st);
-  else launch_preload<XL, 12, 4>(a, st);
 }
 
 // ---- T = 1, every width: the row split across K (variants 45 / 46, session 15) ----
@@ -1870,7 +1731,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
-        else if (is_preload_variant(v) && preload_fits(a)) launch_preload_variant<true>(a, st, v);
         else launch<BITS, 1, 2, false, true, true>(a, st);
       } else if constexpr (BITS == 5 || BITS == 6) {
         launch_pp_wide<true, BITS>(a, st);  // 36
@@ -1992,7 +1852,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     // the GDN step 4.09 -> 5.41 (its own traffic queues behind the preload) and the attention output 8.37 -> 11.09
     // (its 20-warp blocks wait for whole SMs). 52, variant 36 held to 72 registers (__launch_bounds__(128, 7), 16-24
     // bytes spilled) so that one down block fits beside gate_up's 22-warp block: +0.19 ms
-    // (bench/results/step-preload-h200-s23-call1.txt, step-timeline-preload-h200-s23-call1.txt))
+    // (bench/results/step-preload-h200-s23-call1.txt, step-timeline-preload-h200-s23-call1.txt)); call 3, 20 x 2 and
+    // 12 x 4 on gdn_out alone (the attention output on 4): +0.045 ms with a block on every SM, +0.24 / +0.32 with the
+    // grid held to the 84 SMs the GDN step leaves free (gdn_out 8.2 -> 11.5 us: the second claims stream after the
+    // release on fewer SMs; bench/results/step-preload-gdnout-h200-s23-call3.txt))
     // (session 20, measured on whole steps and removed, bench/NOTES.md call 7: 37 in 24 warps with each block walking
     // its own contiguous run of row groups, so that the 4 SM sub-partitions get 16-17 groups each instead of 18 / 15
     // (the 22-warp block's 6 / 5 warps): gate_up and lm_head unchanged within 0.005 ms a step, as with 22 warps)
@@ -2053,11 +1916,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
         launch_pp_variant<false>(a, st, v);
         return;
       }
-      if (is_preload_variant(v)) {  // a shape the preload does not hold (K > 6144): variant 4
-        if (preload_fits(a)) launch_preload_variant<false>(a, st, v);
-        else launch<BITS, 1, 2, false, true>(a, st);
-        return;
-      }
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v >= 6) {
@@ -2090,20 +1948,6 @@ void check_variant(int v) {
 void set_qgemv_variant(int v) {
   check_variant(v);
   g_variant = v;
-}
-
-int get_qgemv_variant() { return g_variant; }
-
-static int g_gdn_out_variant = 0;
-void set_gdn_out_variant(int v) {
-  check_variant(v);
-  g_gdn_out_variant = v;
-}
-int gdn_out_variant() { return g_gdn_out_variant; }
-
-void set_qgemv_preload_reserved_sms(int n) {
-  if (n < 0) throw std::invalid_argument("set_qgemv_preload_reserved_sms: n must be >= 0");
-  g_preload_reserved_sms = n;
 }
 
 void set_qgemv_shape_variant(int N, int K, int v) {
@@ -2235,7 +2079,7 @@ int qgemv_x_layout(const QMatrix& W, int T) {
   if (W.q.bits == 6) return t1_variant<6>(a) == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
   if (W.q.bits != 4) return GEMV_X_PERM8;
   const int v = t1_variant<4>(a);
-  return v == 4 || is_pp_variant(v) || is_preload_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
+  return v == 4 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -2334,7 +2178,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36, 39..44, 49 and 50 "
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36 and 39..44 "
                                 "(4-bit) and 36 (5 / 6-bit) only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
