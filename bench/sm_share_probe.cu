@@ -16,10 +16,11 @@ __global__ void __launch_bounds__(1024) stream_share(const uint4* __restrict__ b
   // what the last one left in L2
   const uint4* p = buf + (size_t)((blockIdx.x + rot) % nshares) * per_block;
   uint4 acc = make_uint4(0, 0, 0, 0);
-  for (size_t i = threadIdx.x; i < per_block; i += 4 * 1024) {
+  const unsigned nt = blockDim.x;
+  for (size_t i = threadIdx.x; i < per_block; i += 4 * nt) {
     uint4 v[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = i + u * 1024 < per_block ? __ldcs(p + i + u * 1024) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < 4; ++u) v[u] = i + u * nt < per_block ? __ldcs(p + i + u * nt) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int u = 0; u < 4; ++u) { acc.x ^= v[u].x; acc.y ^= v[u].y; acc.z ^= v[u].z; acc.w ^= v[u].w; }
   }
@@ -55,6 +56,24 @@ int main() {
     const double gb = double(per_block) * 16 * g * reps / 1e9;
     printf("grid %3d SMs: %7.1f GB/s total, %6.1f GB/s an SM (%.1f MB a block, %.1f us a launch)\n", g, gb / (ms / 1e3),
            gb / (ms / 1e3) / g, per_block * 16 / 1e6, ms * 1e3 / reps);
+  }
+  // bytes in flight against rate on every SM: blocks of 128..1024 threads (8..64 KB in flight a block), one block an SM
+  printf("all %d SMs, one block each, by threads a block (16-byte loads, 4 in flight a thread):\n", sms);
+  for (int nt : {128, 256, 512, 768, 1024}) {
+    const size_t per_block = bytes / 16 / sms;
+    int rot = 0;
+    for (int w = 0; w < 2; ++w, rot += 7) stream_share<<<sms, nt>>>(buf, per_block, sms, rot % sms, sink);
+    CHECK(cudaEventRecord(a));
+    const int reps = 3;
+    for (int r = 0; r < reps; ++r, rot += 7) stream_share<<<sms, nt>>>(buf, per_block, sms, rot % sms, sink);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0.f;
+    cudaEventElapsedTime(&ms, a, b);
+    const double gbs = double(per_block) * 16 * sms * reps / 1e9 / (ms / 1e3);
+    const double kb = nt * 64 / 1024.0;
+    printf("%4d threads: %5.0f KB in flight an SM, %7.1f GB/s total -> %.2f us to turn over the bytes in flight\n", nt, kb,
+           gbs, kb * 1024 * sms / (gbs * 1e9) * 1e6);
   }
   return 0;
 }
