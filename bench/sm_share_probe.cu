@@ -40,7 +40,7 @@ int main() {
   cudaEventCreate(&a);
   cudaEventCreate(&b);
   std::vector<int> grids = {1, 2, 4, 8, 16, 32, 48, 64, 84, 100, 116, sms};
-  printf("SMs %d, buffer %zu MB; each grid reads a contiguous share a block, the whole buffer per launch\n", sms, bytes >> 20);
+  printf("SMs %d, buffer %zu MB; a grid of g blocks reads g shares of buffer / SMs, one a block\n", sms, bytes >> 20);
   for (int g : grids) {
     // a grid of g blocks reads bytes * g / sms (at most the buffer), so each block's share is the same size
     const size_t per_block = bytes / 16 / sms;

@@ -2,6 +2,9 @@
 # Session 23, final call: the decode benchmark of record at this commit (bench/results/decode-h200.json; the kernels and
 # route are session 14's, a93a5b1: only decode.py's reporting changed since, and this session's experiments were
 # removed), with both llama.cpp decode peers (q8_0 and f16 KV, depths 0 / 8K / 32K) in the same call.
+# The peers' figures were filled into the file afterwards with decode.py --fill-peers-only (bench/NOTES.md, session 23
+# final call). A later final call should source bench/device_decode_peers.sh and run decode_and_peers, which does the
+# same in one call, fill included (this script is kept as the command that ran).
 #   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s23_final.sh     (carry .whl and .peer)
 set -uo pipefail
 start=$(date +%s)
