@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 48;  // T = 1 launch variants 1..48 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits)
+constexpr int kNumVariants = 51;  // T = 1 launch variants 1..50 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49..51 4-bit)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -336,6 +336,41 @@ void launch(const GemvArgs& a, cudaStream_t st) {
   launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), 0, st, a);
 }
 
+// Variants 49 / 50 (session 24): 36 / 4 with at most 5 of their 4-warp blocks an SM, for the 5120-row shapes (640
+// blocks: 128 SMs x 5). The warp stamps (session 20 call 2) found down's, gdn_out's and o's blocks placed 6 an SM on
+// the SMs the predecessor frees first (24 warps on ~100 SMs, 0-4 on the rest) and the 24-warp SMs ending ~1.6 us
+// after the launch's median warp. Wide blocks (20 / 10 warps) evened the load but lost their early start; here a
+// block still needs only 4 warps' room, and a dynamic shared-memory request no kernel reads (sized by the occupancy
+// calculator under a fixed carveout) is what holds an SM to 5. The same kernel: bit-equal to 36 / 4.
+template <typename Kern>
+size_t cap_smem_bytes(Kern kern, int threads, int cap) {
+  // 100 KB of the unified L1 as shared memory (x, read through L1, keeps ~156 KB), then the least request that
+  // leaves at most `cap` blocks an SM
+  cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 44);
+  for (size_t smem = 1024; smem <= 48 * 1024; smem += 512) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem) != cudaSuccess) break;
+    if (per_sm <= cap) {
+      if (per_sm < cap) break;
+      return smem;
+    }
+  }
+  throw std::runtime_error("qgemv variant 49 / 50: no shared-memory request gives " + std::to_string(cap) +
+                           " blocks an SM");
+}
+template <typename Kern>
+void launch_capped(Kern kern, int blocks, const GemvArgs& a, cudaStream_t st) {
+  static std::vector<std::pair<const void*, size_t>> known;  // the request, per kernel
+  size_t smem = 0;
+  for (const auto& k : known)
+    if (k.first == reinterpret_cast<const void*>(kern)) smem = k.second;
+  if (!smem) {
+    smem = cap_smem_bytes(kern, kWarps * 32, 5);
+    known.emplace_back(reinterpret_cast<const void*>(kern), smem);
+  }
+  launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), smem, st, a);
+}
+
 // Variant 36 (written in session 13 from the SASS, routed for down in session 14): variant 4 (T = 1, 4-bit, one row
 // pair per warp, U = 2) with a software pipeline that keeps two batches in flight. Variant 4's SASS (sm_90, cuobjdump
 // of qgemv_kernel<4, 1, 2, false, true, true>) shows why its PIPE does not pipeline:
@@ -483,6 +518,34 @@ void launch_pp(const GemvArgs& a, cudaStream_t st) {
              st, a);
 }
 
+// Variant 51 (session 24): 36 held to 5 blocks an SM by registers instead of 49's shared-memory request, which
+// may give the kernel an L1 / shared split other than its neighbours' (and so no early start beside them). Each
+// thread keeps kPadRegs clock readings live from its start to its end (volatile asm: ptxas can neither fold nor
+// rematerialise them), which lifts 36's ~80 registers past the 87 that let 6 blocks of 128 threads fit the 64 K
+// register file; the launch checks the occupancy it gets. Same products as 36 (bit-equal).
+constexpr int kPadRegs = 16;
+template <bool XL>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_pp_padded_kernel(GemvArgs a) {
+  MR_WARP_STAMP(kStampGemvPp, a.codes);
+  unsigned pad[kPadRegs];
+#pragma unroll
+  for (int i = 0; i < kPadRegs; ++i) asm volatile("mov.u32 %0, %%clock;" : "=r"(pad[i]));
+  qgemv_pp_body<XL, 2, 2, false, 4>(a);
+#pragma unroll
+  for (int i = 0; i < kPadRegs; ++i) asm volatile("" ::"r"(pad[i]));
+}
+template <bool XL>
+void launch_pp_padded(const GemvArgs& a, cudaStream_t st) {
+  auto kern = qgemv_pp_padded_kernel<XL>;
+  static int per_sm = 0;
+  if (!per_sm && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kWarps * 32, 0) != cudaSuccess)
+    per_sm = -1;
+  if (per_sm != 5)
+    throw std::runtime_error("qgemv variant 51: " + std::to_string(per_sm) + " blocks an SM, not 5 (registers: see "
+                             "kPadRegs)");
+  launch_pdl("qgemv", kern, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
+}
+
 // Variant 36 at 5 / 6 bits.
 template <bool XL, int BITS>
 void launch_pp_wide(const GemvArgs& a, cudaStream_t st) {
@@ -493,10 +556,12 @@ void launch_pp_wide(const GemvArgs& a, cudaStream_t st) {
 // Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
 // 4 rows a warp (each x load feeds 4 rows: half of variant 4's x traffic through L1 a weight byte), 2 / 1 batches;
 // 43 / 44: 36 / 41 with the weights loaded past L1 (CG).
-inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44); }
+inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44) || v == 49 || v == 51; }
 template <bool XL>
 void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   if (v == 36) launch_pp<XL, 2>(a, st);
+  else if (v == 49) launch_capped(qgemv_pp_kernel<XL, 2>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
+  else if (v == 51) launch_pp_padded<XL>(a, st);
   else if (v == 39) launch_pp<XL, 1>(a, st);
   else if (v == 40) launch_pp<XL, 0>(a, st);
   else if (v == 41) launch_pp<XL, 2, 4>(a, st);
@@ -1731,6 +1796,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
+        else if (v == 50) launch_capped(qgemv_kernel<BITS, 1, 2, false, true, true>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
         else launch<BITS, 1, 2, false, true, true>(a, st);
       } else if constexpr (BITS == 5 || BITS == 6) {
         launch_pp_wide<true, BITS>(a, st);  // 36
@@ -1918,6 +1984,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       }
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
+      if (v == 50) {
+        launch_capped(qgemv_kernel<BITS, 1, 2, false, true>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
+        return;
+      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -2079,7 +2149,7 @@ int qgemv_x_layout(const QMatrix& W, int T) {
   if (W.q.bits == 6) return t1_variant<6>(a) == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
   if (W.q.bits != 4) return GEMV_X_PERM8;
   const int v = t1_variant<4>(a);
-  return v == 4 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
+  return v == 4 || v == 50 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -2178,7 +2248,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36 and 39..44 "
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36, 39..44 and 49..51 "
                                 "(4-bit) and 36 (5 / 6-bit) only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
