@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 51;  // T = 1 launch variants 1..50 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49..51 4-bit)
+constexpr int kNumVariants = 52;  // T = 1 launch variants 1..50 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49..52 4-bit)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -216,9 +216,8 @@ __device__ __forceinline__ void load_x_global(const uint4* xt, int c, int nch, u
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
 //   XL     x in the lanes layout (common.cuh lanes_pos): the warp's p-th 16-byte load of x is one contiguous 512 bytes
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
-__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
-  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL>
+__device__ __forceinline__ void qgemv_body(const GemvArgs& a) {
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
@@ -310,6 +309,11 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
     }
   }
   wait_once();  // a warp without work still waits (pdl.cuh: completion stays transitive)
+}
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
+  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
+  qgemv_body<BITS, TT, U, PERSIST, PIPE, XL>(a);
 }
 
 int sm_count() {
@@ -518,32 +522,48 @@ void launch_pp(const GemvArgs& a, cudaStream_t st) {
              st, a);
 }
 
-// Variant 51 (session 24): 36 held to 5 blocks an SM by registers instead of 49's shared-memory request, which
-// may give the kernel an L1 / shared split other than its neighbours' (and so no early start beside them). Each
-// thread keeps kPadRegs clock readings live from its start to its end (volatile asm: ptxas can neither fold nor
-// rematerialise them), which lifts 36's ~80 registers past the 87 that let 6 blocks of 128 threads fit the 64 K
-// register file; the launch checks the occupancy it gets. Same products as 36 (bit-equal).
-constexpr int kPadRegs = 16;
-template <bool XL>
-__global__ void __launch_bounds__(kWarps * 32) qgemv_pp_padded_kernel(GemvArgs a) {
-  MR_WARP_STAMP(kStampGemvPp, a.codes);
-  unsigned pad[kPadRegs];
-#pragma unroll
-  for (int i = 0; i < kPadRegs; ++i) asm volatile("mov.u32 %0, %%clock;" : "=r"(pad[i]));
-  qgemv_pp_body<XL, 2, 2, false, 4>(a);
-#pragma unroll
-  for (int i = 0; i < kPadRegs; ++i) asm volatile("" ::"r"(pad[i]));
+// Variants 51 / 52 (session 24): 36 / 4 held to 5 blocks an SM by registers, not by 49 / 50's shared-memory request
+// (which gives the kernel an L1 / shared split other than its neighbours', and so no early start beside them: call 1
+// found 50 +0.20 ms a step). A block carries D idle warps beside its 4 working ones: they wait, release and exit at
+// once, but a block's registers are held for all its warps until it ends, so D is what sets how many blocks share
+// an SM. The launch takes the least D (0..3) whose occupancy is 5, so the cap holds whatever registers ptxas gives
+// the body (80 under one nvcc, 95 under another). The working warps run 36's / 4's code: bit-equal. No launch bounds:
+// a bound of 224 threads made ptxas spill in 52's body, and the register count is what the launch measures anyway.
+constexpr int kMaxIdleWarps = 3;
+__device__ __forceinline__ bool idle_warp() {
+  if ((threadIdx.x >> 5) < kWarps) return false;
+  pdl_wait();  // pdl.cuh: every warp waits before it exits
+  pdl_trigger();
+  return true;
 }
 template <bool XL>
-void launch_pp_padded(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_pp_padded_kernel<XL>;
-  static int per_sm = 0;
-  if (!per_sm && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kWarps * 32, 0) != cudaSuccess)
-    per_sm = -1;
-  if (per_sm != 5)
-    throw std::runtime_error("qgemv variant 51: " + std::to_string(per_sm) + " blocks an SM, not 5 (registers: see "
-                             "kPadRegs)");
-  launch_pdl("qgemv", kern, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(kWarps * 32), 0, st, a);
+__global__ void qgemv_pp_capped_kernel(GemvArgs a) {
+  if (idle_warp()) return;
+  MR_WARP_STAMP(kStampGemvPp, a.codes);
+  qgemv_pp_body<XL, 2, 2, false, 4>(a);
+}
+template <bool XL>
+__global__ void qgemv4_capped_kernel(GemvArgs a) {
+  if (idle_warp()) return;
+  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
+  qgemv_body<4, 1, 2, false, true, XL>(a);
+}
+// kern's blocks with the least number of idle warps that holds 5 blocks an SM; found once per kernel.
+void launch_warp_capped(void (*kern)(GemvArgs), const GemvArgs& a, cudaStream_t st) {
+  static std::vector<std::pair<void (*)(GemvArgs), int>> known;  // (kernel, threads a block)
+  int threads = 0;
+  for (const auto& k : known)
+    if (k.first == kern) threads = k.second;
+  if (!threads) {
+    for (int idle = 0; idle <= kMaxIdleWarps && !threads; ++idle) {
+      int per_sm = 0;
+      const int t = (kWarps + idle) * 32;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, t, 0) == cudaSuccess && per_sm == 5) threads = t;
+    }
+    if (!threads) throw std::runtime_error("qgemv variant 51 / 52: no block width gives 5 blocks an SM");
+    known.emplace_back(kern, threads);
+  }
+  launch_pdl("qgemv", kern, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(threads), 0, st, a);
 }
 
 // Variant 36 at 5 / 6 bits.
@@ -561,7 +581,7 @@ template <bool XL>
 void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   if (v == 36) launch_pp<XL, 2>(a, st);
   else if (v == 49) launch_capped(qgemv_pp_kernel<XL, 2>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
-  else if (v == 51) launch_pp_padded<XL>(a, st);
+  else if (v == 51) launch_warp_capped(qgemv_pp_capped_kernel<XL>, a, st);
   else if (v == 39) launch_pp<XL, 1>(a, st);
   else if (v == 40) launch_pp<XL, 0>(a, st);
   else if (v == 41) launch_pp<XL, 2, 4>(a, st);
@@ -1797,6 +1817,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
         else if (v == 50) launch_capped(qgemv_kernel<BITS, 1, 2, false, true, true>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
+        else if (v == 52) launch_warp_capped(qgemv4_capped_kernel<true>, a, st);
         else launch<BITS, 1, 2, false, true, true>(a, st);
       } else if constexpr (BITS == 5 || BITS == 6) {
         launch_pp_wide<true, BITS>(a, st);  // 36
@@ -1988,6 +2009,10 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
         launch_capped(qgemv_kernel<BITS, 1, 2, false, true>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
         return;
       }
+      if (v == 52) {
+        launch_warp_capped(qgemv4_capped_kernel<false>, a, st);
+        return;
+      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -2149,7 +2174,7 @@ int qgemv_x_layout(const QMatrix& W, int T) {
   if (W.q.bits == 6) return t1_variant<6>(a) == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
   if (W.q.bits != 4) return GEMV_X_PERM8;
   const int v = t1_variant<4>(a);
-  return v == 4 || v == 50 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
+  return v == 4 || v == 50 || v == 52 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -2248,7 +2273,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36, 39..44 and 49..51 "
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36, 39..44 and 49..52 "
                                 "(4-bit) and 36 (5 / 6-bit) only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
