@@ -32,7 +32,7 @@ namespace monorail {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kNumVariants = 52;  // T = 1 launch variants 1..50 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49..52 4-bit)
+constexpr int kNumVariants = 49;  // T = 1 launch variants 1..49 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49 4-bit)
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -216,8 +216,9 @@ __device__ __forceinline__ void load_x_global(const uint4* xt, int c, int nch, u
 //   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
 //   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
 //   XL     x in the lanes layout (common.cuh lanes_pos): the warp's p-th 16-byte load of x is one contiguous 512 bytes
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL>
-__device__ __forceinline__ void qgemv_body(const GemvArgs& a) {
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
+__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
+  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
   const int lane = threadIdx.x & 31;
   const int npairs = (a.N + 1) >> 1;
   const int nch = a.K >> 5;
@@ -310,11 +311,6 @@ __device__ __forceinline__ void qgemv_body(const GemvArgs& a) {
   }
   wait_once();  // a warp without work still waits (pdl.cuh: completion stays transitive)
 }
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
-__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
-  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
-  qgemv_body<BITS, TT, U, PERSIST, PIPE, XL>(a);
-}
 
 int sm_count() {
   static int n = 0;
@@ -338,41 +334,6 @@ void launch(const GemvArgs& a, cudaStream_t st) {
     blocks = std::min(blocks, sm_count() * per_sm);
   }
   launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), 0, st, a);
-}
-
-// Variants 49 / 50 (session 24): 36 / 4 with at most 5 of their 4-warp blocks an SM, for the 5120-row shapes (640
-// blocks: 128 SMs x 5). The warp stamps (session 20 call 2) found down's, gdn_out's and o's blocks placed 6 an SM on
-// the SMs the predecessor frees first (24 warps on ~100 SMs, 0-4 on the rest) and the 24-warp SMs ending ~1.6 us
-// after the launch's median warp. Wide blocks (20 / 10 warps) evened the load but lost their early start; here a
-// block still needs only 4 warps' room, and a dynamic shared-memory request no kernel reads (sized by the occupancy
-// calculator under a fixed carveout) is what holds an SM to 5. The same kernel: bit-equal to 36 / 4.
-template <typename Kern>
-size_t cap_smem_bytes(Kern kern, int threads, int cap) {
-  // 100 KB of the unified L1 as shared memory (x, read through L1, keeps ~156 KB), then the least request that
-  // leaves at most `cap` blocks an SM
-  cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, 44);
-  for (size_t smem = 1024; smem <= 48 * 1024; smem += 512) {
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, smem) != cudaSuccess) break;
-    if (per_sm <= cap) {
-      if (per_sm < cap) break;
-      return smem;
-    }
-  }
-  throw std::runtime_error("qgemv variant 49 / 50: no shared-memory request gives " + std::to_string(cap) +
-                           " blocks an SM");
-}
-template <typename Kern>
-void launch_capped(Kern kern, int blocks, const GemvArgs& a, cudaStream_t st) {
-  static std::vector<std::pair<const void*, size_t>> known;  // the request, per kernel
-  size_t smem = 0;
-  for (const auto& k : known)
-    if (k.first == reinterpret_cast<const void*>(kern)) smem = k.second;
-  if (!smem) {
-    smem = cap_smem_bytes(kern, kWarps * 32, 5);
-    known.emplace_back(reinterpret_cast<const void*>(kern), smem);
-  }
-  launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), smem, st, a);
 }
 
 // Variant 36 (written in session 13 from the SASS, routed for down in session 14): variant 4 (T = 1, 4-bit, one row
@@ -522,48 +483,54 @@ void launch_pp(const GemvArgs& a, cudaStream_t st) {
              st, a);
 }
 
-// Variants 51 / 52 (session 24): 36 / 4 held to 5 blocks an SM by registers, not by 49 / 50's shared-memory request
-// (which gives the kernel an L1 / shared split other than its neighbours', and so no early start beside them: call 1
-// found 50 +0.20 ms a step). A block carries D idle warps beside its 4 working ones: they wait, release and exit at
-// once, but a block's registers are held for all its warps until it ends, so D is what sets how many blocks share
-// an SM. The launch takes the least D (0..3) whose occupancy is 5, so the cap holds whatever registers ptxas gives
-// the body (80 under one nvcc, 95 under another). The working warps run 36's / 4's code: bit-equal. No launch bounds:
-// a bound of 224 threads made ptxas spill in 52's body, and the register count is what the launch measures anyway.
+// Variant 49 (session 24; routed for down): 36 with its 4-warp blocks spread evenly over the SMs. The warp stamps
+// (session 20 call 2) found down's 640 blocks placed 6 an SM (24 warps) on the SMs gate_up leaves first and 0-4 on
+// the rest, the 24-warp SMs ending ~1.6 us after the launch's median warp; blocks of 10 or 20 warps evened that out
+// but lost their early start (they wait for a whole free SM). Here a block still needs only a 4-warp block's room,
+// but carries D idle warps beside its 4 working ones, which wait, release and exit at once: a block's registers are
+// held for all its warps until it ends, so D sets how many blocks share an SM. The launch takes the least D (0..3)
+// whose occupancy is at most the blocks' fair share, ceil(blocks / SMs) (H200 and RTX 4090: 5 of 640; with fewer
+// SMs than one round of the uncapped kernel needs, as on an RTX 3090, D = 0). Measured with ptxas's occupancy, so
+// the cap holds whatever registers the body gets (80 under one nvcc, 95 under another). Session 24 calls 1-2: down
+// 17.18 -> 16.27 us a layer, -0.05 ms a step at depth 0 and at 128K (bench/NOTES.md). The working warps run 36's
+// code: bit-equal. No launch bounds: a bound of 224 threads made ptxas spill in the same body over variant 4.
+// (Measured in the same calls and removed: the cap by a shared-memory request under a fixed carveout, -0.02 ms on
+// down and +0.20 ms on gdn_out / o, whose other L1 / shared split kept gate_up's block from starting beside them;
+// variant 4 on gdn_out / o capped by idle warps, no change: 48 of their SMs are held by the GDN step until it ends.)
 constexpr int kMaxIdleWarps = 3;
-__device__ __forceinline__ bool idle_warp() {
-  if ((threadIdx.x >> 5) < kWarps) return false;
-  pdl_wait();  // pdl.cuh: every warp waits before it exits
-  pdl_trigger();
-  return true;
-}
 template <bool XL>
-__global__ void qgemv_pp_capped_kernel(GemvArgs a) {
-  if (idle_warp()) return;
+__global__ void qgemv_pp_spread_kernel(GemvArgs a) {
+  if ((threadIdx.x >> 5) >= kWarps) {  // an idle warp: pdl.cuh, every warp waits before it exits
+    pdl_wait();
+    pdl_trigger();
+    return;
+  }
   MR_WARP_STAMP(kStampGemvPp, a.codes);
   qgemv_pp_body<XL, 2, 2, false, 4>(a);
 }
 template <bool XL>
-__global__ void qgemv4_capped_kernel(GemvArgs a) {
-  if (idle_warp()) return;
-  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
-  qgemv_body<4, 1, 2, false, true, XL>(a);
-}
-// kern's blocks with the least number of idle warps that holds 5 blocks an SM; found once per kernel.
-void launch_warp_capped(void (*kern)(GemvArgs), const GemvArgs& a, cudaStream_t st) {
-  static std::vector<std::pair<void (*)(GemvArgs), int>> known;  // (kernel, threads a block)
+void launch_pp_spread(const GemvArgs& a, cudaStream_t st) {
+  auto kern = qgemv_pp_spread_kernel<XL>;
+  const int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
+  const int fair = ceil_div(blocks, sm_count());
+  static std::vector<std::pair<int, int>> known;  // (fair share, threads a block)
   int threads = 0;
   for (const auto& k : known)
-    if (k.first == kern) threads = k.second;
+    if (k.first == fair) threads = k.second;
   if (!threads) {
-    for (int idle = 0; idle <= kMaxIdleWarps && !threads; ++idle) {
+    threads = kWarps * 32;
+    for (int idle = 0; idle <= kMaxIdleWarps; ++idle) {
       int per_sm = 0;
       const int t = (kWarps + idle) * 32;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, t, 0) == cudaSuccess && per_sm == 5) threads = t;
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, t, 0) != cudaSuccess || per_sm < 1) break;
+      if (per_sm <= fair) {
+        threads = t;
+        break;
+      }
     }
-    if (!threads) throw std::runtime_error("qgemv variant 51 / 52: no block width gives 5 blocks an SM");
-    known.emplace_back(kern, threads);
+    known.emplace_back(fair, threads);
   }
-  launch_pdl("qgemv", kern, dim3(ceil_div(ceil_div(a.N, 2), kWarps)), dim3(threads), 0, st, a);
+  launch_pdl("qgemv", kern, dim3(blocks), dim3(threads), 0, st, a);
 }
 
 // Variant 36 at 5 / 6 bits.
@@ -576,12 +543,11 @@ void launch_pp_wide(const GemvArgs& a, cudaStream_t st) {
 // Variants 36 / 39 / 40: qgemv_pp_kernel with 2 / 1 / 0 batches before the PDL wait (one row pair a warp); 41 / 42:
 // 4 rows a warp (each x load feeds 4 rows: half of variant 4's x traffic through L1 a weight byte), 2 / 1 batches;
 // 43 / 44: 36 / 41 with the weights loaded past L1 (CG).
-inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44) || v == 49 || v == 51; }
+inline bool is_pp_variant(int v) { return v == 36 || (v >= 39 && v <= 44) || v == 49; }
 template <bool XL>
 void launch_pp_variant(const GemvArgs& a, cudaStream_t st, int v) {
   if (v == 36) launch_pp<XL, 2>(a, st);
-  else if (v == 49) launch_capped(qgemv_pp_kernel<XL, 2>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
-  else if (v == 51) launch_warp_capped(qgemv_pp_capped_kernel<XL>, a, st);
+  else if (v == 49) launch_pp_spread<XL>(a, st);
   else if (v == 39) launch_pp<XL, 1>(a, st);
   else if (v == 40) launch_pp<XL, 0>(a, st);
   else if (v == 41) launch_pp<XL, 2, 4>(a, st);
@@ -1767,8 +1733,8 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   4-bit: chosen on whole decode steps (bench/route_search.py, H200, int8 KV, depth 0; session 5 call 3,
 //          bench/results/route-search-h200.json: 5.439 -> 5.077 ms per step), not on isolated GEMVs, whose
 //          table does not add up to a step (PDL overlaps each GEMV's start with its predecessor's tail, and the
-//          sx kernels stage x after the wait). K > 8192 variant 36 (down; variant 4 until session 14, whose call 1
-//          measured 4.653 against 4.707 ms a step); N >= 24576 variant 37 (34 until session 14: 4.661 against 4.707,
+//          sx kernels stage x after the wait). K > 8192 variant 49 (down: 36 spread evenly over the SMs, session
+//          24; 36 until then, and variant 4 until session 14, whose call 1 measured 4.653 against 4.707 ms a step); N >= 24576 variant 37 (34 until session 14: 4.661 against 4.707,
 //          bench/results/step-pp-lazy-h200-s14-call1.txt) or 34 (integer dot,
 //          R4 U2, one 22-warp block per SM: gate_up, lm_head; 29's 24 warps until session 8, whose call 4 measured
 //          4.878 against 4.944 ms a step: 22 warps fill gate_up's last round on 132 SMs, see variant 34; other SM
@@ -1793,7 +1759,7 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //   4.736 / 4.821 ms against 4.647, gdn_out / o 4.837 / 4.885; q4-27b 5.757 / 5.807 against 5.684).
 template <int BITS>
 int t1_route(const GemvArgs& a) {
-  if (BITS == 4) return a.K > 8192 ? 36 : a.N >= 24576 ? 37 : a.N >= 12288 ? 30 : 4;
+  if (BITS == 4) return a.K > 8192 ? 49 : a.N >= 24576 ? 37 : a.N >= 12288 ? 30 : 4;
   if (a.N <= 2048) return 45;  // 5 / 6 / 8-bit: few rows (the tails above)
   if (BITS == 5) return a.K > 8192 || a.N <= 5120 ? 36 : 18;
   if (BITS == 6) return a.K > 8192 ? 17 : 18;
@@ -1813,11 +1779,9 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T <= 16 only (compile time).
   if (a.T <= 1) {
     const int v = t1_variant<BITS>(a);
-    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44 only (qgemv checks v before it gets here)
+    if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44, 49 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
-        else if (v == 50) launch_capped(qgemv_kernel<BITS, 1, 2, false, true, true>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
-        else if (v == 52) launch_warp_capped(qgemv4_capped_kernel<true>, a, st);
         else launch<BITS, 1, 2, false, true, true>(a, st);
       } else if constexpr (BITS == 5 || BITS == 6) {
         launch_pp_wide<true, BITS>(a, st);  // 36
@@ -2005,14 +1969,6 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       }
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
-      if (v == 50) {
-        launch_capped(qgemv_kernel<BITS, 1, 2, false, true>, ceil_div(ceil_div(a.N, 2), kWarps), a, st);
-        return;
-      }
-      if (v == 52) {
-        launch_warp_capped(qgemv4_capped_kernel<false>, a, st);
-        return;
-      }
       if (v >= 6) {
         launch<BITS, 1, 2, false, false>(a, st);
         return;
@@ -2174,7 +2130,7 @@ int qgemv_x_layout(const QMatrix& W, int T) {
   if (W.q.bits == 6) return t1_variant<6>(a) == 36 ? GEMV_X_LANES : GEMV_X_PERM8;
   if (W.q.bits != 4) return GEMV_X_PERM8;
   const int v = t1_variant<4>(a);
-  return v == 4 || v == 50 || v == 52 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
+  return v == 4 || is_pp_variant(v) ? GEMV_X_LANES : GEMV_X_PERM8;
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
@@ -2273,7 +2229,7 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
            cudaStream_t stream, int x_layout, int out_layout) {
   const GemvArgs a = gemv_args(W, x, T, epilogue, out_f32, out_h, ldo, x_layout, out_layout);
   if (a.x_lanes && qgemv_x_layout(W, T) != GEMV_X_LANES)
-    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36, 39..44 and 49..52 "
+    throw std::invalid_argument("qgemv: x in the lanes layout is read by the T = 1 variants 4, 36, 39..44 and 49 "
                                 "(4-bit) and 36 (5 / 6-bit) only (qgemv_x_layout)");
   switch (W.q.bits) {
     case 4: launch_bits<4>(a, stream); break;
