@@ -684,6 +684,26 @@ def test_qgemv_pp_wide_equals_ring(nat, bits, epi, N, K, layout):
     assert torch.equal(got, call(17, X_PERM8))
 
 
+@pytest.mark.parametrize("lanes", [True, False])
+@pytest.mark.parametrize("N", [5120, 1024, 250])
+def test_qgemv_spread_launch_holds_the_fair_share(nat, N, lanes):
+    """Variant 49 (down's route) gives its blocks idle warps only to hold an SM to ceil(blocks / SMs) of them: where
+    the kernel alone would put more on an SM, the launch it takes puts at most that many; where it would not, it adds
+    no idle warps."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    s = nat.qgemv_spread_launch(N, lanes)
+    blocks = -(-(-(-N // 2)) // 4)  # ceil(ceil(N / 2) / 4): one row pair a working warp, 4 working warps a block
+    assert s["blocks"] == blocks
+    assert s["fair_share"] == -(-blocks // sms)
+    assert s["threads"] % 32 == 0 and 128 <= s["threads"] <= 224
+    assert s["blocks_per_sm"] >= 1
+    if s["threads"] > 128:  # idle warps only where they bring the SM within its share
+        assert s["blocks_per_sm"] <= s["fair_share"]
+    if N == 5120 and sms >= 108:  # down on an H200 / RTX 4090-class SM count: a share of 5-6 is always reachable
+        assert s["blocks_per_sm"] <= s["fair_share"]
+    assert nat.qgemv_spread_launch(N, lanes) == s  # found once, then the same
+
+
 def test_qgemv_x_layout_of_wide_widths(nat):
     assert nat.qgemv_x_layout(5120, 17408, 5, 64, 1) == X_LANES  # the route: 36 on down
     assert nat.qgemv_x_layout(5120, 6144, 5, 64, 1) == X_LANES  # and on gdn_out / o

@@ -153,6 +153,11 @@ void register_cuda_bindings(py::module_& m) {
   m.def("qgemv_x_layout", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_x_layout(qmat(0, 0, 0, N, K, bits, group), T);
   }, "the input order (0 perm8, 1 lanes) a GEMV of this shape reads on the current route");
+  m.def("qgemv_spread_launch", [](int64_t N, bool x_lanes) {
+    const SpreadLaunch s = qgemv_spread_launch((int)N, x_lanes);
+    return py::dict(py::arg("blocks") = s.blocks, py::arg("threads") = s.threads,
+                    py::arg("blocks_per_sm") = s.blocks_per_sm, py::arg("fair_share") = s.fair_share);
+  }, "variant 49's launch for N rows: threads a block and the blocks an SM holds against its fair share");
   m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,
         "the fused norm's weights loaded before the PDL wait (default on; off: after it)");
   m.def("set_qgemv_split_fused", &set_qgemv_split_fused,

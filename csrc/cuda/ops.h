@@ -38,13 +38,19 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
 int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
+// Variant 49 (down's route at 4 bits) for N rows: its blocks carry idle warps so that an SM holds at most its fair
+// share of them, ceil(blocks / SMs), where the kernel alone would take more (qgemv.cu); what a launch uses.
+struct SpreadLaunch {
+  int blocks = 0, threads = 0, blocks_per_sm = 0, fair_share = 0;
+};
+SpreadLaunch qgemv_spread_launch(int N, bool x_lanes);
 
-// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..48 force one (qgemv.cu
+// Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..49 force one (qgemv.cu
 // launch_bits: 1..15 and 20..44 are 4-bit kernels (20..35, 37, 38: integer dot products; 36 also takes 5 / 6 bits),
 // 16..19 the cp.async ring kernel and 45 / 46 the column split for every width; 47, in qgemv_normed only, the walk
 // kernel (row groups of 4 on fp16 x in shared memory) with the norm fused at 5 / 6 / 8 bits (store or SwiGLU),
 // elsewhere the generic kernel; 48, at 5 / 6 / 8 bits, the same walk on the given fp16 x with every epilogue (the
-// 8-bit route), at 4 bits the generic kernel).
+// 8-bit route), at 4 bits the generic kernel; 49, 4-bit, 36 spread evenly over the SMs (qgemv_spread_launch)).
 void set_qgemv_variant(int v);
 // Per-shape overrides of the T = 1 route (rows N, columns K -> variant; 0 removes one), below a forced
 // set_qgemv_variant: lets a benchmark try a route on whole decode steps without rebuilding.

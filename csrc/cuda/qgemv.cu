@@ -508,29 +508,35 @@ __global__ void qgemv_pp_spread_kernel(GemvArgs a) {
   MR_WARP_STAMP(kStampGemvPp, a.codes);
   qgemv_pp_body<XL, 2, 2, false, 4>(a);
 }
+// Variant 49's launch for N rows (XL: x in the lanes layout): threads a block, the blocks an SM then holds, and the
+// fair share it aims at. Found once per (XL, fair share).
+SpreadLaunch pp_spread_launch(bool XL, int N) {
+  auto kern = XL ? qgemv_pp_spread_kernel<true> : qgemv_pp_spread_kernel<false>;
+  SpreadLaunch s;
+  s.blocks = ceil_div(ceil_div(N, 2), kWarps);
+  s.fair_share = ceil_div(s.blocks, sm_count());
+  static std::vector<std::pair<int, SpreadLaunch>> known;  // (2 * fair share + XL, launch)
+  const int key = 2 * s.fair_share + (XL ? 1 : 0);
+  for (const auto& k : known)
+    if (k.first == key) return {s.blocks, k.second.threads, k.second.blocks_per_sm, s.fair_share};
+  s.threads = kWarps * 32;
+  for (int idle = 0; idle <= kMaxIdleWarps; ++idle) {
+    int per_sm = 0;
+    const int t = (kWarps + idle) * 32;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, t, 0) != cudaSuccess || per_sm < 1) break;
+    if (idle == 0 || per_sm <= s.fair_share) {  // no idle warps unless they bring the SM within its share
+      s.threads = t;
+      s.blocks_per_sm = per_sm;
+    }
+    if (per_sm <= s.fair_share) break;
+  }
+  known.emplace_back(key, s);
+  return s;
+}
 template <bool XL>
 void launch_pp_spread(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_pp_spread_kernel<XL>;
-  const int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
-  const int fair = ceil_div(blocks, sm_count());
-  static std::vector<std::pair<int, int>> known;  // (fair share, threads a block)
-  int threads = 0;
-  for (const auto& k : known)
-    if (k.first == fair) threads = k.second;
-  if (!threads) {
-    threads = kWarps * 32;
-    for (int idle = 0; idle <= kMaxIdleWarps; ++idle) {
-      int per_sm = 0;
-      const int t = (kWarps + idle) * 32;
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, t, 0) != cudaSuccess || per_sm < 1) break;
-      if (per_sm <= fair) {
-        threads = t;
-        break;
-      }
-    }
-    known.emplace_back(fair, threads);
-  }
-  launch_pdl("qgemv", kern, dim3(blocks), dim3(threads), 0, st, a);
+  const SpreadLaunch s = pp_spread_launch(XL, a.N);
+  launch_pdl("qgemv", qgemv_pp_spread_kernel<XL>, dim3(s.blocks), dim3(s.threads), 0, st, a);
 }
 
 // Variant 36 at 5 / 6 bits.
@@ -2134,6 +2140,8 @@ int qgemv_x_layout(const QMatrix& W, int T) {
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
+
+SpreadLaunch qgemv_spread_launch(int N, bool x_lanes) { return pp_spread_launch(x_lanes, N); }
 
 bool qgemv_fuses_norm(const QMatrix& W, int T) {
   if (T != 1) return false;
