@@ -493,7 +493,7 @@ void launch_pp(const GemvArgs& a, cudaStream_t st) {
 // SMs than one round of the uncapped kernel needs, as on an RTX 3090, D = 0). Measured with ptxas's occupancy, so
 // the cap holds whatever registers the body gets (80 under one nvcc, 95 under another). Session 24 calls 1-2: down
 // 17.18 -> 16.27 us a layer, -0.05 ms a step at depth 0 and at 128K (bench/NOTES.md). The working warps run 36's
-// code: bit-equal. No launch bounds: a bound of 224 threads made ptxas spill in the same body over variant 4.
+// code: bit-equal. No launch bounds: variant 4's body wrapped the same way under a bound of 224 threads spilled.
 // (Measured in the same calls and removed: the cap by a shared-memory request under a fixed carveout, -0.02 ms on
 // down and +0.20 ms on gdn_out / o, whose other L1 / shared split kept gate_up's block from starting beside them;
 // variant 4 on gdn_out / o capped by idle warps, no change: 48 of their SMs are held by the GDN step until it ends.)
@@ -1740,7 +1740,8 @@ bool launch_ring_variant(const GemvArgs& a, cudaStream_t st, int v) {
 //          bench/results/route-search-h200.json: 5.439 -> 5.077 ms per step), not on isolated GEMVs, whose
 //          table does not add up to a step (PDL overlaps each GEMV's start with its predecessor's tail, and the
 //          sx kernels stage x after the wait). K > 8192 variant 49 (down: 36 spread evenly over the SMs, session
-//          24; 36 until then, and variant 4 until session 14, whose call 1 measured 4.653 against 4.707 ms a step); N >= 24576 variant 37 (34 until session 14: 4.661 against 4.707,
+//          24: -0.05 ms a step; 36 until then, and variant 4 until session 14, whose call 1 measured 4.653 against
+//          4.707 ms a step); N >= 24576 variant 37 (34 until session 14: 4.661 against 4.707,
 //          bench/results/step-pp-lazy-h200-s14-call1.txt) or 34 (integer dot,
 //          R4 U2, one 22-warp block per SM: gate_up, lm_head; 29's 24 warps until session 8, whose call 4 measured
 //          4.878 against 4.944 ms a step: 22 warps fill gate_up's last round on 132 SMs, see variant 34; other SM
