@@ -6,6 +6,7 @@ benchmark: median ms per graph-replayed step at a few depths, per KV dtype.
     python3 bench/step_probe.py --kv int8,int4 --depths 131072 --attn-variants 4,5,6    # attention split variants
     python3 bench/step_probe.py --lanes 1,0      # variant 4's inputs in the lanes layout (1, default) or perm8
     python3 bench/step_probe.py --norm-early 1,0,1   # the fused norm's weights before the PDL wait (1) or after (0)
+    python3 bench/step_probe.py --conv-ring 1,0,1    # the GDN step's conv windows as whole rings (1) or by position (0)
     python3 bench/step_probe.py --recipe q4-27b      # the converter's default recipe (5-bit down, 6-bit lm_head, ...)
 
 --carveouts: one L1 / shared-memory split preference for every kernel of the step (pdl.cuh), e.g. --carveouts=-1,0,100
@@ -29,6 +30,9 @@ def main() -> None:
     ap.add_argument("--pdl", default="1", help="programmatic dependent launch in the step: 1 (default), 0, or 1,0")
     ap.add_argument("--lanes", default="1", help="the inputs of down, gdn_out and the attention output in the lanes "
                                                  "layout (csrc/cuda/ops.h GEMV_X_LANES): 1 (default), 0 (perm8), or 1,0")
+    ap.add_argument("--conv-ring", default="",
+                    help="after the norm runs, time the GDN decode step's conv windows read as whole rings (1, the "
+                         "default) or addressed by the position before the PDL wait (0), e.g. 1,0,1 (set_gdn_conv_ring)")
     ap.add_argument("--norm-early", default="",
                     help="after the GEMV runs, time the fused norm's weights loaded before the PDL wait (1, the "
                          "default) and after it (0), e.g. 1,0,1 (set_qgemv_norm_weights_early)")
@@ -89,6 +93,7 @@ def main() -> None:
             time_switch(e, setter, values, restore, depths, args.steps, f"step kv {kv} {label}")
 
         switch(lambda v: nat.set_qgemv_norm_weights_early(bool(v)), args.norm_early, True, "norm weights early")
+        switch(lambda v: nat.set_gdn_conv_ring(bool(v)), args.conv_ring, True, "gdn conv ring")
         switch(lambda v: nat.set_qgemv_keep_x_fused(bool(v)), args.keep_x_fused, True, "split head writes x")
         switch(lambda v: nat.set_qgemv_split_fused(bool(v)), args.split_fused, True, "split in one kernel")
         switch(nat.set_step_smem_carveout, args.carveouts, args.routes_carveout, "smem carveout")

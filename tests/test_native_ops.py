@@ -979,6 +979,43 @@ def test_gdn_conv_step_equals_conv_then_step(nat, kh, vh, Kc, p0, pos_on_device)
         assert rel_err(out_b.float(), out_a.float()) < TOL_FP16_OUT
 
 
+@pytest.mark.parametrize("Kc, p0", [(4, 0), (4, 1001), (2, 5), (3, 2)])
+def test_gdn_conv_step_ring_loads_equal_window_loads(nat, Kc, p0):
+    """set_gdn_conv_ring: the decode step's conv windows read as whole rings before the PDL wait and picked out by the
+    position after it give the same outputs, state and ring as the windows addressed by the position: equal bit for
+    bit, over three steps in a row with the position on the device (as in a captured step)."""
+    kh, vh = 4, 12
+    gen = torch.Generator(device="cuda").manual_seed(Kc * 10 + p0)
+    conv_dim = 2 * kh * 128 + vh * 128
+    ldp = conv_dim + vh * 128 + 2 * vh
+    conv_w = torch.randn(conv_dim, Kc, device="cuda", generator=gen) * 0.5
+    a_log = torch.randn(vh, device="cuda", generator=gen) * 0.5
+    dt_bias = torch.randn(vh, device="cuda", generator=gen) * 0.5
+    norm_w = torch.rand(128, device="cuda", generator=gen) + 0.5
+    ring0 = torch.zeros(conv_dim, Kc, device="cuda") if p0 == 0 else torch.randn(conv_dim, Kc, device="cuda",
+                                                                                 generator=gen)
+    S0 = (torch.randn(vh, 128, 128, device="cuda", generator=gen) * 0.1).contiguous()
+    runs = {on: (ring0.clone(), S0.clone(), []) for on in (True, False)}
+    xs = [torch.randn(1, ldp, device="cuda", generator=gen) for _ in range(3)]
+    try:
+        for on, (ring, S, outs) in runs.items():
+            nat.set_gdn_conv_ring(on)
+            for step, x in enumerate(xs):
+                zp, bp, ap = (x.data_ptr() + off * 4 for off in (conv_dim, conv_dim + vh * 128, conv_dim + vh * 128 + vh))
+                pos_dev = torch.tensor([p0 + step], dtype=torch.int32, device="cuda")
+                out = torch.full((1, vh * 128), float("nan"), device="cuda").half()
+                nat.op_gdn_conv(x.data_ptr(), zp, bp, ap, kh, vh, 1e-6, Kc, conv_w.data_ptr(), ring.data_ptr(), -5,
+                                a_log.data_ptr(), dt_bias.data_ptr(), norm_w.data_ptr(), S.data_ptr(), out.data_ptr(),
+                                pos_dev.data_ptr())
+                outs.append(out)
+    finally:
+        nat.set_gdn_conv_ring(True)
+    (ring_a, S_a, outs_a), (ring_b, S_b, outs_b) = runs[True], runs[False]
+    assert not any(o.isnan().any() for o in outs_a)
+    assert all(torch.equal(a, b) for a, b in zip(outs_a, outs_b))
+    assert torch.equal(ring_a, ring_b) and torch.equal(S_a, S_b)
+
+
 def test_gdn_conv_step_writes_the_lanes_layout(nat):
     # with out_layout 1 the step writes the same values in the order gdn_out's GEMV reads (ops.h GEMV_X_LANES)
     gen = torch.Generator(device="cuda").manual_seed(41)

@@ -158,6 +158,8 @@ void register_cuda_bindings(py::module_& m) {
     return py::dict(py::arg("blocks") = s.blocks, py::arg("threads") = s.threads,
                     py::arg("blocks_per_sm") = s.blocks_per_sm, py::arg("fair_share") = s.fair_share);
   }, "variant 49's launch for N rows: threads a block and the blocks an SM holds against its fair share");
+  m.def("set_gdn_conv_ring", &set_gdn_conv_ring,
+        "the GDN decode step's conv windows loaded as whole rings before the PDL wait (default on; off: by position)");
   m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,
         "the fused norm's weights loaded before the PDL wait (default on; off: after it)");
   m.def("set_qgemv_split_fused", &set_qgemv_split_fused,

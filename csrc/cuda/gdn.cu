@@ -60,6 +60,36 @@ __device__ inline void conv_load(const float* w, const float* state, int c, int 
   wlast = w[(size_t)c * Kc + Kc - 1];
 }
 
+// The decode step's form of conv_load (session 24): the channel's whole ring (Kc slots in slot order) and its
+// weights, with no address that depends on the position, so that every load goes out at once before the PDL wait;
+// conv_load's window addresses waited for the position (a round trip from the step's inputs) before they could
+// be issued. conv_window_from_ring then picks the window out of the registers once the position is known.
+__device__ inline void conv_load_ring(const float* w, const float* state, int c, int Kc, float (&ring)[8],
+                                      float (&wc)[8], float& wlast) {
+#pragma unroll
+  for (int j = 0; j < 7; ++j)
+    if (j < Kc - 1) wc[j] = w[(size_t)c * Kc + j];
+  wlast = w[(size_t)c * Kc + Kc - 1];
+#pragma unroll
+  for (int q = 0; q < 8; ++q)
+    if (q < Kc) ring[q] = state[(size_t)c * Kc + q];
+}
+// win[j] = the input at position p0 - Kc + 1 + j (what conv_load reads), chosen by unrolled compares so that the ring
+// stays in registers.
+__device__ inline void conv_window_from_ring(const float (&ring)[8], int Kc, int p0, float (&win)[8]) {
+  int slot = ring_slot(p0 - (Kc - 1), Kc);
+#pragma unroll
+  for (int j = 0; j < 7; ++j)
+    if (j < Kc - 1) {
+      float v = 0.f;
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        if (q == slot) v = ring[q];
+      win[j] = v;
+      slot = slot + 1 == Kc ? 0 : slot + 1;
+    }
+}
+
 __global__ void conv_kernel(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
                             const int32_t* pos_dev, float* out) {
   MR_WARP_STAMP(kStampConv, state);
@@ -268,6 +298,11 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
 // (Also measured and removed in call 2: a head over a thread block cluster of 2 or 4 blocks, the norm's partial
 // sums exchanged through distributed shared memory, so that the state's 64 KB in and out spread over several SMs:
 // 4.853 / 4.871 ms a step against 4.756 for this kernel.)
+// RING (session 24, the default; set_gdn_conv_ring): each conv window read as its channel's whole ring, so that no
+// load before the wait has an address waiting for the position, and the position read after the wait with the
+// step's other inputs (bench/sass_prewait.py found the window loads and the write slot's arithmetic waiting for it
+// before the wait). !RING: the earlier form, kept to measure the difference on whole steps. Bit-equal (tests).
+template <bool RING>
 __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, const float* z, const float* b,
                                                               const float* a, GdnDims d, const float* a_log,
                                                               const float* dt_bias, const float* norm_w, float* state,
@@ -285,18 +320,28 @@ __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, co
   const float q_scale = rsqrtf((float)kDk);
   const float neg_a = -expf(a_log[h]);
   const float nw = norm_w[j];
-  const int p0 = step_pos(cv.pos_host, cv.pos_dev), slot = ring_slot(p0, cv.Kc);
   // threads 0..255: q / k channel tid (q below 128) of key head hk; every thread: the v channel of column j. Their
-  // conv weights and windows (written one step earlier) are loaded before the wait and summed after it
+  // conv weights and whole rings (written one step earlier) are loaded before the wait, with no address waiting for
+  // the position; the window is picked from the ring and summed after it
   const int ch_qk = (tid >= kDk ? d.k_heads * kDk : 0) + hk * kDk + (tid & (kDk - 1));  // tid < 256
-  float wc_qk[8], win_qk[8], wl_qk = 0.f;
-  if (tid < 2 * kDk) conv_load(cv.w, cv.state, ch_qk, cv.Kc, p0, wc_qk, win_qk, wl_qk);
   const int ch_v = 2 * d.k_heads * kDk + h * kDv + j;
-  float wc_v[8], win_v[8], wl_v;
-  conv_load(cv.w, cv.state, ch_v, cv.Kc, p0, wc_v, win_v, wl_v);
+  float wc_qk[8], ring_qk[8], win_qk[8], wl_qk = 0.f;
+  float wc_v[8], ring_v[8], win_v[8], wl_v;
+  int p0 = 0;
+  if constexpr (RING) {
+    if (tid < 2 * kDk) conv_load_ring(cv.w, cv.state, ch_qk, cv.Kc, ring_qk, wc_qk, wl_qk);
+    conv_load_ring(cv.w, cv.state, ch_v, cv.Kc, ring_v, wc_v, wl_v);
+  } else {
+    p0 = step_pos(cv.pos_host, cv.pos_dev);
+    if (tid < 2 * kDk) conv_load(cv.w, cv.state, ch_qk, cv.Kc, p0, wc_qk, win_qk, wl_qk);
+    conv_load(cv.w, cv.state, ch_v, cv.Kc, p0, wc_v, win_v, wl_v);
+  }
   pdl_wait();
   pdl_trigger();
-  // every global read of the step is issued before the first barrier, so they share one round trip
+  // every global read of the step is issued before the first barrier, so they share one round trip; with RING the
+  // position too (read before the wait, the slot's arithmetic waited for it there)
+  if constexpr (RING) p0 = step_pos(cv.pos_host, cv.pos_dev);
+  const int slot = ring_slot(p0, cv.Kc);
   float qk = tid < 2 * kDk ? x[ch_qk] : 0.f;
   float vj = x[ch_v];
   const float zz = z[h * kDv + j];
@@ -309,6 +354,7 @@ __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, co
   // the first of them writes the new input, into a slot no block of this step reads (the ring above)
   if (tid < 2 * kDk) {
     if (h % (d.v_heads / d.k_heads) == 0) cv.state[(size_t)ch_qk * cv.Kc + slot] = qk;
+    if constexpr (RING) conv_window_from_ring(ring_qk, cv.Kc, p0, win_qk);
     qk = conv_finish(conv_window_sum(wc_qk, win_qk, cv.Kc), wl_qk, qk);
     // q, k: L2-normalised (eps 1e-6) key head hk; warps 0-3 take q, 4-7 take k
     const float sq = warp_sum(qk * qk);
@@ -316,6 +362,7 @@ __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, co
     if (tid >= kDk) ks[tid & (kDk - 1)] = qk; else qs[tid] = qk;
   }
   if (part == 0) cv.state[(size_t)ch_v * cv.Kc + slot] = vj;
+  if constexpr (RING) conv_window_from_ring(ring_v, cv.Kc, p0, win_v);
   vj = conv_finish(conv_window_sum(wc_v, win_v, cv.Kc), wl_v, vj);
   if (tid == 0) {
     const float sp = av > 20.f ? av : log1pf(expf(av));
@@ -374,6 +421,9 @@ void gdn_step(const float* conv_out, const float* z, const float* b, const float
              dt_bias, norm_w, state, out_h, out_layout == GEMV_X_LANES);
 }
 
+static bool g_conv_ring = true;  // set_gdn_conv_ring
+void set_gdn_conv_ring(bool on) { g_conv_ring = on; }
+
 void gdn_conv_step(const float* x, const float* z, const float* b, const float* a, const GdnDims& d, int Kc,
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
                    const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
@@ -381,7 +431,7 @@ void gdn_conv_step(const float* x, const float* z, const float* b, const float* 
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
-  launch_pdl("gdn_conv_step", gdn_conv_decode_kernel, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, d, a_log,
+  launch_pdl("gdn_conv_step", g_conv_ring ? gdn_conv_decode_kernel<true> : gdn_conv_decode_kernel<false>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, d, a_log,
              dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
 }
 

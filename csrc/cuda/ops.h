@@ -118,6 +118,9 @@ void gdn_conv_step(const float* x, const float* z, const float* b, const float* 
                    const float* conv_w, float* conv_state, int pos_host, const int32_t* pos_dev, const float* a_log,
                    const float* dt_bias, const float* norm_w, float* state, __half* out_h, cudaStream_t stream,
                    int out_layout = GEMV_X_PERM8);
+// gdn_conv_step's conv windows read as whole rings before the PDL wait, the position after it (default on), or as
+// windows addressed by the position before the wait (off: the earlier form, for measurements). Bit-equal.
+void set_gdn_conv_ring(bool on);
 
 // KV cache formats of the attention ops (values fixed: the Python test bindings pass them as ints).
 //  kKvBf16: bf16 [slots, kv_heads, 256]
