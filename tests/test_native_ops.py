@@ -936,6 +936,20 @@ def test_gdn_step(nat, T):
     assert rel_err(state.transpose(1, 2), S) < TOL_FP32 * 10  # exp/softplus intrinsics in the decay
 
 
+def _gdn_conv_case(kh: int, vh: int, Kc: int, p0: int, gen: torch.Generator, device: str = "cuda"):
+    """The inputs of a GDN decode step with the conv inside: (conv_dim, conv_w, a_log, dt_bias, norm_w, the conv ring
+    (zeros at position 0, else random: a wrapped ring), the recurrent state S [vh, 128, 128])."""
+    conv_dim = 2 * kh * 128 + vh * 128
+    conv_w = torch.randn(conv_dim, Kc, device=device, generator=gen) * 0.5
+    a_log = torch.randn(vh, device=device, generator=gen) * 0.5
+    dt_bias = torch.randn(vh, device=device, generator=gen) * 0.5
+    norm_w = torch.rand(128, device=device, generator=gen) + 0.5
+    ring0 = (torch.zeros(conv_dim, Kc, device=device) if p0 == 0
+             else torch.randn(conv_dim, Kc, device=device, generator=gen))
+    S0 = (torch.randn(vh, 128, 128, device=device, generator=gen) * 0.1).contiguous()
+    return conv_dim, conv_w, a_log, dt_bias, norm_w, ring0, S0
+
+
 @pytest.mark.parametrize("kh, vh, Kc, p0", [(4, 12, 4, 0), (4, 12, 4, 1001), (2, 2, 4, 7), (4, 8, 2, 5)])
 @pytest.mark.parametrize("pos_on_device", [False, True])
 def test_gdn_conv_step_equals_conv_then_step(nat, kh, vh, Kc, p0, pos_on_device):
@@ -947,16 +961,9 @@ def test_gdn_conv_step_equals_conv_then_step(nat, kh, vh, Kc, p0, pos_on_device)
     product is written the same way (two kernels may compile to different contractions); held to fp32 closeness,
     the outputs to their fp16 rounding."""
     gen = torch.Generator(device="cuda").manual_seed(kh * 100 + vh + Kc + p0)
-    conv_dim = 2 * kh * 128 + vh * 128
+    conv_dim, conv_w, a_log, dt_bias, norm_w, ring0, S0 = _gdn_conv_case(kh, vh, Kc, p0, gen)
     ldp = conv_dim + vh * 128 + 2 * vh + 5
     eps = 1e-6
-    conv_w = torch.randn(conv_dim, Kc, device="cuda", generator=gen) * 0.5
-    a_log = torch.randn(vh, device="cuda", generator=gen) * 0.5
-    dt_bias = torch.randn(vh, device="cuda", generator=gen) * 0.5
-    norm_w = torch.rand(128, device="cuda", generator=gen) + 0.5
-    ring0 = torch.zeros(conv_dim, Kc, device="cuda") if p0 == 0 else torch.randn(conv_dim, Kc, device="cuda",
-                                                                                 generator=gen)
-    S0 = (torch.randn(vh, 128, 128, device="cuda", generator=gen) * 0.1).contiguous()
     ring_a, ring_b, S_a, S_b = ring0.clone(), ring0.clone(), S0.clone(), S0.clone()
     for step in range(3):
         p = p0 + step
@@ -986,15 +993,8 @@ def test_gdn_conv_step_ring_loads_equal_window_loads(nat, Kc, p0):
     bit, over three steps in a row with the position on the device (as in a captured step)."""
     kh, vh = 4, 12
     gen = torch.Generator(device="cuda").manual_seed(Kc * 10 + p0)
-    conv_dim = 2 * kh * 128 + vh * 128
+    conv_dim, conv_w, a_log, dt_bias, norm_w, ring0, S0 = _gdn_conv_case(kh, vh, Kc, p0, gen)
     ldp = conv_dim + vh * 128 + 2 * vh
-    conv_w = torch.randn(conv_dim, Kc, device="cuda", generator=gen) * 0.5
-    a_log = torch.randn(vh, device="cuda", generator=gen) * 0.5
-    dt_bias = torch.randn(vh, device="cuda", generator=gen) * 0.5
-    norm_w = torch.rand(128, device="cuda", generator=gen) + 0.5
-    ring0 = torch.zeros(conv_dim, Kc, device="cuda") if p0 == 0 else torch.randn(conv_dim, Kc, device="cuda",
-                                                                                 generator=gen)
-    S0 = (torch.randn(vh, 128, 128, device="cuda", generator=gen) * 0.1).contiguous()
     runs = {on: (ring0.clone(), S0.clone(), []) for on in (True, False)}
     xs = [torch.randn(1, ldp, device="cuda", generator=gen) for _ in range(3)]
     try:
