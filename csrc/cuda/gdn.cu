@@ -351,7 +351,8 @@ __global__ void __launch_bounds__(512) gdn_conv_decode_kernel(const float* x, co
     bv = b[h];
   }
   // each key head's q / k channels are read by the blocks of its v_heads / k_heads value heads: all read the window,
-  // the first of them writes the new input, into a slot no block of this step reads (the ring above)
+  // the first of them writes the new input, into a slot no block of this step uses (the ring above; with RING every
+  // block loads that slot too, before its wait, but the window it picks is the other Kc - 1)
   if (tid < 2 * kDk) {
     if (h % (d.v_heads / d.k_heads) == 0) cv.state[(size_t)ch_qk * cv.Kc + slot] = qk;
     if constexpr (RING) conv_window_from_ring(ring_qk, cv.Kc, p0, win_qk);
@@ -431,8 +432,9 @@ void gdn_conv_step(const float* x, const float* z, const float* b, const float* 
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_conv_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_conv_step: v_heads must be a multiple of k_heads");
   if (Kc < 1 || Kc > 8) throw std::invalid_argument("gdn_conv_step: kernel width must be 1..8");
-  launch_pdl("gdn_conv_step", g_conv_ring ? gdn_conv_decode_kernel<true> : gdn_conv_decode_kernel<false>, dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, d, a_log,
-             dt_bias, norm_w, state, out_h, ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
+  launch_pdl("gdn_conv_step", g_conv_ring ? gdn_conv_decode_kernel<true> : gdn_conv_decode_kernel<false>,
+             dim3(d.v_heads), dim3(512), 0, stream, x, z, b, a, d, a_log, dt_bias, norm_w, state, out_h,
+             ConvIn{conv_w, conv_state, Kc, pos_host, pos_dev}, out_layout == GEMV_X_LANES);
 }
 
 MR_STAMPS_TU(gdn)
