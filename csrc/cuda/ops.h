@@ -7,6 +7,7 @@
 // [N, K/G]; value = (code - 2^(B-1)) * scale.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -44,6 +45,9 @@ struct SpreadLaunch {
   int blocks = 0, threads = 0, blocks_per_sm = 0, fair_share = 0;
 };
 SpreadLaunch qgemv_spread_launch(int N, bool x_lanes);
+// The choice behind it: per_sm_by_idle[i] = the blocks an SM holds with i idle warps a block (occupancy calculator);
+// the least i whose count is at most fair_share, or 0 when none is (no idle warps where they cannot reach it).
+int spread_idle_warps(const std::vector<int>& per_sm_by_idle, int fair_share);
 
 // Which T = 1 GEMV launch variant to use: 0 routes by shape and width (default), 1..49 force one (qgemv.cu
 // launch_bits: 1..15 and 20..44 are 4-bit kernels (20..35, 37, 38: integer dot products; 36 also takes 5 / 6 bits),

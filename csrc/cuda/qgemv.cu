@@ -29,6 +29,13 @@
 #include "ops.h"
 
 namespace monorail {
+
+int spread_idle_warps(const std::vector<int>& per_sm_by_idle, int fair_share) {
+  for (size_t idle = 0; idle < per_sm_by_idle.size(); ++idle)
+    if (per_sm_by_idle[idle] <= fair_share) return (int)idle;
+  return 0;  // even the most idle warps leave an SM above its share: none (they would only hold registers)
+}
+
 namespace {
 
 constexpr int kWarps = 4;
@@ -519,17 +526,17 @@ SpreadLaunch pp_spread_launch(bool XL, int N) {
   const int key = 2 * s.fair_share + (XL ? 1 : 0);
   for (const auto& k : known)
     if (k.first == key) return {s.blocks, k.second.threads, k.second.blocks_per_sm, s.fair_share};
-  s.threads = kWarps * 32;
+  std::vector<int> per_sm_by_idle;  // blocks an SM holds with 0, 1, ... idle warps a block
   for (int idle = 0; idle <= kMaxIdleWarps; ++idle) {
     int per_sm = 0;
-    const int t = (kWarps + idle) * 32;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, t, 0) != cudaSuccess || per_sm < 1) break;
-    if (idle == 0 || per_sm <= s.fair_share) {  // no idle warps unless they bring the SM within its share
-      s.threads = t;
-      s.blocks_per_sm = per_sm;
-    }
-    if (per_sm <= s.fair_share) break;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, (kWarps + idle) * 32, 0) != cudaSuccess ||
+        per_sm < 1)
+      break;
+    per_sm_by_idle.push_back(per_sm);
   }
+  const int idle = spread_idle_warps(per_sm_by_idle, s.fair_share);
+  s.threads = (kWarps + idle) * 32;
+  s.blocks_per_sm = per_sm_by_idle.empty() ? 0 : per_sm_by_idle[idle];
   known.emplace_back(key, s);
   return s;
 }
