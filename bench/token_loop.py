@@ -1,11 +1,12 @@
 """What a token costs through the app's loop, against the decode step alone (native backend, random 27B weights).
 
     python3 bench/token_loop.py [--tokens 64] [--kv int8] [--json out.json]
+    python3 bench/token_loop.py --host-sampler     # no GPU: the host Sampler alone on random logits of the 27B's vocab
 
 bench/decode.py times graph replays back to back; a user's tokens come through engine/api.py's loop, which for the
 native backend runs, per token, `model.forward(..., last_only=True)` (the whole logits row, 1 MB, copied to the host
 and synchronised) and the host `Sampler` (engine/sampling.py). Three loops over the lane's first tokens, each
-`--tokens` long after a warm-up, for greedy and for the thinking preset (`default_params(True)`):
+`--tokens` long after a warm-up, for greedy and the two default presets (`default_params`):
 
   step    NativeEngine.time_steps: graph replays back to back (what the benchmark reports);
   device  engine.forward + engine.sample: the device sampler, only the token copied back, one sync a token;
@@ -77,16 +78,40 @@ def device_loop(model, params, tokens: int, vocab: int) -> float:
     return dt
 
 
+def host_sampler_ms(params, vocab: int, reps: int = 50, history: int = 200, prompt: int = 1000) -> float:
+    """Milliseconds a token in the host Sampler alone (what the app's loop adds on the CPU after each step's logits
+    reach the host), on random logits, with `history` generated and `prompt` prompt ids for the penalties."""
+    import torch
+
+    from engine.sampling import Sampler
+
+    sampler = Sampler(params, valid_vocab_size=vocab)
+    logits = torch.randn(vocab, generator=torch.Generator().manual_seed(0))
+    generated, prompt_ids = list(range(history)), list(range(prompt))
+    for _ in range(3):
+        sampler.sample(logits, generated, prompt_ids=prompt_ids)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        sampler.sample(logits, generated, prompt_ids=prompt_ids)
+    return (time.perf_counter() - t0) / reps * 1e3
+
+
+def presets() -> dict:
+    from engine.sampling import SamplingParams, default_params
+    return {"greedy": SamplingParams(temperature=0.0), "thinking": default_params(True).with_(seed=7),
+            "non-thinking": default_params(False).with_(seed=7)}
+
+
 def step_only(model, tokens: int) -> float:
     """Seconds a step replayed back to back at depth 0 (NativeEngine.time_steps returns ms)."""
     return model.engine.time_steps(0, 0, tokens) / 1000.0
 
 
-def measure(model, presets: dict, tokens: int, vocab: int) -> list[dict]:
+def measure(model, params_by_name: dict, tokens: int, vocab: int) -> list[dict]:
     """One row per sampling preset: seconds a token in each loop, and the app's idle share against the step."""
     step = step_only(model, tokens)
     rows = []
-    for name, params in presets.items():
+    for name, params in params_by_name.items():
         app, dev = app_loop(model, params, tokens, vocab), device_loop(model, params, tokens, vocab)
         rows.append(dict(preset=name, step_ms=round(step * 1e3, 3), device_loop_ms=round(dev * 1e3, 3),
                          app_loop_ms=round(app * 1e3, 3), app_tok_s=round(1 / app, 1), step_tok_s=round(1 / step, 1),
@@ -100,15 +125,20 @@ def main() -> None:
     ap.add_argument("--kv", default="int8")
     ap.add_argument("--budget-gib", type=float, default=24)
     ap.add_argument("--json", default="")
+    ap.add_argument("--host-sampler", action="store_true", help="time the host Sampler alone (no GPU) and stop")
     args = ap.parse_args()
+    if args.host_sampler:
+        from engine.registry import config_27b
+        vocab = config_27b(vision=False).text.vocab_size
+        for name, params in presets().items():
+            print(f"host Sampler, {name}: {host_sampler_ms(params, vocab):.3f} ms a token (vocab {vocab})", flush=True)
+        return
     from engine.native_backend import NativeModel
-    from engine.sampling import SamplingParams, default_params
 
     model = NativeModel.random_27b(kv_dtype=args.kv, max_context=4 * args.tokens + 64, seed=1,
                                    vram_budget_bytes=int(args.budget_gib * (1 << 30)))
     vocab = model.config.text.vocab_size
-    presets = {"greedy": SamplingParams(temperature=0.0), "thinking": default_params(True).with_(seed=7)}
-    rows = measure(model, presets, args.tokens, vocab)
+    rows = measure(model, presets(), args.tokens, vocab)
     for r in rows:
         print(json.dumps(r), flush=True)
     if args.json:
