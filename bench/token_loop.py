@@ -3,17 +3,17 @@
     python3 bench/token_loop.py [--tokens 64] [--kv int8] [--json out.json]
     python3 bench/token_loop.py --host-sampler     # no GPU: the host Sampler alone on random logits of the 27B's vocab
 
-bench/decode.py times graph replays back to back; a user's tokens come through engine/api.py's loop, which for the
-native backend runs, per token, `model.forward(..., last_only=True)` (the whole logits row, 1 MB, copied to the host
-and synchronised) and the host `Sampler` (engine/sampling.py). Three loops over the lane's first tokens, each
-`--tokens` long after a warm-up, for greedy and the two default presets (`default_params`):
+bench/decode.py times graph replays back to back; a user's tokens come through engine/api.py's loop. Four figures a
+token, each over `--tokens` tokens of a lane after a warm-up, for greedy and the two default presets (`default_params`):
 
   step    NativeEngine.time_steps: graph replays back to back (what the benchmark reports);
-  device  engine.forward + engine.sample: the device sampler, only the token copied back, one sync a token;
-  app     the app's calls: model.forward(last_only=True) then Sampler.sample on the host logits.
+  app     what engine/api.py runs for the native backend: NativeModel.decode_tokens (engine/native_loop.py), each
+          token drawn on the GPU and fed to the next step there, two steps queued ahead of the host;
+  host    the loop the app ran before (session 24): model.forward(last_only=True) (the 1 MB logits row copied to
+          the host and synchronised) then the host Sampler;
+  device  engine.forward + engine.sample: the device sampler with one sync a token (the sampler's own cost).
 
-The gap between `app` and `step` is GPU time the app leaves idle; `device` is what moving the sampling onto the GPU
-would leave of it (launching the next step before the host reads the token would take the rest).
+The gap between `app` and `step` is GPU time the app leaves idle (`app_idle_fraction`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,25 @@ import json
 import time
 
 
-def sampler_dict(params, vocab: int) -> dict:
-    """The device sampler's parameters (bindings.cpp sampling_from_dict) for a SamplingParams."""
-    return dict(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, min_p=params.min_p,
-                repetition_penalty=params.repetition_penalty, presence_penalty=params.presence_penalty,
-                frequency_penalty=params.frequency_penalty, seed=params.seed or 0, vocab_limit=vocab)
-
-
 def app_loop(model, params, tokens: int, vocab: int) -> float:
-    """Seconds a token through engine/api.py's native path (_plain_tokens / _step), after one warm-up token."""
+    """Seconds a token through the app's native loop (NativeModel.decode_tokens), after two warm-up tokens."""
+    import torch
+
+    state = model.new_state(tokens + 16)
+    model.forward(torch.tensor([1]), state, last_only=True)
+    loop = model.decode_tokens(state, params, seed=params.seed or 0, vocab_limit=vocab)
+    next(loop)
+    next(loop)  # the loop's graph is captured by now
+    t0 = time.perf_counter()
+    for _ in range(tokens):
+        next(loop)
+    dt = (time.perf_counter() - t0) / tokens
+    loop.close()
+    return dt
+
+
+def host_loop(model, params, tokens: int, vocab: int) -> float:
+    """Seconds a token with the logits copied to the host and the host Sampler (the app's loop before session 25)."""
     import torch
 
     from engine.sampling import Sampler
@@ -57,15 +67,17 @@ def app_loop(model, params, tokens: int, vocab: int) -> float:
 
 
 def device_loop(model, params, tokens: int, vocab: int) -> float:
-    """Seconds a token with the device sampler: engine.forward, engine.sample (one int copied back)."""
+    """Seconds a token with the device sampler and a sync a token: engine.forward, engine.sample (one int back)."""
+    from engine.native_loop import device_sampling
+
     state = model.new_state(tokens + 8)
     eng, lane = model.engine, state.lane
-    p = sampler_dict(params, vocab)
+    p = device_sampling(params, seed=params.seed or 0, vocab_limit=vocab)
     token, pos = 1, 0
 
     def one(token: int, pos: int) -> int:
         eng.forward(lane, [token], [pos] * 3, pos)
-        return int(eng.sample(lane, 1, p)[0])
+        return int(eng.sample(lane, 1, p, pos)[0])
 
     token = one(token, pos)  # warm-up
     pos += 1
@@ -108,13 +120,15 @@ def step_only(model, tokens: int) -> float:
 
 
 def measure(model, params_by_name: dict, tokens: int, vocab: int) -> list[dict]:
-    """One row per sampling preset: seconds a token in each loop, and the app's idle share against the step."""
+    """One row per sampling preset: milliseconds a token in each loop, and the app's idle share against the step."""
     step = step_only(model, tokens)
     rows = []
     for name, params in params_by_name.items():
-        app, dev = app_loop(model, params, tokens, vocab), device_loop(model, params, tokens, vocab)
-        rows.append(dict(preset=name, step_ms=round(step * 1e3, 3), device_loop_ms=round(dev * 1e3, 3),
-                         app_loop_ms=round(app * 1e3, 3), app_tok_s=round(1 / app, 1), step_tok_s=round(1 / step, 1),
+        app = app_loop(model, params, tokens, vocab)
+        host, dev = host_loop(model, params, tokens, vocab), device_loop(model, params, tokens, vocab)
+        rows.append(dict(preset=name, step_ms=round(step * 1e3, 3), app_loop_ms=round(app * 1e3, 3),
+                         host_loop_ms=round(host * 1e3, 3), device_loop_ms=round(dev * 1e3, 3),
+                         app_tok_s=round(1 / app, 1), host_tok_s=round(1 / host, 1), step_tok_s=round(1 / step, 1),
                          app_idle_fraction=round(1 - step / app, 3)))
     return rows
 

@@ -301,20 +301,24 @@ class Engine:
         else:
             tokens = self._plain_tokens(state, logits, sampler, prompt.ids)
         t_decode0 = time.perf_counter()
-        for _, token in zip(range(budget), tokens):  # range first: no token is computed past the budget
-            if cancel is not None and cancel.is_set():
-                reason = "cancelled"
-                break
-            generated.append(token)
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-            decision = stopper.push(token, detok.push(token))
-            for d in parser.feed(decision.text):
-                yield TextDelta(d.channel, d.text)
-            if decision.stop:
-                reason = decision.finish_reason or "stop"
-                ended_by_stop_string = isinstance(decision.matched, str)
-                break
+        try:
+            for _, token in zip(range(budget), tokens):  # range first: no token is computed past the budget
+                if cancel is not None and cancel.is_set():
+                    reason = "cancelled"
+                    break
+                generated.append(token)
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                decision = stopper.push(token, detok.push(token))
+                for d in parser.feed(decision.text):
+                    yield TextDelta(d.channel, d.text)
+                if decision.stop:
+                    reason = decision.finish_reason or "stop"
+                    ended_by_stop_string = isinstance(decision.matched, str)
+                    break
+        finally:
+            if hasattr(tokens, "close"):
+                tokens.close()  # the native loop drains its queued steps now, not when the frame is collected
         if state is None:
             reason = "cancelled"
         if not ended_by_stop_string:
@@ -344,7 +348,15 @@ class Engine:
                 and self.info.has_mtp and not prompt.images)
 
     def _plain_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
-        """One trunk step per token. Lazy: the step after a token runs only when the next one is asked for."""
+        """One trunk step per token. The native engine draws on the GPU and queues steps ahead of the host
+        (engine.native_loop: the same draws as the host Sampler); otherwise lazily: the step after a token
+        runs only when the next one is asked for."""
+        if hasattr(self._model, "decode_tokens"):
+            return self._model.decode_tokens(state, sampler.params, seed=sampler.seed,
+                                             vocab_limit=sampler.valid_vocab_size, prompt_ids=prompt_ids)
+        return self._host_tokens(state, logits, sampler, prompt_ids)
+
+    def _host_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
         generated: list[int] = []
         while True:
             token = sampler.sample(logits, generated, prompt_ids=prompt_ids)

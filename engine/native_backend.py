@@ -6,6 +6,8 @@
     state = model.new_state(max_tokens)            # a lane of the engine
     out = model.forward(input_ids, state)          # out.logits: [T, V] fp32 (CPU)
     ids = model.sample(state, temperature=0.7, top_p=0.9, seed=1)
+    for token in model.decode_tokens(state, params, seed=1, vocab_limit=V):   # engine.native_loop
+        ...
 
 Weights are quantized at load time with engine.quant (round-to-nearest, the recipe's format per
 role) unless an artifact stores them in the recipe's format, and uploaded in the canonical layout.
@@ -448,20 +450,33 @@ class NativeModel:
         logits = torch.cat(outs)
         return NativeOutput(logits[-1:] if last_only else logits)
 
+    @property
+    def last_logit_rows(self) -> int:
+        """Rows of logits the last forward left on the device (the last one is the last token's)."""
+        return getattr(self, "_last_rows", 1)
+
     def sample(self, state: NativeState, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
                frequency_penalty: float = 0.0, seed: int = 0, vocab_limit: int | None = None,
-               rows: int = 1) -> list[int]:
-        """Sample from the last forward's logits (its last `rows` rows) on the device."""
+               rows: int = 1, draw: int = 0) -> list[int]:
+        """Sample from the last forward's logits (its last `rows` rows) on the device; row t of all the
+        forward's rows draws with index draw + t (engine/sampling.py: the response's token index)."""
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                       repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                       frequency_penalty=frequency_penalty, seed=seed,
                       vocab_limit=vocab_limit or self.config.text.vocab_size)
-        last = getattr(self, "_last_rows", 1)
+        last = self.last_logit_rows
         if not 1 <= rows <= last:
             raise NativeBackendError(f"the last step produced {last} rows of logits; cannot sample {rows}")
-        return list(self.engine.sample(state.lane, last, params))[-rows:]
+        return list(self.engine.sample(state.lane, last, params, draw))[-rows:]
 
-    def count_tokens(self, state: NativeState, ids: list[int]) -> None:
-        """Feed tokens to the repetition-penalty counts of this lane."""
-        self.engine.count_tokens(state.lane, [int(i) for i in ids])
+    def count_tokens(self, state: NativeState, ids: list[int], *, in_prompt: bool = False) -> None:
+        """Feed tokens to the lane's penalty counts: generated ones, or the prompt's (in_prompt)."""
+        self.engine.count_tokens(state.lane, [int(i) for i in ids], in_prompt)
+
+    def decode_tokens(self, state: NativeState, params, *, seed: int, vocab_limit: int,
+                      prompt_ids=(), ahead: int = 2):
+        """Tokens drawn and stepped on the GPU from the state's last logits on (engine.native_loop)."""
+        from engine.native_loop import decode_tokens
+        return decode_tokens(self, state, params, seed=seed, vocab_limit=vocab_limit, prompt_ids=prompt_ids,
+                             ahead=ahead)

@@ -79,8 +79,9 @@ def from_lanes(x):
     return x[:, lanes_index(x.shape[1]).to(x.device)]
 
 
-def step_inputs(tokens, rope_pos, kv_start: int, lane: int = 0):
-    """An int32 CUDA tensor laid out as the native StepInputs struct."""
+def step_inputs(tokens, rope_pos, kv_start: int, lane: int = 0, draw: int = 0):
+    """An int32 CUDA tensor laid out as the native StepInputs struct (its sampling parameters zero: op_sample
+    writes them)."""
     import torch
     from engine.native import load_native
     n = load_native().STEP_INPUTS_INT32
@@ -93,6 +94,7 @@ def step_inputs(tokens, rope_pos, kv_start: int, lane: int = 0):
     buf[64] = kv_start
     buf[65] = T
     buf[66] = lane
+    buf[67] = draw
     return buf.cuda()
 
 

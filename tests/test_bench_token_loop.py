@@ -1,4 +1,4 @@
-"""bench/token_loop.py drives the app's per-token calls, the device sampler's and the step replay on a model; here on a
+"""bench/token_loop.py drives the app's token loop, the former host loop, the device sampler's and the step replay on a model; here on a
 stand-in model that records what it is asked (no GPU needed), so the script's calls match NativeModel's and
 NativeEngine's signatures and its arithmetic is right."""
 
@@ -29,8 +29,8 @@ class _Engine:
         assert len(rope_pos) == 3 * len(tokens) and all(0 <= t < V for t in tokens)
         self.forwards.append((lane, list(tokens), kv_start))
 
-    def sample(self, lane, T, params):
-        self.samples.append(dict(params))
+    def sample(self, lane, T, params, draw):
+        self.samples.append(dict(params, draw=draw))
         return [(len(self.samples) * 7) % V]
 
     def time_steps(self, lane, kv_start, n):
@@ -44,6 +44,7 @@ class _Model:
         self.engine = _Engine()
         self.config = SimpleNamespace(text=SimpleNamespace(vocab_size=V))
         self.app_tokens, self.released = [], 0
+        self.loops: list[dict] = []  # decode_tokens calls: their arguments and tokens drawn
 
     def new_state(self, max_tokens):
         return SimpleNamespace(lane=0, max_tokens=max_tokens, seq_len=0)
@@ -58,6 +59,17 @@ class _Model:
         state.seq_len += 1
         return SimpleNamespace(logits=torch.randn(1, V))
 
+    def decode_tokens(self, state, params, *, seed, vocab_limit, prompt_ids=(), ahead=2):
+        call = dict(params=params, seed=seed, vocab_limit=vocab_limit, drawn=0, closed=False)
+        self.loops.append(call)
+        try:
+            while True:
+                call["drawn"] += 1
+                yield call["drawn"] % V
+        finally:
+            call["closed"] = True
+            self.release(state)
+
 
 def test_token_loop_runs_each_loop_and_reports_per_token_figures(monkeypatch):
     from engine.sampling import SamplingParams, default_params
@@ -71,13 +83,17 @@ def test_token_loop_runs_each_loop_and_reports_per_token_figures(monkeypatch):
     assert [r["preset"] for r in rows] == ["greedy", "thinking"]
     for r in rows:
         assert r["step_ms"] == 4.0 and r["step_tok_s"] == 250.0
-        assert r["app_loop_ms"] == 10.0 and r["device_loop_ms"] == 10.0 and r["app_tok_s"] == 100.0
+        assert r["app_loop_ms"] == r["host_loop_ms"] == r["device_loop_ms"] == 10.0 and r["app_tok_s"] == 100.0
         assert r["app_idle_fraction"] == 0.6  # 1 - 4 / 10: the share of the app's token the GPU would have idled
-    # per preset: the app loop's prompt token, a warm-up and 5 tokens; the device loop's warm-up and 5 steps at
-    # consecutive positions from 0
-    assert len(model.app_tokens) == 2 * 7
+    # the app loop: its preset, two warm-up tokens and 5 timed, then closed
+    assert [(c["drawn"], c["closed"], c["vocab_limit"]) for c in model.loops] == [(7, True, V)] * 2
+    assert model.loops[1]["params"] == presets["thinking"] and model.loops[1]["seed"] == 7
+    # per preset: the app loop's prompt token, the host loop's prompt token, its warm-up and 5 tokens; the device
+    # loop's warm-up and 5 steps at consecutive positions from 0, each drawing with its position as draw index
+    assert len(model.app_tokens) == 2 * 8
     assert [kv for _, _, kv in model.engine.forwards] == list(range(6)) * 2
-    assert model.released == 4
+    assert [s["draw"] for s in model.engine.samples] == list(range(6)) * 2
+    assert model.released == 6
     # the device sampler gets the preset's own parameters
     thinking = default_params(True)
     last = model.engine.samples[-1]

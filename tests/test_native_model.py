@@ -204,6 +204,15 @@ def test_device_memory_constant_across_requests(tiny_native_ckpt):
     nat = load_native()
     m = NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="int8", max_context=256,
                                     vram_budget_bytes=2 << 30)
+    from engine.sampling import SamplingParams
+    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, seed=1)
+
+    def decode(s, n):  # the app's loop: tokens drawn and stepped on the device
+        return [t for _, t in zip(range(n), m.decode_tokens(s, params, seed=1, vocab_limit=1000))]
+
+    warm = m.new_state(64)  # first uses capture the decode loop's graph
+    m.forward(torch.arange(5), warm, last_only=True)
+    decode(warm, 4)
     torch.cuda.synchronize()
     free_before = nat.device_memory()[0]
     g = torch.Generator().manual_seed(4)
@@ -211,6 +220,7 @@ def test_device_memory_constant_across_requests(tiny_native_ckpt):
         s = m.new_state(256)
         m.forward(torch.randint(0, 1000, (n,), generator=g), s)
         m.sample(s, temperature=0.7, top_p=0.9, seed=n)
+        assert len(decode(s, 9)) == 9
         m.release(s)
     assert nat.device_memory()[0] == free_before
 

@@ -1126,8 +1126,9 @@ def _attention_case(nat, kv_int8, T, kv_start):
 
 
 def _sample(nat, logits, params, counts=None, kv_start=0):
+    """Row t draws with index kv_start + t (the draw index stands in for the position here)."""
     T, V = logits.shape
-    inp = step_inputs([0] * T, [(kv_start + t,) * 3 for t in range(T)], kv_start)
+    inp = step_inputs([0] * T, [(kv_start + t,) * 3 for t in range(T)], kv_start, draw=kv_start)
     scratch = torch.empty(T, V, device="cuda")
     out = torch.full((T,), -1, dtype=torch.int32, device="cuda")
     nat.op_sample(logits.data_ptr(), T, V, params, 0 if counts is None else counts.data_ptr(), inp.data_ptr(),

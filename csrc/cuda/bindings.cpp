@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "../plan_bindings.h"
@@ -27,18 +28,25 @@ QMatrix qmat(uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64
   return qmatrix_at(codes, high, scales, N, K, bits, group);
 }
 
+// The device sampler's parameters from a dict (engine/native_backend.py device_sampling), checked here so
+// that a bad value is a ValueError, not a wrong draw.
 SamplingParams sampling_from_dict(const py::dict& d, int vocab) {
   SamplingParams p{};
-  auto f = [&](const char* k, float dflt) { return d.contains(k) ? d[k].cast<float>() : dflt; };
-  p.temperature = f("temperature", 0.f);
+  auto num = [&](const char* k, double dflt) { return d.contains(k) ? d[k].cast<double>() : dflt; };
+  const double temperature = num("temperature", 0.0), top_p = num("top_p", 1.0), min_p = num("min_p", 0.0);
+  p.temperature = (float)temperature;
   p.top_k = d.contains("top_k") ? d["top_k"].cast<int>() : 0;
-  p.top_p = f("top_p", 1.f);
-  p.min_p = f("min_p", 0.f);
-  p.repetition_penalty = f("repetition_penalty", 1.f);
-  p.presence_penalty = f("presence_penalty", 0.f);
-  p.frequency_penalty = f("frequency_penalty", 0.f);
+  p.top_p = top_p;
+  p.min_p = (float)min_p;
+  p.log_min_p = min_p > 0.0 ? (float)std::log(min_p) : 0.f;
+  p.repetition_penalty = (float)num("repetition_penalty", 1.0);
+  p.presence_penalty = (float)num("presence_penalty", 0.0);
+  p.frequency_penalty = (float)num("frequency_penalty", 0.0);
   p.vocab_limit = d.contains("vocab_limit") ? d["vocab_limit"].cast<int>() : vocab;
   p.seed = d.contains("seed") ? d["seed"].cast<uint64_t>() : 0;
+  if (!(temperature >= 0.0) || p.top_k < 0 || !(top_p > 0.0 && top_p <= 1.0) || !(min_p >= 0.0 && min_p <= 1.0) ||
+      !(p.repetition_penalty > 0.f) || p.vocab_limit < 1 || p.vocab_limit > vocab)
+    throw py::value_error("sampling parameters out of range");
   return p;
 }
 
@@ -98,7 +106,7 @@ void register_cuda_bindings(py::module_& m) {
            })
       .def("randomize", &NativeEngine::randomize)
       .def("reset_lane", &NativeEngine::reset_lane)
-      .def("count_tokens", &NativeEngine::count_tokens)
+      .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false)
       .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
       .def("prefill", &NativeEngine::prefill, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"),
            py::call_guard<py::gil_scoped_release>())
@@ -109,9 +117,16 @@ void register_cuda_bindings(py::module_& m) {
              std::memcpy(a.mutable_data(), v.data(), v.size() * 4);
              return a;
            })
-      .def("sample", [](NativeEngine& e, int lane, int T, py::dict params) {
-             return e.sample(lane, T, sampling_from_dict(params, (int)e.dims().vocab));
-           })
+      .def("sample", [](NativeEngine& e, int lane, int T, py::dict params, int64_t draw) {
+             return e.sample(lane, T, sampling_from_dict(params, (int)e.dims().vocab), draw);
+           }, py::arg("lane"), py::arg("T"), py::arg("params"), py::arg("draw") = 0)
+      .def("decode_start", [](NativeEngine& e, int lane, int logits_row, int kv_next, py::dict params, int64_t draw) {
+             e.decode_start(lane, logits_row, kv_next, sampling_from_dict(params, (int)e.dims().vocab), draw);
+           }, py::arg("lane"), py::arg("logits_row"), py::arg("kv_next"), py::arg("params"), py::arg("draw"))
+      .def("decode_push", &NativeEngine::decode_push)
+      .def("decode_token", &NativeEngine::decode_token, py::call_guard<py::gil_scoped_release>())
+      .def("decode_stop", &NativeEngine::decode_stop, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("decode_running", &NativeEngine::decode_running)
       .def("set_use_graphs", &NativeEngine::set_use_graphs)
       .def("synchronize", &NativeEngine::synchronize)
       .def("time_steps", &NativeEngine::time_steps)
@@ -277,10 +292,14 @@ void register_cuda_bindings(py::module_& m) {
                 ptr<float>(partials), ptr<float>(qkv) + 256, ldp, ptr<__half>(out_h), 0);
     sync0("attention");
   });
+  // inputs: a StepInputs page on the device (its lane and draw); the parameters are copied into it.
   m.def("op_sample", [](uintptr_t logits, int T, int V, py::dict params, uintptr_t counts, uintptr_t inputs,
                         uintptr_t scratch, uintptr_t out) {
-    sample_tokens(ptr<float>(logits), T, V, sampling_from_dict(params, V), ptr<int32_t>(counts),
-                  ptr<StepInputs>(inputs), ptr<char>(scratch), ptr<int32_t>(out), 0);
+    const SamplingParams p = sampling_from_dict(params, V);
+    StepInputs* in = ptr<StepInputs>(inputs);
+    MR_CHECK(cudaMemcpy(&in->sampling, &p, sizeof p, cudaMemcpyHostToDevice), "sample_tokens (parameters)");
+    sample_tokens(ptr<float>(logits), T, V, ptr<int32_t>(counts), in, ptr<char>(scratch), (size_t)V * 4,
+                  ptr<int32_t>(out), 0);
     sync0("sample_tokens");
   });
   m.attr("STEP_INPUTS_INT32") = py::int_(sizeof(StepInputs) / 4);

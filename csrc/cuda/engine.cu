@@ -13,6 +13,7 @@ namespace monorail {
 namespace {
 
 constexpr int64_t kInvFreqOffset = 1024;  // inside ws.inputs (4 KiB): StepInputs first, then inv_freq
+static_assert(sizeof(StepInputs) <= kInvFreqOffset, "StepInputs must end before inv_freq in the inputs page");
 
 __device__ inline uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -93,6 +94,12 @@ NativeEngine::NativeEngine(const ModelDims& dims, const EngineShape& shape, int6
            "cudaHostAlloc(step inputs)");
   std::memset(host_inputs_, 0, sizeof(StepInputs));
   MR_CHECK(cudaEventCreateWithFlags(&inputs_copied_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
+  MR_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ring_host_), kLoopRing * 4, cudaHostAllocMapped),
+           "cudaHostAlloc(decode loop tokens)");
+  MR_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ring_dev_), ring_host_, 0),
+           "cudaHostGetDevicePointer(decode loop tokens)");
+  for (auto& e : ring_events_)
+    MR_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(decode loop)");
   MR_CHECK(cudaMemsetAsync(arena_, 0, arena_bytes_, stream_), "cudaMemset(arena)");
   // rope inverse frequencies live in the inputs page of the workspace
   int half = (int)dims_.rotary_dim / 2;
@@ -112,6 +119,9 @@ NativeEngine::~NativeEngine() {
   if (stream_) cudaStreamDestroy(stream_);
   if (inputs_copied_) cudaEventDestroy(inputs_copied_);
   if (host_inputs_) cudaFreeHost(host_inputs_);
+  for (auto& e : ring_events_)
+    if (e) cudaEventDestroy(e);
+  if (ring_host_) cudaFreeHost(ring_host_);
   if (arena_) cudaFree(arena_);
 }
 
@@ -256,6 +266,7 @@ void NativeEngine::randomize(uint64_t seed) {
 
 void NativeEngine::reset_lane(int lane) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  refuse_while_looping("reset_lane");
   const int64_t nl = dims_.n_linear();
   const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
   const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;  // a ring of conv_kernel slots per channel (gdn.cu)
@@ -265,18 +276,28 @@ void NativeEngine::reset_lane(int lane) {
   synchronize();
 }
 
-void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids) {
+void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
-  // staged through the step-inputs page, 16 ids at a time (no allocation per call)
+  refuse_while_looping("count_tokens");
+  for (int32_t id : ids)
+    if (id < 0 || id >= dims_.vocab) throw std::out_of_range("token id out of range");
+  int32_t* counts = buf_.token_counts + lane * dims_.vocab;
+  if (buf_.pre.chunk > 0) {  // staged through the prefill token buffer, a chunk at a time (stream order, as prefill)
+    for (size_t i = 0; i < ids.size(); i += buf_.pre.chunk) {
+      const int n = (int)std::min<size_t>(buf_.pre.chunk, ids.size() - i);
+      MR_CHECK(cudaMemcpyAsync(buf_.pre.tokens, ids.data() + i, n * 4, cudaMemcpyHostToDevice, stream_), "count_tokens");
+      monorail::count_tokens(counts, buf_.pre.tokens, n, in_prompt, stream_);
+    }
+    synchronize();
+    return;
+  }
+  // no prefill workspace: staged through the step-inputs page, 16 ids at a time (no allocation per call)
   for (size_t i = 0; i < ids.size(); i += kMaxStepTokens) {
     int n = (int)std::min<size_t>(kMaxStepTokens, ids.size() - i);
-    for (int j = 0; j < n; ++j)
-      if (ids[i + j] < 0 || ids[i + j] >= dims_.vocab) throw std::out_of_range("token id out of range");
     StepInputs* in = inputs_for_write();
     for (int j = 0; j < n; ++j) in->tokens[j] = ids[i + j];
     upload_inputs(stream_);
-    monorail::count_tokens(buf_.token_counts + lane * dims_.vocab,
-                           reinterpret_cast<StepInputs*>(buf_.ws.inputs)->tokens, n, stream_);
+    monorail::count_tokens(counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs)->tokens, n, in_prompt, stream_);
     synchronize();
   }
 }
@@ -499,6 +520,7 @@ void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const s
     throw std::invalid_argument("prefill: this engine was planned without a prefill chunk (prefill_chunk = 0)");
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   if (n < 1) throw std::invalid_argument("prefill needs at least one token");
+  refuse_while_looping("prefill");
   if (kv_start < 0 || (int64_t)kv_start + n > shape_.max_context)
     throw std::out_of_range("prefill: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
   if (!rope_pos.empty() && (int64_t)rope_pos.size() != 3ll * n) throw std::invalid_argument("rope_pos must be T x 3");
@@ -588,6 +610,7 @@ void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const s
                            int kv_start) {
   const int T = (int)tokens.size();
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  refuse_while_looping("forward");
   if (T < 1 || T > shape_.max_step_tokens)
     throw std::invalid_argument("forward: 1 <= T <= max_step_tokens (" + std::to_string(shape_.max_step_tokens) + ")");
   if (kv_start < 0 || kv_start + T > shape_.max_context)
@@ -636,14 +659,105 @@ std::vector<float> NativeEngine::logits(int T) {
   return out;
 }
 
-std::vector<int32_t> NativeEngine::sample(int lane, int T, const SamplingParams& p) {
-  sample_tokens(buf_.ws.logits, T, (int)dims_.vocab, p, buf_.token_counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs),
-                buf_.ws.sampler, buf_.ws.out_tokens, stream_);
-  (void)lane;
+std::vector<int32_t> NativeEngine::sample(int lane, int T, const SamplingParams& p, int64_t draw) {
+  refuse_while_looping("sample");
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (T < 1 || T > shape_.max_step_tokens) throw std::invalid_argument("sample: 1 <= T <= the step's logit rows");
+  if (draw < 0 || draw > INT32_MAX - T) throw std::out_of_range("sample: draw index out of range");
+  StepInputs* in = inputs_for_write();
+  in->lane = lane;
+  in->draw = (int32_t)draw;
+  in->sampling = p;
+  upload_inputs(stream_);
+  sample_tokens(buf_.ws.logits, T, (int)dims_.vocab, buf_.token_counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs),
+                buf_.ws.sampler, (size_t)dims_.vocab * 4, buf_.ws.out_tokens, stream_);
   std::vector<int32_t> out(T);
   MR_CHECK(cudaMemcpyAsync(out.data(), buf_.ws.out_tokens, T * 4, cudaMemcpyDeviceToHost, stream_), "read tokens");
   synchronize();
   return out;
+}
+
+void NativeEngine::refuse_while_looping(const char* op) const {
+  if (loop_.active) throw std::logic_error(std::string(op) + ": a decode loop is running (decode_stop first)");
+}
+
+void NativeEngine::record_draw_event() {
+  const int64_t k = loop_.draws++;
+  MR_CHECK(cudaEventRecord(ring_events_[(loop_.draw0 + k) % kLoopRing], stream_), "decode loop (event)");
+}
+
+void NativeEngine::decode_start(int lane, int logits_row, int kv_next, const SamplingParams& p, int64_t draw) {
+  refuse_while_looping("decode_start");
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (logits_row < 0 || logits_row >= shape_.max_step_tokens) throw std::out_of_range("decode_start: logits row out of range");
+  if (kv_next < 1 || kv_next > shape_.max_context) throw std::out_of_range("decode_start: kv_next out of range");
+  if (draw < 0 || draw > INT32_MAX / 2) throw std::out_of_range("decode_start: draw index out of range");
+  // the inputs as after a step of the token before token 0: the draw advances them to token 0's step
+  StepInputs* in = inputs_for_write();
+  in->tokens[0] = 0;
+  for (int a = 0; a < 3; ++a) in->rope_pos[0][a] = kv_next - 1;
+  in->kv_start = kv_next - 1;
+  in->T = 1;
+  in->lane = lane;
+  in->draw = (int32_t)draw;
+  in->sampling = p;
+  upload_inputs(stream_);
+  loop_ = DecodeLoop{true, lane, kv_next, draw, 0, 0};
+  sample_tokens(buf_.ws.logits + (size_t)logits_row * dims_.vocab, 1, (int)dims_.vocab, buf_.token_counts,
+                reinterpret_cast<StepInputs*>(buf_.ws.inputs), buf_.ws.sampler, (size_t)dims_.vocab * 4,
+                buf_.ws.out_tokens, stream_, true, ring_dev_, kLoopRing);
+  record_draw_event();
+}
+
+void NativeEngine::decode_push() {
+  if (!loop_.active) throw std::logic_error("decode_push: no decode loop (decode_start first)");
+  // the step of draw k uses cache slot kv_next + k
+  if (loop_.kv_next + loop_.draws > shape_.max_context)
+    throw std::out_of_range("decode_push: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
+  if (loop_.draws - loop_.read >= kLoopRing) throw std::logic_error("decode_push: too many draws queued past the last read");
+  auto key = std::make_pair(loop_.lane, 0);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    cudaGraph_t g;
+    MR_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "decode loop capture (begin)");
+    try {
+      enqueue_step(loop_.lane, 1);
+      sample_tokens(buf_.ws.logits, 1, (int)dims_.vocab, buf_.token_counts,
+                    reinterpret_cast<StepInputs*>(buf_.ws.inputs), buf_.ws.sampler, (size_t)dims_.vocab * 4,
+                    buf_.ws.out_tokens, stream_, true, ring_dev_, kLoopRing);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &g);
+      cudaGetLastError();
+      throw;
+    }
+    MR_CHECK(cudaStreamEndCapture(stream_, &g), "decode loop capture (end)");
+    cudaGraphExec_t ge;
+    MR_CHECK(cudaGraphInstantiate(&ge, g, 0), "decode loop graph instantiate");
+    cudaGraphDestroy(g);
+    it = graphs_.emplace(key, ge).first;
+  }
+  MR_CHECK(cudaGraphLaunch(it->second, stream_), "decode loop (graph launch)");
+  record_draw_event();
+}
+
+int32_t NativeEngine::decode_token(int64_t k) {
+  if (!loop_.active) throw std::logic_error("decode_token: no decode loop");
+  if (k < 0 || k >= loop_.draws) throw std::out_of_range("decode_token: that draw is not queued");
+  if (k < loop_.read - kLoopRing + 1) throw std::out_of_range("decode_token: that draw's slot was reused");
+  const int slot = (int)((loop_.draw0 + k) % kLoopRing);
+  MR_CHECK(cudaEventSynchronize(ring_events_[slot]), "decode loop (step)");
+  loop_.read = std::max(loop_.read, k + 1);
+  return reinterpret_cast<volatile int32_t*>(ring_host_)[slot];
+}
+
+int64_t NativeEngine::decode_stop() {
+  if (!loop_.active) throw std::logic_error("decode_stop: no decode loop");
+  loop_.active = false;
+  synchronize();
+  // the device advanced the inputs; the host page follows, so later uploads start from the truth
+  StepInputs* in = inputs_for_write();
+  MR_CHECK(cudaMemcpy(in, buf_.ws.inputs, sizeof(StepInputs), cudaMemcpyDeviceToHost), "decode_stop (inputs)");
+  return loop_.kv_next + loop_.draws - 1;
 }
 
 float NativeEngine::time_steps(int lane, int kv_start, int n) {

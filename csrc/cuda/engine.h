@@ -39,7 +39,8 @@ class NativeEngine {
   void randomize(uint64_t seed);
 
   void reset_lane(int lane);
-  void count_tokens(int lane, const std::vector<int32_t>& ids);
+  // The sampler's penalty counts: generated ids (+1 each), or prompt ids (marked seen; in_prompt).
+  void count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt = false);
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
   // rope_pos: T x 3 (t, h, w) positions; empty means text positions kv_start + i on all axes.
   void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
@@ -50,7 +51,24 @@ class NativeEngine {
   void prefill(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
   int64_t prefill_chunk() const { return buf_.pre.chunk; }
   std::vector<float> logits(int T);
-  std::vector<int32_t> sample(int lane, int T, const SamplingParams& p);
+  // One token from each of the last forward's T logit rows; row t draws with index draw + t.
+  std::vector<int32_t> sample(int lane, int T, const SamplingParams& p, int64_t draw = 0);
+
+  // The decode loop on the device: each token is sampled on the GPU and becomes the next step's input
+  // there, so the host only reads tokens (from mapped host memory) and can keep steps queued ahead of
+  // them. decode_start samples token 0 from logits row `logits_row` of the last forward (or prefill)
+  // with draw index `draw`; the step of that token will use cache slot kv_next. Each decode_push
+  // queues one step of the last sampled token and the draw after it (the step and the draw are one
+  // CUDA graph per lane). decode_token(k) waits for draw k of this loop (k < pushes + 1) and returns
+  // it (-1: the logits held NaN / +inf, or nothing could be drawn). decode_stop waits for the queue
+  // and returns the lane's cache length: kv_next + the steps run. forward, prefill and sample refuse
+  // while a loop runs. At most kLoopRing draws may be queued past the last one read.
+  static constexpr int kLoopRing = 64;
+  void decode_start(int lane, int logits_row, int kv_next, const SamplingParams& p, int64_t draw);
+  void decode_push();
+  int32_t decode_token(int64_t k);
+  int64_t decode_stop();
+  bool decode_running() const { return loop_.active; }
   void set_use_graphs(bool on) { use_graphs_ = on; }
   // Benchmark-only: leave op classes out of the step (1 rmsnorm, 2 conv, 4 gdn_step, 8 attention,
   // 16 MLP GEMVs, 32 mixer GEMVs) to read each class's in-graph cost as a difference. Output is wrong.
@@ -113,7 +131,19 @@ class NativeEngine {
   int mrope_section_[3];
   bool use_graphs_ = true;
   int skip_ = 0;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (lane, T); (lane, 0): the decode loop's step + draw
+  struct DecodeLoop {
+    bool active = false;
+    int lane = 0;
+    int64_t kv_next = 0, draw0 = 0;
+    int64_t draws = 0;  // draws queued (decode_start's and one per push)
+    int64_t read = 0;   // draws read by decode_token
+  } loop_;
+  int32_t* ring_host_ = nullptr;  // mapped pinned host memory, kLoopRing tokens
+  int32_t* ring_dev_ = nullptr;   // its device address
+  cudaEvent_t ring_events_[kLoopRing] = {};
+  void refuse_while_looping(const char* op) const;
+  void record_draw_event();
   std::vector<std::pair<std::string, cudaEvent_t>>* trace_ = nullptr;  // set only by profile_step
   void mark(const char* op);
 };

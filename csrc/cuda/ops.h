@@ -138,6 +138,23 @@ struct AttnDims {
   float eps;
   int kv_fmt;  // KvFormat
 };
+// Sampling parameters as the device sampler reads them (a copy lives in StepInputs, so a captured decode
+// loop reads each request's values). Arithmetic follows engine/sampling.py's Sampler in float32 where it
+// computes in float32 and float64 where it does, so both draw the same token from the same logits.
+struct SamplingParams {
+  float temperature;  // 0: greedy (the caller maps the host's "below 1e-5" to 0)
+  int32_t top_k;      // 0: off
+  double top_p;       // 1: off (compared in float64, as the host does)
+  float min_p;        // 0: off
+  float log_min_p;    // (float) log(min_p), computed on the host in float64
+  float repetition_penalty;  // 1: off
+  float presence_penalty;
+  float frequency_penalty;
+  int32_t vocab_limit;  // ids >= this are never sampled
+  uint64_t seed;
+};
+constexpr int32_t kPromptSeen = 1 << 30;  // penalty counts: set for ids in the prompt; low bits count generated ones
+
 // Per-step inputs that change every step (read on the device, so graph replays see new values).
 struct StepInputs {
   int32_t tokens[kMaxStepTokens];
@@ -145,7 +162,8 @@ struct StepInputs {
   int32_t kv_start;                      // cache slot of token 0 (tokens already in this lane's cache)
   int32_t T;
   int32_t lane;
-  int32_t pad;
+  int32_t draw;                          // the sampler's draw index for row 0: tokens generated so far
+  SamplingParams sampling;
 };
 
 // q/k RMS norm (zero-centred), partial interleaved mRoPE, q scaled by 1/sqrt(head_dim) into q_out
@@ -168,23 +186,19 @@ void attn_decode(const float* q, int T, const AttnDims& d, const StepInputs* in,
 void set_attn_variant(int v);
 int get_attn_variant();
 
-struct SamplingParams {
-  float temperature;  // 0: greedy
-  int32_t top_k;      // 0: off
-  float top_p;        // 1: off
-  float min_p;        // 0: off
-  float repetition_penalty;  // 1: off
-  float presence_penalty;
-  float frequency_penalty;
-  int32_t vocab_limit;  // ids >= this are never sampled
-  uint64_t seed;
-};
-// One token per row of logits [T, V]; row t's random stream is keyed by (seed, positions[t]).
-void sample_tokens(const float* logits, int T, int V, const SamplingParams& p, const int32_t* counts,
-                   const StepInputs* in, char* scratch, int32_t* out_tokens, cudaStream_t stream);
-
-// counts[ids[i]] += 1 (repetition penalty bookkeeping).
-void count_tokens(int32_t* counts, const int32_t* ids, int n, cudaStream_t stream);
+// One token per row t of logits [T, V] (sampler.cu), with in->sampling's parameters and draw index
+// in->draw + t. scratch: scratch_row_bytes (>= V * 4) for each row. counts: the lane's penalty counts
+// (count_tokens) or null. `advance` (T == 1: the device-side decode loop) makes the token the next step's input
+// (tokens[0], kv_start + 1, positions + 1, draw + 1), counts it as generated, and writes it to
+// host_ring[draw % ring_size] (mapped host memory). A row whose logits hold NaN or +inf, or (sampling) no finite
+// logit, gets token -1 (the loop's next step then runs token 0, and the caller reports the error).
+void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
+                   size_t scratch_row_bytes, int32_t* out_tokens, cudaStream_t stream, bool advance = false,
+                   int32_t* host_ring = nullptr, int ring_size = 0);
+// Penalty bookkeeping for the sampler: generated ids add 1 to their count; prompt ids (in_prompt) set
+// kPromptSeen, which only the repetition penalty reads (as the host Sampler: presence and frequency
+// penalties count generated tokens, the repetition penalty every token seen).
+void count_tokens(int32_t* counts, const int32_t* ids, int n, bool in_prompt, cudaStream_t stream);
 
 // Fill a quantized matrix with random codes and scales (benchmarks): scales ~ scale_mag * U(0.5,1).
 void fill_random_qmatrix(const QMatrix& W, uint64_t seed, float scale_mag, cudaStream_t stream);

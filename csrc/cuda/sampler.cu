@@ -1,23 +1,44 @@
-// Token sampling from logits, one block (1024 threads) per token row.
-//   penalties (repetition / presence / frequency, from per-lane token counts) -> mask ids >=
-//   vocab_limit -> greedy argmax when temperature == 0; else divide by temperature, then the kept set
-//   is {logit >= max(top-k threshold, top-p threshold, min-p threshold)} and the token is the argmax
-//   of logit + Gumbel noise over the kept set (an exact draw from the renormalised distribution).
-// Thresholds are exact: radix selection over order-preserving 32-bit keys, 4 passes of 8 bits with
-// block histograms (counts for top-k, probability mass for top-p). The noise is Philox-4x32-10 keyed
-// by (seed) with counter (token id, position, purpose), so a replay gives the same token.
+// Token sampling from logits: the same draw as engine/sampling.py's Sampler (its module doc has the order of the
+// steps and the RNG), on the device, in two kernels so that a decode loop can keep the token on the GPU.
+//
+//   prepare (many blocks of 256 threads, a 2048-id slice each): penalties and the vocabulary mask; then
+//     greedy: the slice's best (logit, lowest id);
+//     top-k (1..64): the slice's k best by (logit desc, id asc) from a block radix sort (stable, so ties keep
+//       id order); the k best of the row lie among the slices' k best;
+//     otherwise: the penalised logits written out for the fallback.
+//   finish (one block of 1024 threads a row): greedy: the best of the slices' best; top-k: the k best of the
+//     slices' candidates (again a stable sort), then in one warp temperature, top-p (float64 softmax over the
+//     k, as the host), min-p and the Gumbel-max draw in float64; fallback (no top-k, or top-k > 64): exact
+//     thresholds by radix selection over the whole row (float32 mass for top-p), then the Gumbel-max draw
+//     over the kept set, pruned as the host prunes (no noise exceeds kGumbelMax).
+// Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
+// u = (w + 0.5) / 2^32 and the noise -log(-log(u)), as the host computes it.
+#include <cub/block/block_radix_sort.cuh>
+
 #include "common.cuh"
 #include "ops.h"
 
 namespace monorail {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kPrepThreads = 256, kPrepItems = 8, kSlice = kPrepThreads * kPrepItems;
+constexpr int kFinishThreads = 1024, kFinishItems = 8, kMaxCandidates = kFinishThreads * kFinishItems;
+constexpr int kMaxFastTopK = 64;
+constexpr uint32_t kPurposeSample = 0;  // engine/sampling.py PURPOSE_SAMPLE
+// -log(-log((2^32 - 0.5) / 2^32)) + 1e-6: no draw's noise exceeds it (engine/sampling.py GUMBEL_MAX).
+constexpr double kGumbelMax = 22.87385795841999;
+constexpr uint32_t kBadKey = 0xFFC00000u;  // f2key of the canonical NaN: above every finite logit and +inf
+
+struct Candidate {
+  uint32_t key;  // f2key of the penalised logit
+  int32_t id;
+};
 
 __device__ inline uint32_t f2key(float f) {
-  uint32_t u = __float_as_uint(f);
+  const uint32_t u = __float_as_uint(f);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+__device__ inline float key2f(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k); }
 
 __device__ inline uint4 philox(uint4 c, uint2 k) {
 #pragma unroll
@@ -31,101 +52,209 @@ __device__ inline uint4 philox(uint4 c, uint2 k) {
   return c;
 }
 
-__device__ inline float adjusted_logit(const float* row, int i, const SamplingParams& p, const int32_t* counts) {
+__device__ inline double gumbel(const SamplingParams& p, uint64_t draw, int id) {
+  const uint4 r = philox(make_uint4((uint32_t)id, (uint32_t)draw, (uint32_t)(draw >> 32), kPurposeSample),
+                         make_uint2((uint32_t)p.seed, (uint32_t)(p.seed >> 32)));
+  const double u = ((double)r.x + 0.5) * 0x1p-32;
+  return -log(-log(u));
+}
+
+// The host's steps 1-2 in its float32 arithmetic (no fused multiply-add); NaN and +inf become the canonical NaN.
+__device__ inline float penalised_logit(const float* row, int i, const SamplingParams& p, const int32_t* counts) {
   if (i >= p.vocab_limit) return -INFINITY;
   float l = row[i];
-  const int c = counts ? counts[i] : 0;
-  if (c > 0) {
-    if (p.repetition_penalty != 1.f) l = l > 0.f ? l / p.repetition_penalty : l * p.repetition_penalty;
-    l -= p.presence_penalty + p.frequency_penalty * (float)c;
+  if (counts) {
+    const int32_t c = counts[i];
+    if (c != 0 && p.repetition_penalty != 1.f)
+      l = l > 0.f ? __fdiv_rn(l, p.repetition_penalty) : __fmul_rn(l, p.repetition_penalty);
+    const int32_t generated = c & (kPromptSeen - 1);
+    if (generated > 0 && (p.frequency_penalty != 0.f || p.presence_penalty != 0.f))
+      l = __fsub_rn(l, __fadd_rn(__fmul_rn(p.frequency_penalty, (float)generated), p.presence_penalty));
   }
+  if (isnan(l) || l == INFINITY) l = __uint_as_float(0x7FC00000u);
   return l;
 }
 
-// Block argmax of (value, index) with the lowest index winning ties.
-__device__ inline void argmax_merge(float& v, int& i, float ov, int oi) {
+__device__ inline bool is_greedy(const SamplingParams& p) { return p.temperature <= 0.f; }
+__device__ inline bool is_fast(const SamplingParams& p, int slices) {
+  return !is_greedy(p) && p.top_k >= 1 && p.top_k <= kMaxFastTopK && slices * p.top_k <= kMaxCandidates;
+}
+
+// Better = larger value, then lower id.
+template <typename V>
+__device__ inline void keep_better(V& v, int& i, V ov, int oi) {
   if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
 }
-__device__ int block_argmax(float v, int i, float* sv, int* si) {
-  for (int o = 16; o > 0; o >>= 1) {
-    float ov = __shfl_xor_sync(0xffffffffu, v, o);
-    int oi = __shfl_xor_sync(0xffffffffu, i, o);
-    argmax_merge(v, i, ov, oi);
-  }
-  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+// Block-wide best (value desc, id asc); every thread gets the winner's id. smem: blockDim.x / 32 entries each.
+template <typename V>
+__device__ int block_best(V v, int i, V* sv, int* si) {
+  for (int o = 16; o > 0; o >>= 1) keep_better(v, i, (V)__shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
   __syncthreads();
   if (l == 0) { sv[w] = v; si[w] = i; }
   __syncthreads();
   if (w == 0) {
-    v = sv[l]; i = si[l];
-    for (int o = 16; o > 0; o >>= 1) {
-      float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      int oi = __shfl_xor_sync(0xffffffffu, i, o);
-      argmax_merge(v, i, ov, oi);
-    }
+    v = l < nw ? sv[l] : sv[0];
+    i = l < nw ? si[l] : si[0];
+    for (int o = 16; o > 0; o >>= 1) keep_better(v, i, (V)__shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
     if (l == 0) si[0] = i;
   }
   __syncthreads();
-  return si[0];
+  const int r = si[0];
+  __syncthreads();
+  return r;
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int V, SamplingParams p,
-                                                          const int32_t* counts_all, const StepInputs* in,
-                                                          float* scratch, int32_t* out) {
-  __shared__ float sv[32];
-  __shared__ int si[32];
+__global__ void __launch_bounds__(kPrepThreads) sample_prepare_kernel(const float* logits, int V, const StepInputs* in,
+                                                                      const int32_t* counts_all, char* scratch,
+                                                                      size_t row_bytes) {
+  using Sort = cub::BlockRadixSort<uint32_t, kPrepThreads, kPrepItems, int32_t>;
+  __shared__ union {
+    typename Sort::TempStorage sort;
+    struct { uint32_t v[32]; int i[32]; } best;
+  } smem;
+  const SamplingParams p = in->sampling;
+  const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
+  const float* row = logits + (size_t)t * V;
+  const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
+  float* adj = reinterpret_cast<float*>(scratch + t * row_bytes);
+  Candidate* cand = reinterpret_cast<Candidate*>(scratch + t * row_bytes);  // greedy / top-k: aliases adj
+  const bool greedy = is_greedy(p), fast = is_fast(p, slices);
+
+  uint32_t keys[kPrepItems];
+  int32_t ids[kPrepItems];
+  for (int j = 0; j < kPrepItems; ++j) {
+    const int i = slice * kSlice + threadIdx.x * kPrepItems + j;  // blocked: item order is id order
+    if (i < V) {
+      const float l = penalised_logit(row, i, p, counts);
+      if (!greedy && !fast) adj[i] = l;
+      keys[j] = f2key(l);
+      ids[j] = i;
+    } else {
+      keys[j] = 0;  // below every logit, -inf included
+      ids[j] = INT_MAX;
+    }
+  }
+  if (greedy) {
+    uint32_t bk = keys[0];
+    int bi = ids[0];
+    for (int j = 1; j < kPrepItems; ++j) keep_better(bk, bi, keys[j], ids[j]);
+    // the winner's key: the one thread holding it writes the slice's candidate
+    const int win = block_best(bk, bi, smem.best.v, smem.best.i);
+    for (int j = 0; j < kPrepItems; ++j)
+      if (ids[j] == win) cand[slice] = Candidate{keys[j], win};
+    return;
+  }
+  if (!fast) return;
+  Sort(smem.sort).SortDescending(keys, ids);
+  for (int j = 0; j < kPrepItems; ++j) {
+    const int r = threadIdx.x * kPrepItems + j;
+    if (r < p.top_k) cand[slice * p.top_k + r] = Candidate{keys[j], ids[j]};
+  }
+}
+
+// Top-k finish in one warp: the k best candidates (sorted by key desc, id asc) -> token, or -1.
+__device__ int finish_top_k(const uint32_t* key, const int32_t* id, const SamplingParams& p, uint64_t draw,
+                            float* sv, int32_t* sid, double* se) {
+  const int lane = threadIdx.x & 31, K = p.top_k;
+  if (key[0] >= kBadKey) return -1;
+  const uint32_t neg_inf = f2key(-INFINITY);
+  int m = 0;  // finite candidates: a prefix of the sorted list
+  for (int c = lane; c < K; c += 32) m += key[c] > neg_inf && id[c] != INT_MAX;
+  m = warp_sum(m);
+  if (m == 0) return -1;
+  // temperature (float32 division, as the host), then order by (value desc, id asc) as the host's stable sort
+  for (int c = lane; c < m; c += 32) {
+    const float v = __fdiv_rn(key2f(key[c]), p.temperature);
+    int rank = 0;
+    for (int d = 0; d < m; ++d) {
+      const float w = __fdiv_rn(key2f(key[d]), p.temperature);
+      rank += w > v || (w == v && id[d] < id[c]);
+    }
+    sv[rank] = v;
+    sid[rank] = id[c];
+  }
+  __syncwarp();
+  int keep = m;
+  if (p.top_p < 1.0) {  // softmax in float64 over the candidates; keep those whose mass before them < top_p
+    for (int c = lane; c < m; c += 32) se[c] = exp((double)sv[c] - (double)sv[0]);
+    __syncwarp();
+    if (lane == 0) {
+      double z = 0.0;
+      for (int c = 0; c < m; ++c) z += se[c];
+      double cum = 0.0;
+      keep = 0;
+      for (int c = 0; c < m; ++c) {
+        const double pc = se[c] / z;
+        cum += pc;
+        if (cum - pc < p.top_p) keep = c + 1;
+      }
+      if (keep < 1) keep = 1;
+    }
+    keep = __shfl_sync(0xffffffffu, keep, 0);
+  }
+  const float min_logit = p.min_p > 0.f ? __fadd_rn(sv[0], p.log_min_p) : -INFINITY;
+  double best = -INFINITY;
+  int best_c = INT_MAX;
+  for (int c = lane; c < keep; c += 32)
+    if (sv[c] >= min_logit) keep_better(best, best_c, (double)sv[c] + gumbel(p, draw, sid[c]), c);
+  for (int o = 16; o > 0; o >>= 1)
+    keep_better(best, best_c, __shfl_xor_sync(0xffffffffu, best, o), __shfl_xor_sync(0xffffffffu, best_c, o));
+  return sid[best_c];
+}
+
+// Fallback finish over the whole row of penalised logits (adj), all threads of the block.
+__device__ int finish_full(const float* adj, int V, const SamplingParams& p, uint64_t draw, double* sd, int* si,
+                           float* sf) {
   __shared__ float hist_mass[256];
   __shared__ uint32_t hist_cnt[256];
   __shared__ uint32_t sel_prefix;
   __shared__ float sel_above;
-  const int t = blockIdx.x;
-  const float* row = logits + (size_t)t * V;
-  const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
-  float* adj = scratch + (size_t)t * V;  // adjusted, temperature-scaled logits
-
-  // 1. penalties + mask (+ temperature), max
-  const float inv_t = p.temperature > 0.f ? 1.f / p.temperature : 1.f;
-  float bv = -INFINITY;
-  int bi = 0x7fffffff;
-  for (int i = threadIdx.x; i < V; i += kThreads) {
-    float l = adjusted_logit(row, i, p, counts) * inv_t;
-    adj[i] = l;
-    argmax_merge(bv, bi, l, i);
-  }
-  const int best = block_argmax(bv, bi, sv, si);
-  if (p.temperature <= 0.f) {
-    if (threadIdx.x == 0) out[t] = best;
-    return;
-  }
-  const float M = adj[best];
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
   __syncthreads();
+  // values after temperature; the best (value, lowest id); any NaN / +inf is an error
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = threadIdx.x; i < V; i += kFinishThreads) {
+    const float l = adj[i];
+    if (isnan(l)) bad = 1;
+    keep_better(bv, bi, __fdiv_rn(l, p.temperature), i);
+  }
+  const int best = block_best(bv, bi, sf, si);
+  if (bad) return -1;
+  const float M = __fdiv_rn(adj[best], p.temperature);
+  if (M == -INFINITY) return -1;  // no finite logit
+  auto value = [&](int i) { return __fdiv_rn(adj[i], p.temperature); };
 
-  // 2. thresholds (keys): top-k by count, then top-p by mass within it, min-p by ratio to the max
+  // thresholds (keys): top-k by count, then top-p by float32 mass within it, min-p by ratio to the max
   uint32_t thr = 0;
   const bool use_k = p.top_k > 0 && p.top_k < p.vocab_limit;
-  const bool use_p = p.top_p < 1.f;
+  const bool use_p = p.top_p < 1.0;
   for (int stage = 0; stage < 2; ++stage) {
     if ((stage == 0 && !use_k) || (stage == 1 && !use_p)) continue;
     float target = 0.f;
     if (stage == 1) {  // mass of the set kept so far
       float z = 0.f;
-      for (int i = threadIdx.x; i < V; i += kThreads)
-        if (f2key(adj[i]) >= thr && adj[i] > -INFINITY) z += __expf(adj[i] - M);
-      target = p.top_p * block_sum(z, sv);
+      for (int i = threadIdx.x; i < V; i += kFinishThreads) {
+        const float v = value(i);
+        if (v > -INFINITY && f2key(v) >= thr) z += __expf(v - M);
+      }
+      target = (float)p.top_p * block_sum(z, sf);
     }
     uint32_t prefix = 0, mask = 0;
     uint32_t remaining = stage == 0 ? (uint32_t)p.top_k : 0;
     float above = 0.f;
     for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int b = threadIdx.x; b < 256; b += kThreads) { hist_cnt[b] = 0; hist_mass[b] = 0.f; }
+      for (int b = threadIdx.x; b < 256; b += kFinishThreads) { hist_cnt[b] = 0; hist_mass[b] = 0.f; }
       __syncthreads();
-      for (int i = threadIdx.x; i < V; i += kThreads) {
-        const float l = adj[i];
-        const uint32_t k = f2key(l);
-        if (l == -INFINITY || k < thr || (k & mask) != prefix) continue;
+      for (int i = threadIdx.x; i < V; i += kFinishThreads) {
+        const float v = value(i);
+        const uint32_t k = f2key(v);
+        if (v == -INFINITY || k < thr || (k & mask) != prefix) continue;
         const int b = (k >> shift) & 0xFF;
         if (stage == 0) atomicAdd(&hist_cnt[b], 1u);
-        else atomicAdd(&hist_mass[b], __expf(l - M));
+        else atomicAdd(&hist_mass[b], __expf(v - M));
       }
       __syncthreads();
       if (threadIdx.x == 0) {
@@ -153,40 +282,124 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     }
     thr = max(thr, prefix);
   }
-  if (p.min_p > 0.f) thr = max(thr, f2key(M + __logf(p.min_p)));
+  if (p.min_p > 0.f) thr = max(thr, f2key(__fadd_rn(M, p.log_min_p)));
 
-  // 3. Gumbel-max over the kept set
-  const uint2 key = make_uint2((uint32_t)p.seed, (uint32_t)(p.seed >> 32));
-  const uint32_t pos = (uint32_t)(in->kv_start + t);  // absolute position of the token being predicted from
-  bv = -INFINITY;
-  bi = 0x7fffffff;
-  for (int i = threadIdx.x; i < V; i += kThreads) {
-    const float l = adj[i];
-    if (l == -INFINITY || f2key(l) < thr) continue;
-    const uint4 r = philox(make_uint4((uint32_t)i, pos, 0x53414D50u /* purpose "SAMP" */, 0u), key);
-    const float u = ((r.x >> 8) + 0.5f) * (1.f / 16777216.f);
-    argmax_merge(bv, bi, l - __logf(-__logf(u)), i);
+  // Gumbel-max over the kept set; only values within kGumbelMax of the best one's score can win
+  const double score_floor = (double)M + gumbel(p, draw, best) - kGumbelMax;
+  double bs = -INFINITY;
+  int bsi = INT_MAX;
+  for (int i = threadIdx.x; i < V; i += kFinishThreads) {
+    const float v = value(i);
+    if (v == -INFINITY || f2key(v) < thr || (double)v < score_floor) continue;
+    keep_better(bs, bsi, (double)v + gumbel(p, draw, i), i);
   }
-  const int pick = block_argmax(bv, bi, sv, si);
-  if (threadIdx.x == 0) out[t] = pick;
+  return block_best(bs, bsi, sd, si);
 }
 
-__global__ void count_kernel(int32_t* counts, const int32_t* ids, int n) {
+__global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(int V, StepInputs* in, int32_t* counts_all,
+                                                                       const char* scratch, size_t row_bytes,
+                                                                       int slices, int32_t* out, bool advance,
+                                                                       int32_t* host_ring, int ring_size) {
+  using Sort = cub::BlockRadixSort<uint32_t, kFinishThreads, kFinishItems, int32_t>;
+  __shared__ union {
+    typename Sort::TempStorage sort;
+    struct {
+      uint32_t key[kMaxFastTopK];
+      int32_t id[kMaxFastTopK];
+      float v[kMaxFastTopK];
+      int32_t vid[kMaxFastTopK];
+      double e[kMaxFastTopK];
+    } top;
+  } smem;
+  __shared__ double sd[32];
+  __shared__ float sf[32];
+  __shared__ uint32_t sk[32];
+  __shared__ int si[32];
+  const SamplingParams p = in->sampling;
+  const int t = blockIdx.x;
+  const uint64_t draw = (uint64_t)(uint32_t)in->draw + t;
+  const char* row_scratch = scratch + t * row_bytes;
+  const Candidate* cand = reinterpret_cast<const Candidate*>(row_scratch);
+  int token;
+  if (is_greedy(p)) {
+    uint32_t bk = 0;
+    int bi = INT_MAX;
+    for (int c = threadIdx.x; c < slices; c += kFinishThreads) keep_better(bk, bi, cand[c].key, cand[c].id);
+    const int win = block_best(bk, bi, sk, si);
+    // the winner's key decides whether the row was broken; re-read it from the candidate that holds it
+    __shared__ uint32_t win_key;
+    for (int c = threadIdx.x; c < slices; c += kFinishThreads)
+      if (cand[c].id == win) win_key = cand[c].key;
+    __syncthreads();
+    token = win_key >= kBadKey ? -1 : win;
+  } else if (is_fast(p, slices)) {
+    const int n = slices * p.top_k;
+    uint32_t keys[kFinishItems];
+    int32_t ids[kFinishItems];
+    for (int j = 0; j < kFinishItems; ++j) {
+      const int c = threadIdx.x * kFinishItems + j;  // blocked: slice order, then the slice's order
+      keys[j] = c < n ? cand[c].key : 0u;
+      ids[j] = c < n ? cand[c].id : INT_MAX;
+    }
+    Sort(smem.sort).SortDescending(keys, ids);
+    __syncthreads();
+    for (int j = 0; j < kFinishItems; ++j) {
+      const int r = threadIdx.x * kFinishItems + j;
+      if (r < p.top_k) { smem.top.key[r] = keys[j]; smem.top.id[r] = ids[j]; }
+    }
+    __syncthreads();
+    __shared__ int fast_token;
+    if (threadIdx.x < 32) {
+      const int tok = finish_top_k(smem.top.key, smem.top.id, p, draw, smem.top.v, smem.top.vid, smem.top.e);
+      if (threadIdx.x == 0) fast_token = tok;
+    }
+    __syncthreads();
+    token = fast_token;
+  } else {
+    token = finish_full(reinterpret_cast<const float*>(row_scratch), V, p, draw, sd, si, sf);
+  }
+  if (threadIdx.x != 0) return;
+  out[t] = token;
+  if (!advance) return;
+  // the decode loop: this token is the next step's input, one slot further on
+  const int32_t next = token < 0 ? 0 : token;
+  in->tokens[0] = next;
+  in->kv_start += 1;
+  for (int a = 0; a < 3; ++a) in->rope_pos[0][a] += 1;
+  in->draw += 1;
+  if (counts_all && token >= 0) counts_all[(size_t)in->lane * V + token] += 1;
+  if (host_ring) {
+    volatile int32_t* slot = host_ring + (draw % (uint64_t)ring_size);
+    *slot = token;
+    __threadfence_system();
+  }
+}
+
+__global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in_prompt) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) atomicAdd(&counts[ids[i]], 1);
+  if (i >= n) return;
+  if (in_prompt) atomicOr(&counts[ids[i]], kPromptSeen);
+  else atomicAdd(&counts[ids[i]], 1);
 }
 
 }  // namespace
 
-void sample_tokens(const float* logits, int T, int V, const SamplingParams& p, const int32_t* counts,
-                   const StepInputs* in, char* scratch, int32_t* out_tokens, cudaStream_t stream) {
-  sample_kernel<<<T, kThreads, 0, stream>>>(logits, V, p, counts, in, reinterpret_cast<float*>(scratch), out_tokens);
-  MR_CHECK_LAUNCH("sample_tokens");
+void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
+                   size_t scratch_row_bytes, int32_t* out_tokens, cudaStream_t stream, bool advance,
+                   int32_t* host_ring, int ring_size) {
+  if (T < 1 || (advance && T != 1)) throw std::invalid_argument("sample_tokens: T >= 1, and T == 1 in the decode loop");
+  if (scratch_row_bytes < (size_t)V * 4) throw std::invalid_argument("sample_tokens: scratch rows hold V floats");
+  const int slices = ceil_div(V, kSlice);
+  sample_prepare_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
+  MR_CHECK_LAUNCH("sample_tokens (prepare)");
+  sample_finish_kernel<<<T, kFinishThreads, 0, stream>>>(V, in, counts, scratch, scratch_row_bytes, slices, out_tokens,
+                                                         advance, host_ring, ring_size);
+  MR_CHECK_LAUNCH("sample_tokens (finish)");
 }
 
-void count_tokens(int32_t* counts, const int32_t* ids, int n, cudaStream_t stream) {
+void count_tokens(int32_t* counts, const int32_t* ids, int n, bool in_prompt, cudaStream_t stream) {
   if (n <= 0) return;
-  count_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(counts, ids, n);
+  count_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(counts, ids, n, in_prompt);
   MR_CHECK_LAUNCH("count_tokens");
 }
 

@@ -1,0 +1,168 @@
+"""The device sampler against the host Sampler (engine/sampling.py), and the device-side decode loop (GPU).
+
+The host Sampler is the oracle: for the same logits, history, seed and draw index both must pick the same
+token (they share the RNG counter and each step's arithmetic; only float rounding of two equal scores could
+part them, which these fixed cases do not hit). Every preset and the fallback paths (no top-k, top-k > 64) are
+covered over many draws; the decode loop must give the host loop's tokens on a tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+from native_helpers import requires_gpu, step_inputs
+from test_native_model import source_from_checkpoint
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+torch = pytest.importorskip("torch")
+
+V, VALID = 248320, 248077  # the 27B's logits row and its tokenizer's vocabulary
+PROMPT_SEEN = 1 << 30  # ops.h kPromptSeen
+
+CASES = {
+    "greedy": dict(temperature=0.0),
+    "greedy-penalised": dict(temperature=0.0, repetition_penalty=1.3, presence_penalty=0.5, frequency_penalty=0.4),
+    "thinking": dict(temperature=1.0, top_p=0.95, top_k=20, presence_penalty=1.5),
+    "thinking-coding": dict(temperature=0.6, top_p=0.95, top_k=20),
+    "instruct": dict(temperature=0.7, top_p=0.8, top_k=20, presence_penalty=1.5),
+    "instruct-reasoning": dict(temperature=1.0, top_k=40, presence_penalty=2.0),
+    "topk64-minp-repetition": dict(temperature=0.9, top_k=64, min_p=0.05, repetition_penalty=1.2, frequency_penalty=0.3),
+    "topk1": dict(temperature=0.8, top_k=1),
+    # the fallback (no top-k, or top-k above 64): thresholds over the whole row
+    "temperature-only": dict(temperature=0.8),
+    "top-p-only": dict(temperature=1.1, top_p=0.9),
+    "topk100-top-p": dict(temperature=0.7, top_k=100, top_p=0.95, presence_penalty=1.0),
+    "min-p-only": dict(temperature=1.0, min_p=0.1),
+}
+
+
+def _device_draws(nat, logits, params: dict, counts, draw: int) -> list[int]:
+    T = logits.shape[0]
+    inp = step_inputs([0] * T, [(0, 0, 0)] * T, 0, draw=draw)
+    scratch = torch.empty(T, V, device="cuda")
+    out = torch.full((T,), -7, dtype=torch.int32, device="cuda")
+    nat.op_sample(logits.data_ptr(), T, V, params, counts.data_ptr(), inp.data_ptr(), scratch.data_ptr(),
+                  out.data_ptr())
+    return out.cpu().tolist()
+
+
+def _history(gen):
+    prompt = torch.randint(0, VALID, (300,), generator=gen).tolist()
+    generated = torch.randint(0, VALID, (40,), generator=gen).tolist() + [5] * 3  # one id generated 4 times
+    counts = torch.zeros(V, dtype=torch.int32)
+    for i in prompt:
+        counts[i] |= PROMPT_SEEN
+    for i in generated:
+        counts[i] += 1
+    return prompt, generated, counts.cuda()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_device_draw_is_the_host_samplers(nat, case):
+    from engine.native_loop import device_sampling
+    from engine.sampling import Sampler, SamplingParams
+
+    gen = torch.Generator().manual_seed(list(CASES).index(case))
+    params = SamplingParams(**CASES[case], seed=0xDEADBEEF12345)
+    host = Sampler(params, valid_vocab_size=VALID)
+    dev = device_sampling(params, seed=host.seed, vocab_limit=VALID)
+    prompt, generated, counts = _history(gen)
+    T = 8
+    # peaked rows (a real model's shape: a few strong candidates over a long tail), some of the history's
+    # ids among the strongest so that the penalties change the draw
+    logits = torch.randn(T, V, generator=gen) * 2.5
+    logits[:, prompt[:5] + generated[:5] + [5]] += 9.0
+    for draw in (0, 8, 1000, 2**31 - 64):
+        got = _device_draws(nat, logits.cuda(), dev, counts, draw)
+        want = [host.sample(logits[t], generated, prompt_ids=prompt, step=draw + t) for t in range(T)]
+        assert got == want, f"{case}, draws {draw}..{draw + T - 1}"
+    if not params.greedy and params.top_k != 1:  # one row, eight draw indices: not one fixed token
+        assert len(set(_device_draws(nat, logits[:1].expand(T, V).contiguous().cuda(), dev, counts, 7))) > 1
+
+
+def test_broken_rows_get_minus_one(nat):
+    counts = torch.zeros(V, dtype=torch.int32, device="cuda")
+    logits = torch.randn(4, V)
+    logits[0, 123] = float("nan")
+    logits[1, 77] = float("inf")
+    logits[2, :] = float("-inf")  # nothing to draw (greedy still answers id 0, as the host's argmax)
+    for params, row2 in ((dict(temperature=0.0), 0), (dict(temperature=0.7, top_k=20), -1),
+                         (dict(temperature=0.7, top_p=0.9), -1)):
+        got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
+        assert got[:3] == [-1, -1, row2], params
+        assert 0 <= got[3] < VALID
+
+
+def _tiny(tiny_native_ckpt, chunk=0):
+    from engine.native_backend import NativeModel
+    return NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="int8", max_context=256,
+                                       vram_budget_bytes=2 << 30, prefill_chunk=chunk)
+
+
+def _host_loop(model, prompt, params, seed, n, vocab):
+    from engine.sampling import Sampler
+    sampler = Sampler(params.with_(seed=seed), valid_vocab_size=vocab)
+    state = model.new_state(len(prompt) + n + 1)
+    logits = model.forward(torch.tensor(prompt), state, last_only=True).logits[-1]
+    out = []
+    for _ in range(n):
+        out.append(sampler.sample(logits, out, prompt_ids=prompt))
+        logits = model.forward(torch.tensor([out[-1]]), state, last_only=True).logits[-1]
+    model.release(state)
+    return out
+
+
+@pytest.mark.parametrize("chunk", [0, 32])
+@pytest.mark.parametrize("preset", ["greedy", "thinking", "instruct"])
+def test_decode_loop_gives_the_host_loops_tokens(tiny_native_ckpt, preset, chunk):
+    """The prompt through the decode step (chunk 0: its last 16-token step leaves several logit rows) or the
+    prefill path; then 40 tokens drawn and stepped on the GPU against the host's forward + Sampler loop."""
+    from engine.sampling import preset as named
+    m = _tiny(tiny_native_ckpt, chunk)
+    vocab = m.config.text.vocab_size - 3
+    gen = torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, vocab, (37,), generator=gen).tolist()
+    params = named(preset).with_(repetition_penalty=1.1) if preset != "greedy" else named(preset)
+    want = _host_loop(m, prompt, params, 99, 40, vocab)
+    state = m.new_state(len(prompt) + 41)
+    m.forward(torch.tensor(prompt), state, last_only=True)
+    got = [t for _, t in zip(range(40), m.decode_tokens(state, params, seed=99, vocab_limit=vocab,
+                                                        prompt_ids=prompt))]
+    assert got == want
+    assert state.revoked and not m.engine.decode_running  # closed: the queue drained, the lane returned
+
+
+def test_decode_loop_stops_at_the_states_limit_and_leaves_the_engine_usable(tiny_native_ckpt):
+    from engine.native_backend import NativeBackendError
+    from engine.sampling import SamplingParams
+    m = _tiny(tiny_native_ckpt)
+    state = m.new_state(20)
+    m.forward(torch.arange(15), state, last_only=True)
+    tokens = list(m.decode_tokens(state, SamplingParams(temperature=0.0), seed=0, vocab_limit=1000))
+    assert len(tokens) == 6  # 5 steps fit (slots 15..19), and the draw from the last step's logits
+    assert state.seq_len == 20 and state.revoked
+    with pytest.raises(NativeBackendError):
+        m.forward(torch.tensor([1]), state)
+    # stopped early: the engine takes the next request at once
+    s2 = m.new_state(64)
+    m.forward(torch.arange(10), s2, last_only=True)
+    loop = m.decode_tokens(s2, SamplingParams(temperature=0.0), seed=0, vocab_limit=1000)
+    first = [next(loop) for _ in range(3)]
+    loop.close()
+    assert s2.seq_len >= 10 + 3 and not m.engine.decode_running
+    s3 = m.new_state(64)
+    m.forward(torch.arange(10), s3, last_only=True)
+    assert list(zip(range(3), m.decode_tokens(s3, SamplingParams(temperature=0.0), seed=0, vocab_limit=1000))) \
+        == list(enumerate(first))
+
+
+def test_engine_refuses_host_steps_while_a_loop_runs(tiny_native_ckpt):
+    from engine.sampling import SamplingParams
+    m = _tiny(tiny_native_ckpt)
+    state = m.new_state(64)
+    m.forward(torch.arange(10), state, last_only=True)
+    loop = m.decode_tokens(state, SamplingParams(temperature=0.0), seed=0, vocab_limit=1000)
+    next(loop)
+    with pytest.raises(RuntimeError, match="decode loop is running"):
+        m.engine.forward(state.lane, [1], [], 40)
+    loop.close()
+    m.engine.forward(0, [1], [], 0)  # and works again once it stopped
