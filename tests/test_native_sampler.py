@@ -75,8 +75,12 @@ def test_device_draw_is_the_host_samplers(nat, case):
         got = _device_draws(nat, logits.cuda(), dev, counts, draw)
         want = [host.sample(logits[t], generated, prompt_ids=prompt, step=draw + t) for t in range(T)]
         assert got == want, f"{case}, draws {draw}..{draw + T - 1}"
-    if not params.greedy and params.top_k != 1:  # one row, eight draw indices: not one fixed token
-        assert len(set(_device_draws(nat, logits[:1].expand(T, V).contiguous().cuda(), dev, counts, 7))) > 1
+    # one flat row (no dominant token) at eight draw indices: the same draws, and not one fixed token
+    flat = (torch.randn(1, V, generator=gen) * 0.7).expand(T, V).contiguous()
+    got = _device_draws(nat, flat.cuda(), dev, counts, 7)
+    assert got == [host.sample(flat[t], generated, prompt_ids=prompt, step=7 + t) for t in range(T)]
+    if not params.greedy and params.top_k != 1:
+        assert len(set(got)) > 1
 
 
 def test_broken_rows_get_minus_one(nat):
