@@ -840,12 +840,13 @@ def test_mlp_chain_in_lanes_layout_changes_no_bit(nat):
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_embed_gather(nat, bits):
+@pytest.mark.parametrize("K", [256, 320])  # 320: the row's last block only partly filled
+def test_embed_gather(nat, bits, K):
     gen = torch.Generator().manual_seed(11)
-    q, codes, high, scales, wd = quantized(1000, 256, bits, 64, gen)
+    q, codes, high, scales, wd = quantized(1000, K, bits, 64, gen)
     tok = torch.tensor([5, 999, 0, 5], dtype=torch.int32, device="cuda")
-    out = torch.full((4, 256), float("nan"), device="cuda")
-    nat.op_embed(codes.data_ptr(), 0, scales.data_ptr(), 1000, 256, bits, 64, tok.data_ptr(), 4, out.data_ptr())
+    out = torch.full((4, K), float("nan"), device="cuda")
+    nat.op_embed(codes.data_ptr(), 0, scales.data_ptr(), 1000, K, bits, 64, tok.data_ptr(), 4, out.data_ptr())
     assert rel_err(out, wd[tok.long()]) < TOL_FP32
 
 
