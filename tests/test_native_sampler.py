@@ -35,14 +35,25 @@ CASES = {
 }
 
 
-def _device_draws(nat, logits, params: dict, counts, draw: int) -> list[int]:
+def _device_draws(nat, logits, params: dict, counts, draw: int, scratch_out: list | None = None) -> list[int]:
     T = logits.shape[0]
     inp = step_inputs([0] * T, [(0, 0, 0)] * T, 0, draw=draw)
     scratch = torch.empty(T, V, device="cuda")
     out = torch.full((T,), -7, dtype=torch.int32, device="cuda")
     nat.op_sample(logits.data_ptr(), T, V, params, counts.data_ptr(), inp.data_ptr(), scratch.data_ptr(),
                   out.data_ptr())
+    if scratch_out is not None:
+        scratch_out.append(scratch.cpu())
     return out.cpu().tolist()
+
+
+def _no_top_k_candidates(scratch_row) -> tuple[list[int], int]:
+    """Each slice's candidate count and a slice's capacity, from the no-top-k mode's scratch header (sampler.cu
+    CutoffLayout: float64 shares of the normaliser, float maxima, int32 counts, then the candidate regions)."""
+    slices = -(-V // 2048)
+    counts = scratch_row.view(torch.int32)[3 * slices:4 * slices].tolist()
+    header = (16 * slices + 255) // 256 * 256
+    return counts, (V * 4 - header) // (8 * slices)
 
 
 def _history(gen):
@@ -83,6 +94,44 @@ def test_device_draw_is_the_host_samplers(nat, case):
         assert len(set(got)) > 1
 
 
+TAIL_CASES = {
+    "temperature-only": dict(temperature=0.8),
+    "top-p-only": dict(temperature=1.1, top_p=0.9),
+    "min-p-only": dict(temperature=1.0, min_p=0.02),
+    "top-p-min-p-penalties": dict(temperature=0.7, top_p=0.95, min_p=0.01, presence_penalty=1.5,
+                                  repetition_penalty=1.1, frequency_penalty=0.2),
+}
+
+
+@pytest.mark.parametrize("case", list(TAIL_CASES))
+def test_device_draw_without_top_k_is_the_host_samplers(nat, case):
+    """No top-k on rows with a long tail (a trained model's shape): only the few thousand ids near the top can win,
+    and the device sorts just those (its scratch header shows that path ran: counts within capacity)."""
+    from engine.native_loop import device_sampling
+    from engine.sampling import Sampler, SamplingParams
+
+    gen = torch.Generator().manual_seed(100 + list(TAIL_CASES).index(case))
+    params = SamplingParams(**TAIL_CASES[case], seed=77)
+    host = Sampler(params, valid_vocab_size=VALID)
+    dev = device_sampling(params, seed=host.seed, vocab_limit=VALID)
+    prompt, generated, counts = _history(gen)
+    T = 8
+    logits = torch.randn(T, V, generator=gen) * 12
+    hot = prompt[:5] + generated[:5] + [5]  # near-tied leaders from the history, so the penalties and the draw matter
+    logits[:, hot] = 60.0 + torch.randn(T, len(hot), generator=gen) * 0.5
+    drawn = set()
+    for draw in (0, 16, 2**31 - 64):
+        scratch = []
+        got = _device_draws(nat, logits.cuda(), dev, counts, draw, scratch)
+        want = [host.sample(logits[t], generated, prompt_ids=prompt, step=draw + t) for t in range(T)]
+        assert got == want, f"{case}, draws {draw}..{draw + T - 1}"
+        drawn.update(got)
+        for t in range(T):
+            per_slice, capacity = _no_top_k_candidates(scratch[0][t])
+            assert 0 < sum(per_slice) <= 8192 and max(per_slice) <= capacity
+    assert len(drawn) >= 4  # the near-tied leaders are all drawn at some index
+
+
 def test_broken_rows_get_minus_one(nat):
     counts = torch.zeros(V, dtype=torch.int32, device="cuda")
     logits = torch.randn(4, V)
@@ -90,7 +139,7 @@ def test_broken_rows_get_minus_one(nat):
     logits[1, 77] = float("inf")
     logits[2, :] = float("-inf")  # nothing to draw (greedy still answers id 0, as the host's argmax)
     for params, row2 in ((dict(temperature=0.0), 0), (dict(temperature=0.7, top_k=20), -1),
-                         (dict(temperature=0.7, top_p=0.9), -1)):
+                         (dict(temperature=0.7, top_p=0.9), -1), (dict(temperature=0.7, top_k=100), -1)):
         got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
         assert got[:3] == [-1, -1, row2], params
         assert 0 <= got[3] < VALID

@@ -1,19 +1,22 @@
 // Token sampling from logits: the same draw as engine/sampling.py's Sampler (its module doc has the order of the
-// steps and the RNG), on the device, in two kernels so that a decode loop can keep the token on the GPU.
+// steps and the RNG), on the device, in three kernels so that a decode loop can keep the token on the GPU. The
+// mode follows the parameters (read on the device, so one captured graph serves every request):
 //
-//   prepare (many blocks of 256 threads, a 2048-id slice each): penalties and the vocabulary mask; then
-//     greedy: the slice's best (logit, lowest id);
-//     top-k (1..64): the slice's k best by (logit desc, id asc) from a block radix sort (stable, so ties keep
-//       id order); the k best of the row lie among the slices' k best;
-//     otherwise: the penalised logits written out for the fallback.
-//   finish (one block of 1024 threads a row): greedy: the best of the slices' best; top-k: the k best of the
-//     slices' candidates (again a stable sort), then in one warp temperature, top-p (float64 softmax over the
-//     k, as the host), min-p and the Gumbel-max draw in float64; fallback (no top-k, or top-k > 64): exact
-//     thresholds by radix selection over the whole row (float32 mass for top-p), then the Gumbel-max draw
-//     over the kept set, pruned as the host prunes (no noise exceeds kGumbelMax).
+//   greedy: prepare (many blocks of 256 threads, a 2048-id slice each) finds each slice's best (logit, lowest
+//     id) after the penalties and the vocabulary mask; finish takes the best of those.
+//   top-k 1..64: prepare keeps each slice's k best by (logit desc, id asc) from a stable block radix sort (the
+//     row's k best lie among them); finish sorts the slices' candidates the same way, then one warp applies
+//     temperature, top-p (float64 softmax over the k, as the host), min-p and the Gumbel-max draw in float64.
+//   no top-k: prepare writes each slice's largest value (logit / temperature); collect (same grid) keeps, in id
+//     order, every value within kCutoff of the row's largest (no other token can win the draw: its score is below
+//     the largest value's score whatever the noise) and sums the slice's share of the softmax normaliser in
+//     float64 (for top-p); finish sorts the candidates (at most 8192), cuts top-p and min-p and draws.
+//   top-k above 64, or too many candidates: finish alone, exact radix-select thresholds over the whole row (float32
+//     mass for top-p), then the draw pruned as the host prunes (no noise exceeds kGumbelMax).
 // Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
 // u = (w + 0.5) / 2^32 and the noise -log(-log(u)), as the host computes it.
 #include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include "common.cuh"
 #include "ops.h"
@@ -27,11 +30,32 @@ constexpr int kMaxFastTopK = 64;
 constexpr uint32_t kPurposeSample = 0;  // engine/sampling.py PURPOSE_SAMPLE
 // -log(-log((2^32 - 0.5) / 2^32)) + 1e-6: no draw's noise exceeds it (engine/sampling.py GUMBEL_MAX).
 constexpr double kGumbelMax = 22.87385795841999;
-constexpr uint32_t kBadKey = 0xFFC00000u;  // f2key of the canonical NaN: above every finite logit and +inf
-
 struct Candidate {
-  uint32_t key;  // f2key of the penalised logit
+  uint32_t key;  // f2key of the penalised logit (top-k) or of the value after temperature (no top-k)
   int32_t id;
+};
+constexpr uint32_t kBadKey = 0xFFC00000u;  // f2key of the canonical NaN: above every finite logit and +inf
+// A token can win the draw only if its value is within kGumbelMax - (smallest noise, -log(-log(2^-33)) = -3.13) =
+// 26.004 of the largest value (whose own score is at least the largest value plus the smallest noise).
+constexpr float kCutoff = 26.1f;
+constexpr int kMaxCutoffSlices = 512;  // rows of up to 1M ids take the no-top-k path; longer ones the fallback
+
+// The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count and float64
+// share of the normaliser), then each slice's candidates in a region of equal capacity.
+struct CutoffLayout {
+  float* slice_max;
+  int32_t* slice_count;
+  double* slice_z;
+  Candidate* cand;
+  int capacity;  // candidates a slice's region holds
+  __device__ CutoffLayout(char* row, size_t row_bytes, int slices) {
+    slice_z = reinterpret_cast<double*>(row);
+    slice_max = reinterpret_cast<float*>(row + 8 * slices);
+    slice_count = reinterpret_cast<int32_t*>(row + 12 * slices);
+    const size_t header = (16 * (size_t)slices + 255) / 256 * 256;
+    cand = reinterpret_cast<Candidate*>(row + header);
+    capacity = (int)((row_bytes - header) / (8 * (size_t)slices));
+  }
 };
 
 __device__ inline uint32_t f2key(float f) {
@@ -79,6 +103,7 @@ __device__ inline bool is_greedy(const SamplingParams& p) { return p.temperature
 __device__ inline bool is_fast(const SamplingParams& p, int slices) {
   return !is_greedy(p) && p.top_k >= 1 && p.top_k <= kMaxFastTopK && slices * p.top_k <= kMaxCandidates;
 }
+__device__ inline bool is_cutoff(const SamplingParams& p) { return !is_greedy(p) && p.top_k == 0; }
 
 // Better = larger value, then lower id.
 template <typename V>
@@ -105,6 +130,11 @@ __device__ int block_best(V v, int i, V* sv, int* si) {
   return r;
 }
 
+// The value the draw compares: the penalised logit over the temperature (float32 division, as the host).
+__device__ inline float drawn_value(const float* row, int i, const SamplingParams& p, const int32_t* counts) {
+  return __fdiv_rn(penalised_logit(row, i, p, counts), p.temperature);
+}
+
 __global__ void __launch_bounds__(kPrepThreads) sample_prepare_kernel(const float* logits, int V, const StepInputs* in,
                                                                       const int32_t* counts_all, char* scratch,
                                                                       size_t row_bytes) {
@@ -117,40 +147,101 @@ __global__ void __launch_bounds__(kPrepThreads) sample_prepare_kernel(const floa
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   const float* row = logits + (size_t)t * V;
   const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
-  float* adj = reinterpret_cast<float*>(scratch + t * row_bytes);
-  Candidate* cand = reinterpret_cast<Candidate*>(scratch + t * row_bytes);  // greedy / top-k: aliases adj
-  const bool greedy = is_greedy(p), fast = is_fast(p, slices);
+  char* row_scratch = scratch + t * row_bytes;
+  Candidate* cand = reinterpret_cast<Candidate*>(row_scratch);  // greedy / top-k
+  const bool greedy = is_greedy(p), fast = is_fast(p, slices), cutoff = is_cutoff(p);
+  if (!greedy && !fast && !cutoff) return;  // top-k above 64: finish reads the logits itself
 
   uint32_t keys[kPrepItems];
   int32_t ids[kPrepItems];
   for (int j = 0; j < kPrepItems; ++j) {
     const int i = slice * kSlice + threadIdx.x * kPrepItems + j;  // blocked: item order is id order
     if (i < V) {
-      const float l = penalised_logit(row, i, p, counts);
-      if (!greedy && !fast) adj[i] = l;
-      keys[j] = f2key(l);
+      keys[j] = f2key(cutoff ? drawn_value(row, i, p, counts) : penalised_logit(row, i, p, counts));
       ids[j] = i;
     } else {
-      keys[j] = 0;  // below every logit, -inf included
+      keys[j] = 0;  // below every value, -inf included
       ids[j] = INT_MAX;
     }
   }
-  if (greedy) {
+  if (greedy || cutoff) {  // the slice's best (key desc, id asc)
     uint32_t bk = keys[0];
     int bi = ids[0];
     for (int j = 1; j < kPrepItems; ++j) keep_better(bk, bi, keys[j], ids[j]);
-    // the winner's key: the one thread holding it writes the slice's candidate
     const int win = block_best(bk, bi, smem.best.v, smem.best.i);
-    for (int j = 0; j < kPrepItems; ++j)
-      if (ids[j] == win) cand[slice] = Candidate{keys[j], win};
+    for (int j = 0; j < kPrepItems; ++j) {
+      if (ids[j] != win) continue;
+      if (greedy) cand[slice] = Candidate{keys[j], win};
+      else CutoffLayout(row_scratch, row_bytes, slices).slice_max[slice] = key2f(keys[j]);  // NaN: a broken row
+    }
     return;
   }
-  if (!fast) return;
   Sort(smem.sort).SortDescending(keys, ids);
   for (int j = 0; j < kPrepItems; ++j) {
     const int r = threadIdx.x * kPrepItems + j;
     if (r < p.top_k) cand[slice * p.top_k + r] = Candidate{keys[j], ids[j]};
   }
+}
+
+// No-top-k mode: each slice's candidates (values within kCutoff of the row's largest), in id order, and its share of
+// the softmax normaliser in float64 (only when top-p needs it).
+__global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const float* logits, int V, const StepInputs* in,
+                                                                      const int32_t* counts_all, char* scratch,
+                                                                      size_t row_bytes) {
+  using Scan = cub::BlockScan<int, kPrepThreads>;
+  __shared__ union {
+    typename Scan::TempStorage scan;
+    double z[kPrepThreads / 32];
+  } smem;
+  __shared__ float row_max;
+  const SamplingParams p = in->sampling;
+  if (!is_cutoff(p)) return;
+  const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
+  const float* row = logits + (size_t)t * V;
+  const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
+  CutoffLayout L(scratch + t * row_bytes, row_bytes, slices);
+  if (threadIdx.x < 32) {  // the row's largest value, from the slices' (a NaN: the row is broken)
+    float m = -INFINITY;
+    bool bad = false;
+    for (int s = threadIdx.x; s < slices; s += 32) {
+      bad |= isnan(L.slice_max[s]);
+      m = fmaxf(m, L.slice_max[s]);
+    }
+    m = warp_max(m);
+    const bool any_bad = __any_sync(0xffffffffu, bad);
+    if (threadIdx.x == 0) row_max = any_bad ? NAN : m;
+  }
+  __syncthreads();
+  const float M = row_max;
+  if (!(M > -INFINITY) || isnan(M)) return;  // nothing to draw, or broken: finish reports it
+  const float floor_value = M - kCutoff;
+  const bool need_z = p.top_p < 1.0;
+  float v[kPrepItems];
+  int flags[kPrepItems];
+  double z = 0.0;
+  for (int j = 0; j < kPrepItems; ++j) {
+    const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
+    v[j] = i < V ? drawn_value(row, i, p, counts) : -INFINITY;
+    flags[j] = v[j] > -INFINITY && v[j] >= floor_value;
+    if (need_z && v[j] > -INFINITY) z += exp((double)v[j] - (double)M);
+  }
+  int offsets[kPrepItems], total;
+  Scan(smem.scan).ExclusiveSum(flags, offsets, total);
+  for (int j = 0; j < kPrepItems; ++j)
+    if (flags[j] && offsets[j] < L.capacity)
+      L.cand[(size_t)slice * L.capacity + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
+  __syncthreads();
+  if (need_z) {  // fixed-order block sum: the same bits on every call
+    z = warp_sum(z);
+    if ((threadIdx.x & 31) == 0) smem.z[threadIdx.x >> 5] = z;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double zs = 0.0;
+      for (int w = 0; w < kPrepThreads / 32; ++w) zs += smem.z[w];
+      L.slice_z[slice] = zs;
+    }
+  }
+  if (threadIdx.x == 0) L.slice_count[slice] = total;
 }
 
 // Top-k finish in one warp: the k best candidates (sorted by key desc, id asc) -> token, or -1.
@@ -203,9 +294,10 @@ __device__ int finish_top_k(const uint32_t* key, const int32_t* id, const Sampli
   return sid[best_c];
 }
 
-// Fallback finish over the whole row of penalised logits (adj), all threads of the block.
-__device__ int finish_full(const float* adj, int V, const SamplingParams& p, uint64_t draw, double* sd, int* si,
-                           float* sf) {
+// Fallback finish over the whole row (top-k above 64, or too many candidates), all threads of the block; the values
+// are recomputed from the logits at each pass.
+__device__ int finish_full(const float* row, const int32_t* counts, int V, const SamplingParams& p, uint64_t draw,
+                           double* sd, int* si, float* sf) {
   __shared__ float hist_mass[256];
   __shared__ uint32_t hist_cnt[256];
   __shared__ uint32_t sel_prefix;
@@ -213,19 +305,19 @@ __device__ int finish_full(const float* adj, int V, const SamplingParams& p, uin
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
   __syncthreads();
-  // values after temperature; the best (value, lowest id); any NaN / +inf is an error
+  auto value = [&](int i) { return drawn_value(row, i, p, counts); };
+  // the best (value, lowest id); any NaN / +inf is an error
   float bv = -INFINITY;
   int bi = INT_MAX;
   for (int i = threadIdx.x; i < V; i += kFinishThreads) {
-    const float l = adj[i];
-    if (isnan(l)) bad = 1;
-    keep_better(bv, bi, __fdiv_rn(l, p.temperature), i);
+    const float v = value(i);
+    if (isnan(v)) bad = 1;
+    keep_better(bv, bi, v, i);
   }
   const int best = block_best(bv, bi, sf, si);
   if (bad) return -1;
-  const float M = __fdiv_rn(adj[best], p.temperature);
+  const float M = value(best);
   if (M == -INFINITY) return -1;  // no finite logit
-  auto value = [&](int i) { return __fdiv_rn(adj[i], p.temperature); };
 
   // thresholds (keys): top-k by count, then top-p by float32 mass within it, min-p by ratio to the max
   uint32_t thr = 0;
@@ -296,13 +388,108 @@ __device__ int finish_full(const float* adj, int V, const SamplingParams& p, uin
   return block_best(bs, bsi, sd, si);
 }
 
-__global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(int V, StepInputs* in, int32_t* counts_all,
-                                                                       const char* scratch, size_t row_bytes,
-                                                                       int slices, int32_t* out, bool advance,
-                                                                       int32_t* host_ring, int ring_size) {
-  using Sort = cub::BlockRadixSort<uint32_t, kFinishThreads, kFinishItems, int32_t>;
+using FinishSort = cub::BlockRadixSort<uint32_t, kFinishThreads, kFinishItems, int32_t>;
+using FinishScan = cub::BlockScan<double, kFinishThreads>;
+
+// No-top-k finish: the candidates sorted by (value desc, id asc), then top-p (mass before a candidate < top_p, the
+// masses exp(v - M) / Z in float64 with Z over the whole row), min-p and the draw, all threads of the block.
+// Returns -2 when the candidates overflowed (the caller falls back to finish_full).
+__device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, const SamplingParams& p, uint64_t draw,
+                             typename FinishSort::TempStorage& sort_storage,
+                             typename FinishScan::TempStorage& scan_storage, int* offsets, double* sd, int* si) {
+  CutoffLayout L(row_scratch, row_bytes, slices);
+  __shared__ int n_total, broken;
+  __shared__ float row_max;
+  __shared__ double row_z;
+  if (threadIdx.x == 0) {
+    float m = -INFINITY;
+    int bad = 0, n = 0;
+    double z = 0.0;
+    for (int s = 0; s < slices; ++s) {
+      bad |= isnan(L.slice_max[s]);
+      m = fmaxf(m, L.slice_max[s]);
+    }
+    const bool drawable = !bad && m > -INFINITY;
+    for (int s = 0; drawable && s < slices; ++s) {
+      offsets[s] = n;
+      const int c = L.slice_count[s];
+      if (c > L.capacity) bad = 2;
+      n += c;
+      if (p.top_p < 1.0) z += L.slice_z[s];
+    }
+    if (drawable && n > kMaxCandidates) bad = 2;
+    broken = bad ? bad : (drawable ? 0 : 1);
+    n_total = n;
+    row_max = m;
+    row_z = z;
+  }
+  __syncthreads();
+  if (broken == 1) return -1;
+  if (broken == 2) return -2;
+  const int n = n_total;
+  const float M = row_max;
+  uint32_t keys[kFinishItems];
+  int32_t ids[kFinishItems];
+  for (int j = 0; j < kFinishItems; ++j) {
+    const int c = threadIdx.x * kFinishItems + j;  // blocked, slice by slice: id order
+    keys[j] = 0u;
+    ids[j] = INT_MAX;
+    if (c < n) {
+      int lo = 0, hi = slices - 1;  // the slice holding candidate c: the last offset <= c
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (offsets[mid] <= c) lo = mid;
+        else hi = mid - 1;
+      }
+      const Candidate cd = L.cand[(size_t)lo * L.capacity + (c - offsets[lo])];
+      keys[j] = cd.key;
+      ids[j] = cd.id;
+    }
+  }
+  FinishSort(sort_storage).SortDescending(keys, ids);
+  __syncthreads();
+  // rank r = threadIdx.x * kFinishItems + j now holds the r-th candidate
+  int keep = n;
+  if (p.top_p < 1.0) {
+    double mass[kFinishItems], before[kFinishItems];
+    for (int j = 0; j < kFinishItems; ++j) {
+      const int r = threadIdx.x * kFinishItems + j;
+      mass[j] = r < n ? exp((double)key2f(keys[j]) - (double)M) / row_z : 0.0;
+    }
+    FinishScan(scan_storage).ExclusiveSum(mass, before);
+    int kept = 0;
+    for (int j = 0; j < kFinishItems; ++j) kept += threadIdx.x * kFinishItems + j < n && before[j] < p.top_p;
+    __shared__ int kept_total;
+    if (threadIdx.x == 0) kept_total = 0;
+    __syncthreads();
+    if (kept) atomicAdd(&kept_total, kept);
+    __syncthreads();
+    keep = max(kept_total, 1);
+  }
+  const float min_value = p.min_p > 0.f ? __fadd_rn(M, p.log_min_p) : -INFINITY;
+  double best = -INFINITY;
+  int best_r = INT_MAX;
+  for (int j = 0; j < kFinishItems; ++j) {
+    const int r = threadIdx.x * kFinishItems + j;
+    const float v = key2f(keys[j]);
+    if (r < keep && v >= min_value) keep_better(best, best_r, (double)v + gumbel(p, draw, ids[j]), r);
+  }
+  const int win_r = block_best(best, best_r, sd, si);
+  __shared__ int win_id;
+  for (int j = 0; j < kFinishItems; ++j)
+    if (threadIdx.x * kFinishItems + j == win_r) win_id = ids[j];
+  __syncthreads();
+  return win_id;
+}
+
+__global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const float* logits, int V, StepInputs* in,
+                                                                       int32_t* counts_all, char* scratch,
+                                                                       size_t row_bytes, int slices, int32_t* out,
+                                                                       bool advance, int32_t* host_ring,
+                                                                       int ring_size) {
   __shared__ union {
-    typename Sort::TempStorage sort;
+    typename FinishSort::TempStorage sort;
+    typename FinishScan::TempStorage scan;
     struct {
       uint32_t key[kMaxFastTopK];
       int32_t id[kMaxFastTopK];
@@ -311,6 +498,7 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(int V, St
       double e[kMaxFastTopK];
     } top;
   } smem;
+  __shared__ int offsets[kMaxCutoffSlices];  // no-top-k mode: each slice's first candidate
   __shared__ double sd[32];
   __shared__ float sf[32];
   __shared__ uint32_t sk[32];
@@ -318,8 +506,10 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(int V, St
   const SamplingParams p = in->sampling;
   const int t = blockIdx.x;
   const uint64_t draw = (uint64_t)(uint32_t)in->draw + t;
-  const char* row_scratch = scratch + t * row_bytes;
+  char* row_scratch = scratch + t * row_bytes;
   const Candidate* cand = reinterpret_cast<const Candidate*>(row_scratch);
+  const float* row = logits + (size_t)t * V;
+  const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
   int token;
   if (is_greedy(p)) {
     uint32_t bk = 0;
@@ -341,7 +531,7 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(int V, St
       keys[j] = c < n ? cand[c].key : 0u;
       ids[j] = c < n ? cand[c].id : INT_MAX;
     }
-    Sort(smem.sort).SortDescending(keys, ids);
+    FinishSort(smem.sort).SortDescending(keys, ids);
     __syncthreads();
     for (int j = 0; j < kFinishItems; ++j) {
       const int r = threadIdx.x * kFinishItems + j;
@@ -356,7 +546,10 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(int V, St
     __syncthreads();
     token = fast_token;
   } else {
-    token = finish_full(reinterpret_cast<const float*>(row_scratch), V, p, draw, sd, si, sf);
+    token = is_cutoff(p) && slices <= kMaxCutoffSlices
+                ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, smem.sort, smem.scan, offsets, sd, si)
+                : -2;
+    if (token == -2) token = finish_full(row, counts, V, p, draw, sd, si, sf);
   }
   if (threadIdx.x != 0) return;
   out[t] = token;
@@ -392,8 +585,10 @@ void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInput
   const int slices = ceil_div(V, kSlice);
   sample_prepare_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
   MR_CHECK_LAUNCH("sample_tokens (prepare)");
-  sample_finish_kernel<<<T, kFinishThreads, 0, stream>>>(V, in, counts, scratch, scratch_row_bytes, slices, out_tokens,
-                                                         advance, host_ring, ring_size);
+  sample_collect_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
+  MR_CHECK_LAUNCH("sample_tokens (collect)");
+  sample_finish_kernel<<<T, kFinishThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes, slices,
+                                                         out_tokens, advance, host_ring, ring_size);
   MR_CHECK_LAUNCH("sample_tokens (finish)");
 }
 

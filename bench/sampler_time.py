@@ -1,0 +1,76 @@
+"""Microseconds a device draw takes (csrc/cuda/sampler.cu: prepare, collect, finish), by sampling mode, on one
+248,320-id row of logits shaped like a trained model's (a long tail, a few near-tied leaders), and on a flat row
+(every id within reach of the draw, so the no-top-k mode falls back to the one-block path).
+
+    python3 bench/sampler_time.py [--reps 200] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+V, VALID = 248320, 248077
+
+MODES = {
+    "greedy": dict(temperature=0.0),
+    "top-k 20 + top-p (thinking preset)": dict(temperature=0.6, top_k=20, top_p=0.95, presence_penalty=1.5),
+    "top-k 64": dict(temperature=0.8, top_k=64),
+    "no top-k, top-p 0.9": dict(temperature=0.8, top_p=0.9),
+    "no top-k, temperature only": dict(temperature=0.8),
+    "top-k 100 (fallback)": dict(temperature=0.8, top_k=100),
+}
+
+
+def time_draw(nat, logits, params: dict, reps: int) -> float:
+    """Median microseconds of one draw, over `reps` draws timed in batches of 20 with CUDA events."""
+    import torch
+
+    inp = torch.zeros(nat.STEP_INPUTS_INT32, dtype=torch.int32, device="cuda")  # StepInputs: lane 0, draw 0
+    counts = torch.zeros(V, dtype=torch.int32, device="cuda")
+    scratch = torch.empty(1, V, device="cuda")
+    out = torch.empty(1, dtype=torch.int32, device="cuda")
+    p = dict(params, vocab_limit=VALID, seed=1)
+    args = (logits.data_ptr(), 1, V, p, counts.data_ptr(), inp.data_ptr(), scratch.data_ptr(), out.data_ptr())
+    for _ in range(5):
+        nat.op_sample(*args)
+    times = []
+    for _ in range(max(1, reps // 20)):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(20):
+            nat.op_sample(*args)  # each call synchronises: the figure includes a launch's latency
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1000 / 20)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main() -> None:
+    import torch
+
+    from engine.native import load_native
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    nat = load_native()
+    gen = torch.Generator().manual_seed(0)
+    tail = torch.randn(V, generator=gen) * 12
+    tail[:16] = 60.0 + torch.randn(16, generator=gen) * 0.5
+    rows = {"long tail": tail.cuda().reshape(1, V), "flat": (torch.randn(V, generator=gen) * 0.7).cuda().reshape(1, V)}
+    results = []
+    for row_name, logits in rows.items():
+        for mode, params in MODES.items():
+            us = time_draw(nat, logits, params, args.reps)
+            results.append(dict(row=row_name, mode=mode, us_per_draw_with_sync=round(us, 1)))
+            print(json.dumps(results[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": torch.cuda.get_device_name(), "vocab": V, "rows": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
