@@ -5,8 +5,9 @@ closes that loop before the reply finishes (CPU: the demo model under a stand-in
 import pytest
 import torch
 
-from engine.api import Engine, EngineOptions, Finished, TextDelta
+from engine.api import Finished, TextDelta
 from engine.sampling import Sampler, SamplingParams
+from test_api import demo_engine  # noqa: F401  (the demo model's Engine, shared fixture)
 
 
 class LoopModel:
@@ -44,13 +45,8 @@ class LoopModel:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
-    try:
-        yield Engine.load("demo", EngineOptions(max_context=4096))
-    finally:
-        mp.undo()
+def engine(demo_engine):
+    return demo_engine
 
 
 def _reply(engine, msgs, sampling, loop_model=None, stop_after_events=None):
