@@ -67,16 +67,28 @@ def _history(gen):
     return prompt, generated, counts.cuda()
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_device_draw_is_the_host_samplers(nat, case):
+def _oracle(sampling: dict, gen_seed: int, seed: int):
+    """The host Sampler for these settings, the device sampler's parameters for the same request, and a history
+    (prompt, generated ids, their penalty counts) drawn from a generator seeded gen_seed, returned for more draws."""
     from engine.native_loop import device_sampling
     from engine.sampling import Sampler, SamplingParams
 
-    gen = torch.Generator().manual_seed(list(CASES).index(case))
-    params = SamplingParams(**CASES[case], seed=0xDEADBEEF12345)
+    gen = torch.Generator().manual_seed(gen_seed)
+    params = SamplingParams(**sampling, seed=seed)
     host = Sampler(params, valid_vocab_size=VALID)
     dev = device_sampling(params, seed=host.seed, vocab_limit=VALID)
-    prompt, generated, counts = _history(gen)
+    return params, host, dev, gen, _history(gen)
+
+
+def _host_draws(host, logits, history, draw: int) -> list[int]:
+    prompt, generated, _ = history
+    return [host.sample(logits[t], generated, prompt_ids=prompt, step=draw + t) for t in range(logits.shape[0])]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_device_draw_is_the_host_samplers(nat, case):
+    params, host, dev, gen, history = _oracle(CASES[case], list(CASES).index(case), 0xDEADBEEF12345)
+    prompt, generated, counts = history
     T = 8
     # peaked rows (a real model's shape: a few strong candidates over a long tail), some of the history's
     # ids among the strongest so that the penalties change the draw
@@ -84,12 +96,11 @@ def test_device_draw_is_the_host_samplers(nat, case):
     logits[:, prompt[:5] + generated[:5] + [5]] += 9.0
     for draw in (0, 8, 1000, 2**31 - 64):
         got = _device_draws(nat, logits.cuda(), dev, counts, draw)
-        want = [host.sample(logits[t], generated, prompt_ids=prompt, step=draw + t) for t in range(T)]
-        assert got == want, f"{case}, draws {draw}..{draw + T - 1}"
+        assert got == _host_draws(host, logits, history, draw), f"{case}, draws {draw}..{draw + T - 1}"
     # one flat row (no dominant token) at eight draw indices: the same draws, and not one fixed token
     flat = (torch.randn(1, V, generator=gen) * 0.7).expand(T, V).contiguous()
     got = _device_draws(nat, flat.cuda(), dev, counts, 7)
-    assert got == [host.sample(flat[t], generated, prompt_ids=prompt, step=7 + t) for t in range(T)]
+    assert got == _host_draws(host, flat, history, 7)
     if not params.greedy and params.top_k != 1:
         assert len(set(got)) > 1
 
@@ -107,14 +118,8 @@ TAIL_CASES = {
 def test_device_draw_without_top_k_is_the_host_samplers(nat, case):
     """No top-k on rows with a long tail (a trained model's shape): only the few thousand ids near the top can win,
     and the device sorts just those (its scratch header shows that path ran: counts within capacity)."""
-    from engine.native_loop import device_sampling
-    from engine.sampling import Sampler, SamplingParams
-
-    gen = torch.Generator().manual_seed(100 + list(TAIL_CASES).index(case))
-    params = SamplingParams(**TAIL_CASES[case], seed=77)
-    host = Sampler(params, valid_vocab_size=VALID)
-    dev = device_sampling(params, seed=host.seed, vocab_limit=VALID)
-    prompt, generated, counts = _history(gen)
+    _, host, dev, gen, history = _oracle(TAIL_CASES[case], 100 + list(TAIL_CASES).index(case), 77)
+    prompt, generated, counts = history
     T = 8
     logits = torch.randn(T, V, generator=gen) * 12
     hot = prompt[:5] + generated[:5] + [5]  # near-tied leaders from the history, so the penalties and the draw matter
@@ -123,8 +128,7 @@ def test_device_draw_without_top_k_is_the_host_samplers(nat, case):
     for draw in (0, 16, 2**31 - 64):
         scratch = []
         got = _device_draws(nat, logits.cuda(), dev, counts, draw, scratch)
-        want = [host.sample(logits[t], generated, prompt_ids=prompt, step=draw + t) for t in range(T)]
-        assert got == want, f"{case}, draws {draw}..{draw + T - 1}"
+        assert got == _host_draws(host, logits, history, draw), f"{case}, draws {draw}..{draw + T - 1}"
         drawn.update(got)
         for t in range(T):
             per_slice, capacity = _no_top_k_candidates(scratch[0][t])

@@ -298,8 +298,7 @@ void register_cuda_bindings(py::module_& m) {
     const SamplingParams p = sampling_from_dict(params, V);
     StepInputs* in = ptr<StepInputs>(inputs);
     MR_CHECK(cudaMemcpy(&in->sampling, &p, sizeof p, cudaMemcpyHostToDevice), "sample_tokens (parameters)");
-    sample_tokens(ptr<float>(logits), T, V, ptr<int32_t>(counts), in, ptr<char>(scratch), (size_t)V * 4,
-                  ptr<int32_t>(out), 0);
+    sample_tokens(ptr<float>(logits), T, V, ptr<int32_t>(counts), in, ptr<char>(scratch), ptr<int32_t>(out), 0);
     sync0("sample_tokens");
   });
   m.attr("STEP_INPUTS_INT32") = py::int_(sizeof(StepInputs) / 4);

@@ -606,6 +606,26 @@ std::vector<std::pair<std::string, float>> NativeEngine::profile_step(int lane, 
   return out;
 }
 
+cudaGraphExec_t NativeEngine::captured(std::pair<int, int> key, const std::function<void()>& enqueue) {
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) return it->second;
+  cudaGraph_t g;
+  MR_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture (begin)");
+  try {
+    enqueue();
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &g);
+    cudaGetLastError();
+    throw;
+  }
+  MR_CHECK(cudaStreamEndCapture(stream_, &g), "graph capture (end)");
+  cudaGraphExec_t ge;
+  MR_CHECK(cudaGraphInstantiate(&ge, g, 0), "graph instantiate");
+  cudaGraphDestroy(g);
+  graphs_.emplace(key, ge);
+  return ge;
+}
+
 void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos,
                            int kv_start) {
   const int T = (int)tokens.size();
@@ -630,25 +650,8 @@ void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const s
   if (!use_graphs_) {
     enqueue_step(lane, T);
   } else {
-    auto key = std::make_pair(lane, T);
-    auto it = graphs_.find(key);
-    if (it == graphs_.end()) {
-      cudaGraph_t g;
-      MR_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture (begin)");
-      try {
-        enqueue_step(lane, T);
-      } catch (...) {
-        cudaStreamEndCapture(stream_, &g);
-        cudaGetLastError();
-        throw;
-      }
-      MR_CHECK(cudaStreamEndCapture(stream_, &g), "graph capture (end)");
-      cudaGraphExec_t ge;
-      MR_CHECK(cudaGraphInstantiate(&ge, g, 0), "graph instantiate");
-      cudaGraphDestroy(g);
-      it = graphs_.emplace(key, ge).first;
-    }
-    MR_CHECK(cudaGraphLaunch(it->second, stream_), "decode step (graph launch)");
+    cudaGraphExec_t ge = captured(std::make_pair(lane, T), [&] { enqueue_step(lane, T); });
+    MR_CHECK(cudaGraphLaunch(ge, stream_), "decode step (graph launch)");
   }
 }
 
@@ -670,7 +673,7 @@ std::vector<int32_t> NativeEngine::sample(int lane, int T, const SamplingParams&
   in->sampling = p;
   upload_inputs(stream_);
   sample_tokens(buf_.ws.logits, T, (int)dims_.vocab, buf_.token_counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs),
-                buf_.ws.sampler, (size_t)dims_.vocab * 4, buf_.ws.out_tokens, stream_);
+                buf_.ws.sampler, buf_.ws.out_tokens, stream_);
   std::vector<int32_t> out(T);
   MR_CHECK(cudaMemcpyAsync(out.data(), buf_.ws.out_tokens, T * 4, cudaMemcpyDeviceToHost, stream_), "read tokens");
   synchronize();
@@ -679,6 +682,11 @@ std::vector<int32_t> NativeEngine::sample(int lane, int T, const SamplingParams&
 
 void NativeEngine::refuse_while_looping(const char* op) const {
   if (loop_.active) throw std::logic_error(std::string(op) + ": a decode loop is running (decode_stop first)");
+}
+
+void NativeEngine::enqueue_loop_draw(const float* logits_row) {
+  sample_tokens(logits_row, 1, (int)dims_.vocab, buf_.token_counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs),
+                buf_.ws.sampler, buf_.ws.out_tokens, stream_, true, ring_dev_, kLoopRing);
 }
 
 void NativeEngine::record_draw_event() {
@@ -703,9 +711,7 @@ void NativeEngine::decode_start(int lane, int logits_row, int kv_next, const Sam
   in->sampling = p;
   upload_inputs(stream_);
   loop_ = DecodeLoop{true, lane, kv_next, draw, 0, 0};
-  sample_tokens(buf_.ws.logits + (size_t)logits_row * dims_.vocab, 1, (int)dims_.vocab, buf_.token_counts,
-                reinterpret_cast<StepInputs*>(buf_.ws.inputs), buf_.ws.sampler, (size_t)dims_.vocab * 4,
-                buf_.ws.out_tokens, stream_, true, ring_dev_, kLoopRing);
+  enqueue_loop_draw(buf_.ws.logits + (size_t)logits_row * dims_.vocab);
   record_draw_event();
 }
 
@@ -715,28 +721,12 @@ void NativeEngine::decode_push() {
   if (loop_.kv_next + loop_.draws > shape_.max_context)
     throw std::out_of_range("decode_push: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
   if (loop_.draws - loop_.read >= kLoopRing) throw std::logic_error("decode_push: too many draws queued past the last read");
-  auto key = std::make_pair(loop_.lane, 0);
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) {
-    cudaGraph_t g;
-    MR_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "decode loop capture (begin)");
-    try {
-      enqueue_step(loop_.lane, 1);
-      sample_tokens(buf_.ws.logits, 1, (int)dims_.vocab, buf_.token_counts,
-                    reinterpret_cast<StepInputs*>(buf_.ws.inputs), buf_.ws.sampler, (size_t)dims_.vocab * 4,
-                    buf_.ws.out_tokens, stream_, true, ring_dev_, kLoopRing);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &g);
-      cudaGetLastError();
-      throw;
-    }
-    MR_CHECK(cudaStreamEndCapture(stream_, &g), "decode loop capture (end)");
-    cudaGraphExec_t ge;
-    MR_CHECK(cudaGraphInstantiate(&ge, g, 0), "decode loop graph instantiate");
-    cudaGraphDestroy(g);
-    it = graphs_.emplace(key, ge).first;
-  }
-  MR_CHECK(cudaGraphLaunch(it->second, stream_), "decode loop (graph launch)");
+  const int lane = loop_.lane;
+  cudaGraphExec_t ge = captured(std::make_pair(lane, 0), [&] {
+    enqueue_step(lane, 1);
+    enqueue_loop_draw(buf_.ws.logits);
+  });
+  MR_CHECK(cudaGraphLaunch(ge, stream_), "decode loop (graph launch)");
   record_draw_event();
 }
 

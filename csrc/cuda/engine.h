@@ -2,6 +2,7 @@
 // it, and the decode step (T = 1..16 tokens of one lane) as a sequence of ops, captured as a CUDA
 // graph per (lane, T) on first use.
 #pragma once
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -144,6 +145,10 @@ class NativeEngine {
   cudaEvent_t ring_events_[kLoopRing] = {};
   void refuse_while_looping(const char* op) const;
   void record_draw_event();
+  // The decode loop's draw from one row of logits: the token becomes the next step's input (sample_tokens' advance).
+  void enqueue_loop_draw(const float* logits_row);
+  // The graph captured for `key` (capturing enqueue() on first use).
+  cudaGraphExec_t captured(std::pair<int, int> key, const std::function<void()>& enqueue);
   std::vector<std::pair<std::string, cudaEvent_t>>* trace_ = nullptr;  // set only by profile_step
   void mark(const char* op);
 };

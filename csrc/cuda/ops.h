@@ -187,13 +187,13 @@ void set_attn_variant(int v);
 int get_attn_variant();
 
 // One token per row t of logits [T, V] (sampler.cu), with in->sampling's parameters and draw index
-// in->draw + t. scratch: scratch_row_bytes (>= V * 4) for each row. counts: the lane's penalty counts
+// in->draw + t. scratch: V floats for each row. counts: the lane's penalty counts
 // (count_tokens) or null. `advance` (T == 1: the device-side decode loop) makes the token the next step's input
 // (tokens[0], kv_start + 1, positions + 1, draw + 1), counts it as generated, and writes it to
 // host_ring[draw % ring_size] (mapped host memory). A row whose logits hold NaN or +inf, or (sampling) no finite
 // logit, gets token -1 (the loop's next step then runs token 0, and the caller reports the error).
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
-                   size_t scratch_row_bytes, int32_t* out_tokens, cudaStream_t stream, bool advance = false,
+                   int32_t* out_tokens, cudaStream_t stream, bool advance = false,
                    int32_t* host_ring = nullptr, int ring_size = 0);
 // Penalty bookkeeping for the sampler: generated ids add 1 to their count; prompt ids (in_prompt) set
 // kPromptSeen, which only the repetition penalty reads (as the host Sampler: presence and frequency

@@ -578,10 +578,9 @@ __global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in
 }  // namespace
 
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
-                   size_t scratch_row_bytes, int32_t* out_tokens, cudaStream_t stream, bool advance,
-                   int32_t* host_ring, int ring_size) {
+                   int32_t* out_tokens, cudaStream_t stream, bool advance, int32_t* host_ring, int ring_size) {
   if (T < 1 || (advance && T != 1)) throw std::invalid_argument("sample_tokens: T >= 1, and T == 1 in the decode loop");
-  if (scratch_row_bytes < (size_t)V * 4) throw std::invalid_argument("sample_tokens: scratch rows hold V floats");
+  const size_t scratch_row_bytes = (size_t)V * 4;
   const int slices = ceil_div(V, kSlice);
   sample_prepare_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
   MR_CHECK_LAUNCH("sample_tokens (prepare)");
