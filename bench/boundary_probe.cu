@@ -48,6 +48,10 @@ struct Phase {
   const unsigned* in;  // previous phase's output (nin words), nullptr for the first phase
   int nin;
   unsigned* out;     // rows words
+  // --replicas (session 26): `in` and `out` as `reps` copies `rep_stride` words apart; a phase writes every copy of
+  // each output word and each block reads copy blockIdx.x % in_reps (1: one copy, as every other mode)
+  int in_reps = 1, out_reps = 1;
+  long long rep_stride = 0;
 };
 
 __device__ __forceinline__ void gdc_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
@@ -92,8 +96,10 @@ __device__ __forceinline__ void load_batch(Batch<R, U>& b, const Phase& ph, int 
 // grid in the persistent modes, so never through the non-coherent path) and a block-wide reduction.
 __device__ unsigned stage_in(const Phase& ph, unsigned* red) {
   unsigned x = 0;
-  if (ph.in)
-    for (int i = threadIdx.x; i < ph.nin; i += blockDim.x) x ^= __ldcg(ph.in + i);
+  if (ph.in) {
+    const unsigned* in = ph.in + (ph.in_reps > 1 ? (long long)(blockIdx.x % ph.in_reps) * ph.rep_stride : 0);
+    for (int i = threadIdx.x; i < ph.nin; i += blockDim.x) x ^= __ldcg(in + i);
+  }
   for (int o = 16; o; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = x;
   __syncthreads();
@@ -131,7 +137,8 @@ __device__ void run_phase(const Phase& ph, unsigned xin, Batch<R, U>& cur, Batch
     for (int i = 0; i < R; ++i) {
       unsigned a = acc[i];
       for (int o = 16; o; o >>= 1) a ^= __shfl_xor_sync(0xffffffffu, a, o);
-      if (lane == i && g * R + i < ph.rows) ph.out[g * R + i] = a ^ xin;
+      if (lane == i && g * R + i < ph.rows)
+        for (int r = 0; r < ph.out_reps; ++r) ph.out[r * ph.rep_stride + g * R + i] = a ^ xin;
     }
   }
 }
@@ -227,7 +234,8 @@ __device__ void flat_phase(const Phase& ph, unsigned xin, uint4 (&v)[4]) {
   }
   for (int o = 16; o; o >>= 1) x ^= __shfl_xor_sync(0xffffffffu, x, o);
   const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  if ((threadIdx.x & 31) == 0 && warp < ph.rows) ph.out[warp] = x ^ xin;
+  if ((threadIdx.x & 31) == 0 && warp < ph.rows)
+    for (int r = 0; r < ph.out_reps; ++r) ph.out[r * ph.rep_stride + warp] = x ^ xin;
 }
 __device__ __forceinline__ void flat_first(const Phase& ph, uint4 (&v)[4]) {
   const long long n16 = (long long)ph.rows * ph.nch, stride = (long long)gridDim.x * blockDim.x;
@@ -545,6 +553,11 @@ struct Bodies {
   int rows_per_warp;                                        // 0: flat (grid = one resident wave)
 };
 
+struct Named {
+  const char* name;
+  Bodies b;
+};
+
 struct Chain {
   std::vector<int> idx;  // phases, in order (consecutive in S.phases for the persistent modes)
   double bytes;
@@ -635,6 +648,44 @@ int main(int argc, char** argv) {
   Chain all;
   for (int i = 0; i < 4 * layers; ++i) all.idx.push_back(i);
   all.bytes = S.bytes;
+  if (mode == "--replicas") {
+    // Session 26: is the x read in front of each phase slow because every block reads the same few L2 lines at
+    // once (the slices holding x serve all SMs' requests for them), or because of its round trips? Each phase
+    // writes its output to `reps` copies (160 KB + 256 B apart, so a line's copies sit in different slices) and
+    // block b reads copy b % reps. If hot slices are the cost, more copies recover the x-free rate; if round trips
+    // are, copies change nothing. Whole layers, a kernel per phase with PDL.
+    const long long stride = 40064;
+    constexpr int kMaxReps = 32;
+    unsigned* reps_buf;
+    CK(cudaMalloc(&reps_buf, sizeof(unsigned) * stride * kMaxReps * S.phases.size()));
+    CK(cudaMemset(reps_buf, 0, sizeof(unsigned) * stride * kMaxReps * S.phases.size()));
+    const std::vector<Phase> base_phases = S.phases;
+    const Named rb[] = {{"flat", {flat_phase_kernel, flat_persist_kernel, 0}},
+                        {"rowmajor R2U4", rows_body<2, 4, 0>()},
+                        {"rowmajor R4U2", rows_body<4, 2, 0>()}};
+    for (int div : {1, 4, 1000000}) {
+      std::printf("\nwhole layers, x staged per block / %d%s, by copies of x, a kernel per phase with PDL\n", div,
+                  div > 1000 ? " (none)" : "");
+      for (int reps : {1, 2, 4, 8, 16, 32}) {
+        if (div > 1000 && reps > 1) break;
+        for (size_t i = 0; i < S.phases.size(); ++i) {
+          Phase& ph = S.phases[i];
+          ph = base_phases[i];
+          ph.out = reps_buf + (long long)i * stride * kMaxReps;
+          ph.in = i ? reps_buf + (long long)(i - 1) * stride * kMaxReps : nullptr;  // the chain of main's setup
+          ph.nin = ph.in ? std::max(0, base_phases[i].nin / div) : 0;
+          ph.in_reps = ph.out_reps = reps;
+          ph.rep_stride = stride;
+        }
+        for (const Named& n : rb) {
+          char label[64];
+          std::snprintf(label, sizeof label, "%s, %d cop%s", n.name, reps, reps > 1 ? "ies" : "y");
+          report(label, time_per_phase(S, st, sms, n.b, all, true), all, flat_gbs);
+        }
+      }
+    }
+    return 0;
+  }
   if (mode == "--dataflow") {
     // Session 12: gate_up + down as one dataflow kernel (flow_kernel) against two kernels with PDL, no x read in
     // the phase kernels (the engine stages x once per SM; the probe's per-block read is heavier than it).
@@ -857,10 +908,6 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  struct Named {
-    const char* name;
-    Bodies b;
-  };
   const Named bodies[] = {
       {"flat", {flat_phase_kernel, flat_persist_kernel, 0}},
       {"rowmajor R4U2", rows_body<4, 2, 0>()},

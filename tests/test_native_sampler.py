@@ -105,6 +105,20 @@ def test_device_draw_is_the_host_samplers(nat, case):
         assert len(set(got)) > 1
 
 
+@pytest.mark.parametrize("case", ["temperature-only", "top-p-only", "topk100-top-p", "min-p-only"])
+def test_fallback_draw_on_flat_rows_far_from_zero_is_the_host_samplers(nat, case):
+    """The fallback scores a flat row's ids in float32 first and gives only the near-best the float64 noise: where
+    logits are large (float32 steps of ~4e-3 at 3e4), the filter's margin must grow with them or it drops the
+    float64 winner."""
+    _, host, dev, gen, history = _oracle(CASES[case], 300 + list(CASES).index(case), 4242)
+    T = 8
+    for offset in (3.0e4, -1.0e5):
+        flat = (torch.randn(1, V, generator=gen) * 0.7 + offset).expand(T, V).contiguous()
+        for draw in (0, 123457):
+            got = _device_draws(nat, flat.cuda(), dev, history[2], draw)
+            assert got == _host_draws(host, flat, history, draw), f"{case}, offset {offset}, draw {draw}"
+
+
 TAIL_CASES = {
     "temperature-only": dict(temperature=0.8),
     "top-p-only": dict(temperature=1.1, top_p=0.9),

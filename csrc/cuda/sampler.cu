@@ -38,6 +38,7 @@ constexpr uint32_t kBadKey = 0xFFC00000u;  // f2key of the canonical NaN: above 
 // A token can win the draw only if its value is within kGumbelMax - (smallest noise, -log(-log(2^-33)) = -3.13) =
 // 26.004 of the largest value (whose own score is at least the largest value plus the smallest noise).
 constexpr float kCutoff = 26.1f;
+static_assert(kCutoff > kGumbelMax + 3.1301, "kCutoff must cover the largest noise minus the smallest");
 constexpr int kMaxCutoffSlices = 512;  // rows of up to 1M ids take the no-top-k path; longer ones the fallback
 
 // The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count and float64
@@ -82,6 +83,20 @@ __device__ inline double gumbel(const SamplingParams& p, uint64_t draw, int id) 
   const double u = ((double)r.x + 0.5) * 0x1p-32;
   return -log(-log(u));
 }
+
+// The same noise in float32, for the fallback's first pass (finish_full). Within ~2e-6 of gumbel(): u is formed
+// without cancellation (for u >= 1/2, -log(u) comes from log1p of the complement 1 - u, which float32 holds to full
+// relative precision), so -log(u) carries a few float32 ulps of relative error and its logarithm a few 1e-7 more.
+__device__ inline float gumbel_approx(const SamplingParams& p, uint64_t draw, int id) {
+  const uint4 r = philox(make_uint4((uint32_t)id, (uint32_t)draw, (uint32_t)(draw >> 32), kPurposeSample),
+                         make_uint2((uint32_t)p.seed, (uint32_t)(p.seed >> 32)));
+  const float t = r.x < 0x80000000u ? -logf(((float)r.x + 0.5f) * 0x1p-32f)
+                                    : -log1pf(-(((float)(0xFFFFFFFFu - r.x) + 0.5f) * 0x1p-32f));
+  return -logf(t);
+}
+// How far below the best float32 score an id's float32 score may lie and still be the float64 winner: twice the
+// scores' error (gumbel_approx's, plus the float32 sum's rounding, at most 2^-24 of the score's size), with room.
+__device__ inline float approx_margin(float score) { return 1e-3f + fabsf(score) * 0x1p-20f; }
 
 // The host's steps 1-2 in its float32 arithmetic (no fused multiply-add); NaN and +inf become the canonical NaN.
 __device__ inline float penalised_logit(const float* row, int i, const SamplingParams& p, const int32_t* counts) {
@@ -376,13 +391,25 @@ __device__ int finish_full(const float* row, const int32_t* counts, int V, const
   }
   if (p.min_p > 0.f) thr = max(thr, f2key(__fadd_rn(M, p.log_min_p)));
 
-  // Gumbel-max over the kept set; only values within kGumbelMax of the best one's score can win
-  const double score_floor = (double)M + gumbel(p, draw, best) - kGumbelMax;
+  // Gumbel-max over the kept set, in two passes. The first scores every kept id in float32 (gumbel_approx); only
+  // ids within twice the float32 scores' error of the best float32 score can be the float64 winner, and only those
+  // get the float64 noise in the second pass. On a flat row every id is kept: float64 noise for all of them took
+  // most of a draw on the H200 and would take milliseconds on a consumer card (float64 at 1/64 of float32's rate).
+  float bf = -INFINITY;
+  int bfi = INT_MAX;
+  for (int i = threadIdx.x; i < V; i += kFinishThreads) {
+    const float v = value(i);
+    if (v == -INFINITY || f2key(v) < thr) continue;
+    keep_better(bf, bfi, __fadd_rn(v, gumbel_approx(p, draw, i)), i);
+  }
+  const int best_f = block_best(bf, bfi, sf, si);
+  const float top = __fadd_rn(value(best_f), gumbel_approx(p, draw, best_f));
+  const float score_floor = top - approx_margin(top);
   double bs = -INFINITY;
   int bsi = INT_MAX;
   for (int i = threadIdx.x; i < V; i += kFinishThreads) {
     const float v = value(i);
-    if (v == -INFINITY || f2key(v) < thr || (double)v < score_floor) continue;
+    if (v == -INFINITY || f2key(v) < thr || __fadd_rn(v, gumbel_approx(p, draw, i)) < score_floor) continue;
     keep_better(bs, bsi, (double)v + gumbel(p, draw, i), i);
   }
   return block_best(bs, bsi, sd, si);
