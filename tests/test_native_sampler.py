@@ -106,17 +106,21 @@ def test_device_draw_is_the_host_samplers(nat, case):
 
 
 @pytest.mark.parametrize("case", ["temperature-only", "top-p-only", "topk100-top-p", "min-p-only"])
-def test_fallback_draw_on_flat_rows_far_from_zero_is_the_host_samplers(nat, case):
+def test_fallback_draw_on_flat_or_tied_rows_is_the_host_samplers(nat, case):
     """The fallback scores a flat row's ids in float32 first and gives only the near-best the float64 noise: where
     logits are large (float32 steps of ~4e-3 at 3e4), the filter's margin must grow with them or it drops the
     float64 winner."""
     _, host, dev, gen, history = _oracle(CASES[case], 300 + list(CASES).index(case), 4242)
     T = 8
-    for offset in (3.0e4, -1.0e5):
-        flat = (torch.randn(1, V, generator=gen) * 0.7 + offset).expand(T, V).contiguous()
+    rows = {offset: (torch.randn(1, V, generator=gen) * 0.7 + offset).expand(T, V).contiguous()
+            for offset in (3.0e4, -1.0e5)}
+    # whole-number logits: thousands of ids share each value, so top-k's k-th value is always tied (the host keeps
+    # the lowest ids of the tie, and takes top-k before temperature)
+    rows["integers"] = torch.round(torch.randn(T, V, generator=gen) * 2.0)
+    for name, row in rows.items():
         for draw in (0, 123457):
-            got = _device_draws(nat, flat.cuda(), dev, history[2], draw)
-            assert got == _host_draws(host, flat, history, draw), f"{case}, offset {offset}, draw {draw}"
+            got = _device_draws(nat, row.cuda(), dev, history[2], draw)
+            assert got == _host_draws(host, row, history, draw), f"{case}, row {name}, draw {draw}"
 
 
 TAIL_CASES = {

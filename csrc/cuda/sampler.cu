@@ -309,15 +309,18 @@ __device__ int finish_top_k(const uint32_t* key, const int32_t* id, const Sampli
   return sid[best_c];
 }
 
+using TieScan = cub::BlockScan<int, kFinishThreads>;
+
 // Fallback finish over the whole row (top-k above 64, or too many candidates), all threads of the block; the values
 // are recomputed from the logits at each pass.
 __device__ int finish_full(const float* row, const int32_t* counts, int V, const SamplingParams& p, uint64_t draw,
                            double* sd, int* si, float* sf) {
   __shared__ float hist_mass[256];
   __shared__ uint32_t hist_cnt[256];
-  __shared__ uint32_t sel_prefix;
+  __shared__ uint32_t sel_prefix, sel_ties;
   __shared__ float sel_above;
-  __shared__ int bad;
+  __shared__ int bad, sel_tie_last;
+  __shared__ typename TieScan::TempStorage tie_scan;
   if (threadIdx.x == 0) bad = 0;
   __syncthreads();
   auto value = [&](int i) { return drawn_value(row, i, p, counts); };
@@ -334,73 +337,131 @@ __device__ int finish_full(const float* row, const int32_t* counts, int V, const
   const float M = value(best);
   if (M == -INFINITY) return -1;  // no finite logit
 
-  // thresholds (keys): top-k by count, then top-p by float32 mass within it, min-p by ratio to the max
-  uint32_t thr = 0;
+  // Top-k as the host takes it: over the penalised logits (before temperature, which can round two of them to one
+  // value), exactly k ids, ties at the k-th logit to the lowest ids. thr_k is the k-th logit's key; ids holding it
+  // are kept up to tie_last.
   const bool use_k = p.top_k > 0 && p.top_k < p.vocab_limit;
   const bool use_p = p.top_p < 1.0;
-  for (int stage = 0; stage < 2; ++stage) {
-    if ((stage == 0 && !use_k) || (stage == 1 && !use_p)) continue;
-    float target = 0.f;
-    if (stage == 1) {  // mass of the set kept so far
-      float z = 0.f;
-      for (int i = threadIdx.x; i < V; i += kFinishThreads) {
-        const float v = value(i);
-        if (v > -INFINITY && f2key(v) >= thr) z += __expf(v - M);
-      }
-      target = (float)p.top_p * block_sum(z, sf);
+  uint32_t thr_k = 0;
+  int tie_last = INT_MAX;
+  auto logit_key = [&](int i) { return f2key(penalised_logit(row, i, p, counts)); };
+  auto radix_pass = [&](uint32_t prefix, uint32_t mask, int shift, auto&& weigh) {
+    for (int b = threadIdx.x; b < 256; b += kFinishThreads) { hist_cnt[b] = 0; hist_mass[b] = 0.f; }
+    __syncthreads();
+    for (int i = threadIdx.x; i < V; i += kFinishThreads) weigh(i, prefix, mask, shift);
+    __syncthreads();
+  };
+  // The id of the n-th (from 1, in id order) id that `match` holds for; one block-wide scan over contiguous chunks.
+  auto nth_match = [&](int n, auto&& match) {
+    const int chunk = (V + kFinishThreads - 1) / kFinishThreads, i0 = threadIdx.x * chunk, i1 = min(V, i0 + chunk);
+    int mine = 0;
+    for (int i = i0; i < i1; ++i) mine += match(i);
+    int before;
+    __syncthreads();  // every thread has read an earlier call's result
+    if (threadIdx.x == 0) sel_tie_last = INT_MAX;  // n beyond the matches: no cut
+    __syncthreads();
+    TieScan(tie_scan).ExclusiveSum(mine, before);
+    if (before < n && n <= before + mine) {
+      int seen = before;
+      for (int i = i0; i < i1; ++i)
+        if (match(i) && ++seen == n) {
+          sel_tie_last = i;
+          break;
+        }
     }
-    uint32_t prefix = 0, mask = 0;
-    uint32_t remaining = stage == 0 ? (uint32_t)p.top_k : 0;
-    float above = 0.f;
+    __syncthreads();
+    return sel_tie_last;
+  };
+  if (use_k) {
+    uint32_t prefix = 0, mask = 0, remaining = (uint32_t)p.top_k, ties = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int b = threadIdx.x; b < 256; b += kFinishThreads) { hist_cnt[b] = 0; hist_mass[b] = 0.f; }
-      __syncthreads();
-      for (int i = threadIdx.x; i < V; i += kFinishThreads) {
-        const float v = value(i);
-        const uint32_t k = f2key(v);
-        if (v == -INFINITY || k < thr || (k & mask) != prefix) continue;
-        const int b = (k >> shift) & 0xFF;
-        if (stage == 0) atomicAdd(&hist_cnt[b], 1u);
-        else atomicAdd(&hist_mass[b], __expf(v - M));
-      }
-      __syncthreads();
+      radix_pass(prefix, mask, shift, [&](int i, uint32_t pre, uint32_t msk, int sh) {
+        const float x = penalised_logit(row, i, p, counts);
+        const uint32_t k = f2key(x);
+        if (x != -INFINITY && (k & msk) == pre) atomicAdd(&hist_cnt[(k >> sh) & 0xFF], 1u);
+      });
       if (threadIdx.x == 0) {
         uint32_t cum = 0;
-        float cm = above;
         int b = 255;
-        for (; b > 0; --b) {
-          if (stage == 0) {
-            if (cum + hist_cnt[b] >= remaining) break;
-            cum += hist_cnt[b];
-          } else {
-            if (cm + hist_mass[b] >= target) break;
-            cm += hist_mass[b];
-          }
-        }
+        for (; b > 0 && cum + hist_cnt[b] < remaining; --b) cum += hist_cnt[b];
         sel_prefix = prefix | ((uint32_t)b << shift);
-        sel_above = stage == 0 ? __uint_as_float(remaining - cum) : cm;
+        sel_above = __uint_as_float(remaining - cum);
+        sel_ties = hist_cnt[b];
       }
       __syncthreads();
       prefix = sel_prefix;
       mask |= 0xFFu << shift;
-      if (stage == 0) remaining = __float_as_uint(sel_above);
-      else above = sel_above;
+      remaining = __float_as_uint(sel_above);
+      ties = sel_ties;
       __syncthreads();
     }
-    thr = max(thr, prefix);
+    thr_k = prefix;
+    if (remaining < ties)  // keep the `remaining` lowest of the ids holding the k-th logit
+      tie_last = nth_match((int)remaining, [&](int i) {
+        return logit_key(i) == thr_k && penalised_logit(row, i, p, counts) != -INFINITY;
+      });
+  }
+  // kept by top-k and by the value thresholds thr (keys of values after temperature: top-p by float32 mass, min-p);
+  // top-p, like top-k, keeps a prefix of the host's order (value down, id up), so its ties are cut at tie_last_p
+  uint32_t thr = 0, thr_p = 0;
+  int tie_last_p = INT_MAX;
+  auto kept_k = [&](int i, float v) {
+    if (v == -INFINITY || f2key(v) < thr) return false;
+    if (!use_k) return true;
+    const uint32_t kx = logit_key(i);
+    return kx > thr_k || (kx == thr_k && i <= tie_last);
+  };
+  auto kept = [&](int i, float v) { return kept_k(i, v) && (f2key(v) != thr_p || i <= tie_last_p); };
+  if (use_p) {  // mass of the set kept so far, then the value whose cumulative mass from the top reaches top_p
+    float z = 0.f;
+    for (int i = threadIdx.x; i < V; i += kFinishThreads) {
+      const float v = value(i);
+      if (kept(i, v)) z += __expf(v - M);
+    }
+    const float target = (float)p.top_p * block_sum(z, sf);
+    uint32_t prefix = 0, mask = 0;
+    float above = 0.f;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      radix_pass(prefix, mask, shift, [&](int i, uint32_t pre, uint32_t msk, int sh) {
+        const float v = value(i);
+        const uint32_t k = f2key(v);
+        if ((k & msk) == pre && kept(i, v)) atomicAdd(&hist_mass[(k >> sh) & 0xFF], __expf(v - M));
+      });
+      if (threadIdx.x == 0) {
+        float cm = above;
+        int b = 255;
+        for (; b > 0 && cm + hist_mass[b] < target; --b) cm += hist_mass[b];
+        sel_prefix = prefix | ((uint32_t)b << shift);
+        sel_above = cm;
+      }
+      __syncthreads();
+      prefix = sel_prefix;
+      mask |= 0xFFu << shift;
+      above = sel_above;
+      __syncthreads();
+    }
+    // the host keeps tied ids (equal mass q each) in id order while the mass before them is below top_p
+    const float q = __expf(key2f(prefix) - M);
+    const int n = max(1, (int)ceilf((target - above) / q));
+    thr = prefix;
+    thr_p = prefix;
+    tie_last_p = nth_match(n, [&](int i) {
+      const float v = value(i);
+      return f2key(v) == thr_p && kept_k(i, v);
+    });
   }
   if (p.min_p > 0.f) thr = max(thr, f2key(__fadd_rn(M, p.log_min_p)));
 
   // Gumbel-max over the kept set, in two passes. The first scores every kept id in float32 (gumbel_approx); only
   // ids within twice the float32 scores' error of the best float32 score can be the float64 winner, and only those
-  // get the float64 noise in the second pass. On a flat row every id is kept: float64 noise for all of them took
-  // most of a draw on the H200 and would take milliseconds on a consumer card (float64 at 1/64 of float32's rate).
+  // get the float64 noise in the second pass. On a flat row every id is kept: float64 noise for all of them would
+  // take milliseconds on a consumer card (float64 at 1/64 of float32's rate); on the H200 the extra pass costs
+  // ~0.1 ms (bench/NOTES.md, session 26).
   float bf = -INFINITY;
   int bfi = INT_MAX;
   for (int i = threadIdx.x; i < V; i += kFinishThreads) {
     const float v = value(i);
-    if (v == -INFINITY || f2key(v) < thr) continue;
-    keep_better(bf, bfi, __fadd_rn(v, gumbel_approx(p, draw, i)), i);
+    if (kept(i, v)) keep_better(bf, bfi, __fadd_rn(v, gumbel_approx(p, draw, i)), i);
   }
   const int best_f = block_best(bf, bfi, sf, si);
   const float top = __fadd_rn(value(best_f), gumbel_approx(p, draw, best_f));
@@ -409,8 +470,8 @@ __device__ int finish_full(const float* row, const int32_t* counts, int V, const
   int bsi = INT_MAX;
   for (int i = threadIdx.x; i < V; i += kFinishThreads) {
     const float v = value(i);
-    if (v == -INFINITY || f2key(v) < thr || __fadd_rn(v, gumbel_approx(p, draw, i)) < score_floor) continue;
-    keep_better(bs, bsi, (double)v + gumbel(p, draw, i), i);
+    if (kept(i, v) && __fadd_rn(v, gumbel_approx(p, draw, i)) >= score_floor)
+      keep_better(bs, bsi, (double)v + gumbel(p, draw, i), i);
   }
   return block_best(bs, bsi, sd, si);
 }
