@@ -1,6 +1,7 @@
 """Microseconds a device draw takes (csrc/cuda/sampler.cu: prepare, collect, finish), by sampling mode, on one
 248,320-id row of logits shaped like a trained model's (a long tail, a few near-tied leaders), and on a flat row
-(every id within reach of the draw, so the no-top-k mode falls back to the one-block path).
+(every id within reach of the draw, so the candidate modes, no top-k and top-k above 64, fall back to the one-block
+path; top-k 10000 takes it on every row).
 
     python3 bench/sampler_time.py [--reps 200] [--json out.json]
 """
@@ -18,7 +19,8 @@ MODES = {
     "top-k 64": dict(temperature=0.8, top_k=64),
     "no top-k, top-p 0.9": dict(temperature=0.8, top_p=0.9),
     "no top-k, temperature only": dict(temperature=0.8),
-    "top-k 100 (fallback)": dict(temperature=0.8, top_k=100),
+    "top-k 100": dict(temperature=0.8, top_k=100),
+    "top-k 10000 (fallback)": dict(temperature=0.8, top_k=10000),
 }
 
 

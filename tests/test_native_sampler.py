@@ -154,6 +154,40 @@ def test_device_draw_without_top_k_is_the_host_samplers(nat, case):
     assert len(drawn) >= 4  # the near-tied leaders are all drawn at some index
 
 
+TOP_K_CASES = {
+    "topk100-top-p": dict(temperature=0.7, top_k=100, top_p=0.95, presence_penalty=1.0),
+    "topk300-min-p-repetition": dict(temperature=0.75, top_k=300, min_p=0.001, repetition_penalty=1.1,
+                                     frequency_penalty=0.2),
+    "topk1000": dict(temperature=0.72, top_k=1000),
+    "topk128-top-p-tight": dict(temperature=0.7, top_k=128, top_p=0.5),
+}
+
+
+@pytest.mark.parametrize("case", list(TOP_K_CASES))
+def test_device_draw_with_top_k_above_64_is_the_host_samplers(nat, case):
+    """Top-k above the fast path's 64 through the candidates (the ids within reach of the draw), where at least k of
+    them lie there. The hot ids' logits are one float32 step apart, so the temperature rounds some of them to one
+    value: the host's order among those is by id, and top-p's cut must keep the lowest ids of the boundary's value."""
+    _, host, dev, gen, history = _oracle(TOP_K_CASES[case], 200 + list(TOP_K_CASES).index(case), 99)
+    prompt, generated, counts = history
+    T = 32
+    logits = torch.randn(T, V, generator=gen) * 5.0  # ~2000 ids within 26.1 of the largest value after temperature
+    hot = torch.randperm(VALID, generator=gen)[:150]
+    steps = torch.arange(150, dtype=torch.float32)
+    logits[:, hot] = torch.nextafter(torch.full((150,), 30.0), torch.tensor(31.0)).sub(30.0).mul(steps).add(30.0)
+    logits[:, prompt[:3] + generated[:3]] = 29.9995  # penalties move some of the history among the leaders
+    drawn = set()
+    for draw in (0, 64, 4096, 2**31 - 40):
+        scratch = []
+        got = _device_draws(nat, logits.cuda(), dev, counts, draw, scratch)
+        assert got == _host_draws(host, logits, history, draw), f"{case}, draws {draw}..{draw + T - 1}"
+        drawn.update(got)
+        for t in (0, T - 1):  # the candidate path ran: at least k candidates, none overflowed
+            per_slice, capacity = _no_top_k_candidates(scratch[0][t])
+            assert TOP_K_CASES[case]["top_k"] <= sum(per_slice) <= 8192 and max(per_slice) <= capacity
+    assert len(drawn) >= 10
+
+
 def test_broken_rows_get_minus_one(nat):
     counts = torch.zeros(V, dtype=torch.int32, device="cuda")
     logits = torch.randn(4, V)

@@ -118,7 +118,11 @@ __device__ inline bool is_greedy(const SamplingParams& p) { return p.temperature
 __device__ inline bool is_fast(const SamplingParams& p, int slices) {
   return !is_greedy(p) && p.top_k >= 1 && p.top_k <= kMaxFastTopK && slices * p.top_k <= kMaxCandidates;
 }
-__device__ inline bool is_cutoff(const SamplingParams& p) { return !is_greedy(p) && p.top_k == 0; }
+// The candidate ("cutoff") mode: no top-k, or a top-k too large for the fast path. Top-k there is exact when at least
+// k ids lie within kCutoff of the row's largest value (finish_cutoff checks, and falls back otherwise).
+__device__ inline bool is_cutoff(const SamplingParams& p, int slices) {
+  return !is_greedy(p) && !is_fast(p, slices) && p.top_k <= kMaxCandidates;
+}
 
 // Better = larger value, then lower id.
 template <typename V>
@@ -164,8 +168,8 @@ __global__ void __launch_bounds__(kPrepThreads) sample_prepare_kernel(const floa
   const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
   char* row_scratch = scratch + t * row_bytes;
   Candidate* cand = reinterpret_cast<Candidate*>(row_scratch);  // greedy / top-k
-  const bool greedy = is_greedy(p), fast = is_fast(p, slices), cutoff = is_cutoff(p);
-  if (!greedy && !fast && !cutoff) return;  // top-k above 64: finish reads the logits itself
+  const bool greedy = is_greedy(p), fast = is_fast(p, slices), cutoff = is_cutoff(p, slices);
+  if (!greedy && !fast && !cutoff) return;  // top-k above kMaxCandidates: finish reads the logits itself
 
   uint32_t keys[kPrepItems];
   int32_t ids[kPrepItems];
@@ -210,8 +214,8 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   } smem;
   __shared__ float row_max;
   const SamplingParams p = in->sampling;
-  if (!is_cutoff(p)) return;
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
+  if (!is_cutoff(p, slices)) return;
   const float* row = logits + (size_t)t * V;
   const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
   CutoffLayout L(scratch + t * row_bytes, row_bytes, slices);
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   const float M = row_max;
   if (!(M > -INFINITY) || isnan(M)) return;  // nothing to draw, or broken: finish reports it
   const float floor_value = M - kCutoff;
-  const bool need_z = p.top_p < 1.0;
+  const bool need_z = p.top_p < 1.0 && p.top_k == 0;  // with top-k, finish sums over the k kept
   float v[kPrepItems];
   int flags[kPrepItems];
   double z = 0.0;
@@ -479,10 +483,13 @@ __device__ int finish_full(const float* row, const int32_t* counts, int V, const
 using FinishSort = cub::BlockRadixSort<uint32_t, kFinishThreads, kFinishItems, int32_t>;
 using FinishScan = cub::BlockScan<double, kFinishThreads>;
 
-// No-top-k finish: the candidates sorted by (value desc, id asc), then top-p (mass before a candidate < top_p, the
-// masses exp(v - M) / Z in float64 with Z over the whole row), min-p and the draw, all threads of the block.
-// Returns -2 when the candidates overflowed (the caller falls back to finish_full).
+// Candidate-mode finish: the candidates (the ids within kCutoff of the row's largest value) sorted by (value desc, id
+// asc); with top-k by (penalised logit desc, id asc) and cut to the first k. Then top-p (mass before a candidate <
+// top_p, the masses exp(v - M) / Z in float64 with Z over the whole row, or over the k kept), min-p and the draw, all
+// threads of the block. Returns -2 when the candidates overflowed, or hold fewer than k ids (the caller falls back to
+// finish_full).
 __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, const SamplingParams& p, uint64_t draw,
+                             const float* row, const int32_t* counts,
                              typename FinishSort::TempStorage& sort_storage,
                              typename FinishScan::TempStorage& scan_storage, int* offsets, double* sd, int* si) {
   CutoffLayout L(row_scratch, row_bytes, slices);
@@ -516,6 +523,8 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   if (broken == 2) return -2;
   const int n = n_total;
   const float M = row_max;
+  const bool use_k = p.top_k > 0;
+  if (use_k && n < p.top_k) return -2;  // the k-th logit lies below the cutoff: the fallback takes the row
   uint32_t keys[kFinishItems];
   int32_t ids[kFinishItems];
   for (int j = 0; j < kFinishItems; ++j) {
@@ -530,37 +539,89 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
         else hi = mid - 1;
       }
       const Candidate cd = L.cand[(size_t)lo * L.capacity + (c - offsets[lo])];
-      keys[j] = cd.key;
+      // with top-k, sort by the penalised logit (the host's top-k comes before temperature); else by the value
+      keys[j] = use_k ? f2key(penalised_logit(row, cd.id, p, counts)) : cd.key;
       ids[j] = cd.id;
     }
   }
+  // a stable sort of id-ordered items: ties stay in id order, as the host breaks them
   FinishSort(sort_storage).SortDescending(keys, ids);
   __syncthreads();
-  // rank r = threadIdx.x * kFinishItems + j now holds the r-th candidate
-  int keep = n;
+  // rank r = threadIdx.x * kFinishItems + j now holds the r-th candidate; the set is its first m
+  const int m = use_k ? p.top_k : n;
+  float vals[kFinishItems];
+  for (int j = 0; j < kFinishItems; ++j)
+    vals[j] = use_k ? __fdiv_rn(key2f(keys[j]), p.temperature) : key2f(keys[j]);
+  int keep = m;
+  int tie_lo = m, tie_hi = m, tie_in = 0;  // ranks [tie_lo, tie_hi) hold the top-p boundary's value; tie_in kept
   if (p.top_p < 1.0) {
-    double mass[kFinishItems], before[kFinishItems];
+    // masses exp(v - M), normalised by the whole row's Z (no top-k, as the host) or by the k kept ones' sum
+    double mass[kFinishItems], before[kFinishItems], z = row_z;
     for (int j = 0; j < kFinishItems; ++j) {
       const int r = threadIdx.x * kFinishItems + j;
-      mass[j] = r < n ? exp((double)key2f(keys[j]) - (double)M) / row_z : 0.0;
+      mass[j] = r < m ? exp((double)vals[j] - (double)M) : 0.0;
     }
+    if (use_k) {
+      FinishScan(scan_storage).ExclusiveSum(mass, before, z);
+      __syncthreads();
+    }
+    for (int j = 0; j < kFinishItems; ++j) mass[j] /= z;
     FinishScan(scan_storage).ExclusiveSum(mass, before);
     int kept = 0;
-    for (int j = 0; j < kFinishItems; ++j) kept += threadIdx.x * kFinishItems + j < n && before[j] < p.top_p;
-    __shared__ int kept_total;
-    if (threadIdx.x == 0) kept_total = 0;
+    for (int j = 0; j < kFinishItems; ++j) kept += threadIdx.x * kFinishItems + j < m && before[j] < p.top_p;
+    __shared__ int kept_total, lo_total, hi_total;
+    __shared__ float boundary;
+    if (threadIdx.x == 0) { kept_total = 0; lo_total = 0; hi_total = 0; }
     __syncthreads();
     if (kept) atomicAdd(&kept_total, kept);
     __syncthreads();
     keep = max(kept_total, 1);
+    if (use_k) {
+      // Sorted by logit, equal values (logits the temperature rounds together) sit in logit order, where the host
+      // has them in id order. The masses at each rank are the same either way, so keep is; but where the boundary
+      // value's ranks run past keep, the host keeps the lowest ids among them.
+      for (int j = 0; j < kFinishItems; ++j)
+        if (threadIdx.x * kFinishItems + j == keep - 1) boundary = vals[j];
+      __syncthreads();
+      int lo = 0, hi = 0;
+      for (int j = 0; j < kFinishItems; ++j) {
+        const int r = threadIdx.x * kFinishItems + j;
+        lo += r < m && vals[j] > boundary;
+        hi += r < m && vals[j] >= boundary;
+      }
+      if (lo) atomicAdd(&lo_total, lo);
+      if (hi) atomicAdd(&hi_total, hi);
+      __syncthreads();
+      tie_lo = lo_total;
+      tie_hi = hi_total;
+      tie_in = keep - tie_lo;
+    }
   }
+  // the boundary's tied ids in shared memory (the sort's storage is free now), to rank them by id
+  int* tied_ids = reinterpret_cast<int*>(&sort_storage);
+  static_assert(sizeof(typename FinishSort::TempStorage) >= sizeof(int) * kMaxCandidates, "room for the tied ids");
+  const bool cut_ties = tie_hi > keep;
+  if (cut_ties) {
+    for (int j = 0; j < kFinishItems; ++j) {
+      const int r = threadIdx.x * kFinishItems + j;
+      if (r >= tie_lo && r < tie_hi) tied_ids[r - tie_lo] = ids[j];
+    }
+    __syncthreads();
+  }
+  auto in_set = [&](int r, int id) {
+    if (r >= keep && !(cut_ties && r < tie_hi)) return false;
+    if (!cut_ties || r < tie_lo) return true;
+    int lower = 0;  // the tied ids below this one: it is kept if fewer than tie_in are
+    for (int g = 0; g < tie_hi - tie_lo; ++g) lower += tied_ids[g] < id;
+    return lower < tie_in;
+  };
   const float min_value = p.min_p > 0.f ? __fadd_rn(M, p.log_min_p) : -INFINITY;
   double best = -INFINITY;
   int best_r = INT_MAX;
   for (int j = 0; j < kFinishItems; ++j) {
     const int r = threadIdx.x * kFinishItems + j;
-    const float v = key2f(keys[j]);
-    if (r < keep && v >= min_value) keep_better(best, best_r, (double)v + gumbel(p, draw, ids[j]), r);
+    if (r < m && vals[j] >= min_value && in_set(r, ids[j]))
+      keep_better(best, best_r, (double)vals[j] + gumbel(p, draw, ids[j]), r);
   }
   const int win_r = block_best(best, best_r, sd, si);
   __shared__ int win_id;
@@ -634,8 +695,9 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
     __syncthreads();
     token = fast_token;
   } else {
-    token = is_cutoff(p) && slices <= kMaxCutoffSlices
-                ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, smem.sort, smem.scan, offsets, sd, si)
+    token = is_cutoff(p, slices) && slices <= kMaxCutoffSlices
+                ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, row, counts, smem.sort, smem.scan, offsets, sd,
+                                si)
                 : -2;
     if (token == -2) token = finish_full(row, counts, V, p, draw, sd, si, sf);
   }
