@@ -170,14 +170,14 @@ def test_device_draw_with_top_k_above_64_is_the_host_samplers(nat, case):
     value: the host's order among those is by id, and top-p's cut must keep the lowest ids of the boundary's value."""
     _, host, dev, gen, history = _oracle(TOP_K_CASES[case], 200 + list(TOP_K_CASES).index(case), 99)
     prompt, generated, counts = history
-    T = 32
+    T = 16  # the most a step takes
     logits = torch.randn(T, V, generator=gen) * 5.0  # ~2000 ids within 26.1 of the largest value after temperature
     hot = torch.randperm(VALID, generator=gen)[:150]
     steps = torch.arange(150, dtype=torch.float32)
     logits[:, hot] = torch.nextafter(torch.full((150,), 30.0), torch.tensor(31.0)).sub(30.0).mul(steps).add(30.0)
     logits[:, prompt[:3] + generated[:3]] = 29.9995  # penalties move some of the history among the leaders
     drawn = set()
-    for draw in (0, 64, 4096, 2**31 - 40):
+    for draw in (0, 64, 4096, 70000, 1234567, 2**31 - 40):
         scratch = []
         got = _device_draws(nat, logits.cuda(), dev, counts, draw, scratch)
         assert got == _host_draws(host, logits, history, draw), f"{case}, draws {draw}..{draw + T - 1}"

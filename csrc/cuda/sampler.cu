@@ -553,7 +553,7 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   for (int j = 0; j < kFinishItems; ++j)
     vals[j] = use_k ? __fdiv_rn(key2f(keys[j]), p.temperature) : key2f(keys[j]);
   int keep = m;
-  int tie_lo = m, tie_hi = m, tie_in = 0;  // ranks [tie_lo, tie_hi) hold the top-p boundary's value; tie_in kept
+  int tie_lo = 0, tie_hi = 0, tie_in = 0;  // with top-k and top-p: ranks [tie_lo, tie_hi) hold the boundary's value
   if (p.top_p < 1.0) {
     // masses exp(v - M), normalised by the whole row's Z (no top-k, as the host) or by the k kept ones' sum
     double mass[kFinishItems], before[kFinishItems], z = row_z;
@@ -600,7 +600,7 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   // the boundary's tied ids in shared memory (the sort's storage is free now), to rank them by id
   int* tied_ids = reinterpret_cast<int*>(&sort_storage);
   static_assert(sizeof(typename FinishSort::TempStorage) >= sizeof(int) * kMaxCandidates, "room for the tied ids");
-  const bool cut_ties = tie_hi > keep;
+  const bool cut_ties = tie_hi > keep;  // the boundary's value runs past keep: keep its tie_in lowest ids
   if (cut_ties) {
     for (int j = 0; j < kFinishItems; ++j) {
       const int r = threadIdx.x * kFinishItems + j;
