@@ -1,9 +1,11 @@
-"""Microseconds a device draw takes (csrc/cuda/sampler.cu: prepare, collect, finish), by sampling mode, on one
-248,320-id row of logits shaped like a trained model's (a long tail, a few near-tied leaders), and on a flat row
-(every id within reach of the draw, so the candidate modes, no top-k and top-k above 64, fall back to the one-block
-path; top-k 10000 takes it on every row).
+"""Microseconds a device draw takes (csrc/cuda/sampler.cu: prepare, collect, finish), by sampling mode, on
+248,320-id rows of logits: one with a long tail under a few near-tied leaders (~450 ids within reach of the draw), a
+broad one (a guess at a trained model's row at temperature 1: leaders 12 above a tail of standard deviation 3, so
+about two thirds of the ids are within reach), and a flat one (every id within reach). Where more than 8192 ids are
+within reach, the candidate modes (no top-k, top-k above 64) fall back to the one-block path; top-k 10000 takes it
+on every row. --slice-draw 0,1 times each mode with set_sampler_slice_draw off and on.
 
-    python3 bench/sampler_time.py [--reps 200] [--json out.json]
+    python3 bench/sampler_time.py [--reps 200] [--slice-draw 0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ MODES = {
     "top-k 64": dict(temperature=0.8, top_k=64),
     "no top-k, top-p 0.9": dict(temperature=0.8, top_p=0.9),
     "no top-k, temperature only": dict(temperature=0.8),
+    "no top-k, min-p 0.05": dict(temperature=1.0, min_p=0.05),
+    "no top-k, top-p 0.95, min-p 0.05": dict(temperature=1.0, top_p=0.95, min_p=0.05),
     "top-k 100": dict(temperature=0.8, top_k=100),
     "top-k 10000 (fallback)": dict(temperature=0.8, top_k=10000),
 }
@@ -56,19 +60,29 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--slice-draw", default="0", help="comma-separated settings of set_sampler_slice_draw (0, 1)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     nat = load_native()
     gen = torch.Generator().manual_seed(0)
     tail = torch.randn(V, generator=gen) * 12
     tail[:16] = 60.0 + torch.randn(16, generator=gen) * 0.5
-    rows = {"long tail": tail.cuda().reshape(1, V), "flat": (torch.randn(V, generator=gen) * 0.7).cuda().reshape(1, V)}
+    broad = torch.randn(V, generator=gen) * 3.0
+    broad[:16] += 12.0
+    rows = {"long tail": tail.cuda().reshape(1, V), "broad": broad.cuda().reshape(1, V),
+            "flat": (torch.randn(V, generator=gen) * 0.7).cuda().reshape(1, V)}
     results = []
-    for row_name, logits in rows.items():
-        for mode, params in MODES.items():
-            us = time_draw(nat, logits, params, args.reps)
-            results.append(dict(row=row_name, mode=mode, us_per_draw_with_sync=round(us, 1)))
-            print(json.dumps(results[-1]), flush=True)
+    try:
+        for slice_draw in (bool(int(x)) for x in args.slice_draw.split(",")):
+            nat.set_sampler_slice_draw(slice_draw)
+            for row_name, logits in rows.items():
+                for mode, params in MODES.items():
+                    us = time_draw(nat, logits, params, args.reps)
+                    results.append(dict(row=row_name, mode=mode, slice_draw=slice_draw,
+                                        us_per_draw_with_sync=round(us, 1)))
+                    print(json.dumps(results[-1]), flush=True)
+    finally:
+        nat.set_sampler_slice_draw(False)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "vocab": V, "rows": results}, f, indent=1)

@@ -35,10 +35,11 @@ CASES = {
 }
 
 
-def _device_draws(nat, logits, params: dict, counts, draw: int, scratch_out: list | None = None) -> list[int]:
+def _device_draws(nat, logits, params: dict, counts, draw: int, scratch_out: list | None = None,
+                  scratch_fill: float | None = None) -> list[int]:
     T = logits.shape[0]
     inp = step_inputs([0] * T, [(0, 0, 0)] * T, 0, draw=draw)
-    scratch = torch.empty(T, V, device="cuda")
+    scratch = torch.empty(T, V, device="cuda") if scratch_fill is None else torch.full((T, V), scratch_fill, device="cuda")
     out = torch.full((T,), -7, dtype=torch.int32, device="cuda")
     nat.op_sample(logits.data_ptr(), T, V, params, counts.data_ptr(), inp.data_ptr(), scratch.data_ptr(),
                   out.data_ptr())
@@ -47,13 +48,21 @@ def _device_draws(nat, logits, params: dict, counts, draw: int, scratch_out: lis
     return out.cpu().tolist()
 
 
+SLICES = -(-V // 2048)  # sampler.cu kSlice
+
+
 def _no_top_k_candidates(scratch_row) -> tuple[list[int], int]:
     """Each slice's candidate count and a slice's capacity, from the no-top-k mode's scratch header (sampler.cu
-    CutoffLayout: float64 shares of the normaliser, float maxima, int32 counts, then the candidate regions)."""
-    slices = -(-V // 2048)
-    counts = scratch_row.view(torch.int32)[3 * slices:4 * slices].tolist()
-    header = (16 * slices + 255) // 256 * 256
-    return counts, (V * 4 - header) // (8 * slices)
+    CutoffLayout: float64 shares of the normaliser, float maxima, int32 counts, the slice draw's float64 scores and
+    int32 winners, then the candidate regions)."""
+    counts = scratch_row.view(torch.int32)[3 * SLICES:4 * SLICES].tolist()
+    header = (28 * SLICES + 255) // 256 * 256
+    return counts, (V * 4 - header) // (8 * SLICES)
+
+
+def _slice_winners(scratch_row) -> list[int]:
+    """The slice draw's winner of each slice (INT_MAX where none of its ids was within reach), from the header."""
+    return scratch_row.view(torch.int32)[6 * SLICES:7 * SLICES].tolist()
 
 
 def _history(gen):
@@ -188,6 +197,82 @@ def test_device_draw_with_top_k_above_64_is_the_host_samplers(nat, case):
     assert len(drawn) >= 10
 
 
+SLICE_DRAW_CASES = {
+    "temperature-only": dict(temperature=0.8),
+    "temperature-only-penalties": dict(temperature=1.0, presence_penalty=1.5, repetition_penalty=1.1,
+                                       frequency_penalty=0.2),
+    "min-p-only": dict(temperature=1.0, min_p=0.1),
+    "min-p-tiny": dict(temperature=1.3, min_p=1e-13),  # log(min_p) = -29.9: below the draw's reach, the cutoff binds
+    # top-p: the sorted candidates as before, but only those at or above min-p's floor collected
+    "top-p-min-p": dict(temperature=1.0, top_p=0.95, min_p=0.05),
+    "top-p-min-p-tight": dict(temperature=0.7, top_p=0.5, min_p=0.2, presence_penalty=1.0),
+}
+
+
+@pytest.fixture
+def slice_draw(nat):
+    nat.set_sampler_slice_draw(True)
+    yield
+    nat.set_sampler_slice_draw(False)
+
+
+def _rows_for_slice_draw(gen, history):
+    """Row shapes from a trained model's (a few leaders far above a long tail) to flat ones, at float32 extremes."""
+    prompt, generated, _ = history
+    hot = prompt[:5] + generated[:5] + [5]
+    T = 8
+    peaked = torch.randn(T, V, generator=gen) * 2.5
+    peaked[:, hot] += 9.0
+    tail = torch.randn(T, V, generator=gen) * 12
+    tail[:, hot] = 60.0 + torch.randn(T, len(hot), generator=gen) * 0.5
+    # most ids within reach of the draw (a trained model's row at temperature 1 may look like this): without the slice
+    # draw, the one-block fallback takes it
+    broad = torch.randn(T, V, generator=gen) * 3.0
+    broad[:, hot] += 12.0
+    rows = {"peaked": peaked, "long tail": tail, "broad": broad,
+            "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0)}
+    for offset in (3.0e4, -1.0e5):
+        rows[f"flat at {offset:g}"] = (torch.randn(1, V, generator=gen) * 0.7 + offset).expand(T, V).contiguous()
+    return rows
+
+
+def _collected(host, row, history, sampling: dict) -> int:
+    """How many ids the collect kernel keeps for one row: finite values (penalised logits over the temperature, in
+    float32 as both samplers divide) at or above max(M - 26.1, M + log(min_p)) (sampler.cu kCutoff)."""
+    import math
+    prompt, generated, _ = history
+    v = host.penalised_logits(row, generated, prompt) / sampling["temperature"]
+    M = v.max()
+    floor = M - torch.tensor(26.1, dtype=torch.float32)
+    if sampling.get("min_p", 0.0) > 0:
+        floor = torch.maximum(floor, M + torch.tensor(math.log(sampling["min_p"]), dtype=torch.float32))
+    return int(((v >= floor) & torch.isfinite(v)).sum())
+
+
+@pytest.mark.parametrize("case", list(SLICE_DRAW_CASES))
+def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
+    """set_sampler_slice_draw: with neither top-k nor top-p, each slice's Gumbel-max winner and the best of them (the
+    header's winners show that path ran, on every row shape, flat ones included); with top-p, min-p's floor applied
+    as the ids are collected (the header's counts are the host's count of ids at or above it)."""
+    sampling = SLICE_DRAW_CASES[case]
+    _, host, dev, gen, history = _oracle(sampling, 400 + list(SLICE_DRAW_CASES).index(case), 31337)
+    counts = history[2]
+    drawn = set()
+    for name, rows in _rows_for_slice_draw(gen, history).items():
+        for draw in (0, 4097, 2**31 - 64):
+            scratch = []
+            got = _device_draws(nat, rows.cuda(), dev, counts, draw, scratch, scratch_fill=float("nan"))
+            assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
+            drawn.update(got)
+            for t in (0, rows.shape[0] - 1):
+                if "top_p" in sampling:
+                    per_slice, _ = _no_top_k_candidates(scratch[0][t])
+                    assert sum(per_slice) == _collected(host, rows[t], history, sampling), f"{case}, row {name}"
+                else:
+                    assert got[t] in _slice_winners(scratch[0][t]), f"{case}, row {name}: not the slice draw"
+    assert len(drawn) >= 10
+
+
 def test_broken_rows_get_minus_one(nat):
     counts = torch.zeros(V, dtype=torch.int32, device="cuda")
     logits = torch.randn(4, V)
@@ -199,6 +284,14 @@ def test_broken_rows_get_minus_one(nat):
         got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
         assert got[:3] == [-1, -1, row2], params
         assert 0 <= got[3] < VALID
+    nat.set_sampler_slice_draw(True)
+    try:
+        for params in (dict(temperature=0.7), dict(temperature=0.7, min_p=0.1)):
+            got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
+            assert got[:3] == [-1, -1, -1], ("slice draw", params)
+            assert 0 <= got[3] < VALID
+    finally:
+        nat.set_sampler_slice_draw(False)
 
 
 def _tiny(tiny_native_ckpt, chunk=0):
@@ -238,6 +331,20 @@ def test_decode_loop_gives_the_host_loops_tokens(tiny_native_ckpt, preset, chunk
                                                         prompt_ids=prompt))]
     assert got == want
     assert state.revoked and not m.engine.decode_running  # closed: the queue drained, the lane returned
+
+
+def test_decode_loop_with_the_slice_draw_gives_the_host_loops_tokens(nat, slice_draw, tiny_native_ckpt):
+    """The loop's graph captured with the slice draw on (temperature and min-p, no top-k or top-p)."""
+    from engine.sampling import SamplingParams
+    m = _tiny(tiny_native_ckpt)
+    vocab = m.config.text.vocab_size - 3
+    prompt = torch.randint(0, vocab, (21,), generator=torch.Generator().manual_seed(6)).tolist()
+    params = SamplingParams(temperature=1.2, min_p=0.02, presence_penalty=0.5)
+    want = _host_loop(m, prompt, params, 7, 40, vocab)
+    state = m.new_state(len(prompt) + 41)
+    m.forward(torch.tensor(prompt), state, last_only=True)
+    got = [t for _, t in zip(range(40), m.decode_tokens(state, params, seed=7, vocab_limit=vocab, prompt_ids=prompt))]
+    assert got == want
 
 
 def test_decode_loop_stops_at_the_states_limit_and_leaves_the_engine_usable(tiny_native_ckpt):

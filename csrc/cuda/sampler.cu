@@ -41,19 +41,24 @@ constexpr float kCutoff = 26.1f;
 static_assert(kCutoff > kGumbelMax + 3.1301, "kCutoff must cover the largest noise minus the smallest");
 constexpr int kMaxCutoffSlices = 512;  // rows of up to 1M ids take the no-top-k path; longer ones the fallback
 
-// The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count and float64
-// share of the normaliser), then each slice's candidates in a region of equal capacity.
+// The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count, float64
+// share of the normaliser and, for the slice draw, its winner's float64 score and id), then each slice's candidates
+// in a region of equal capacity.
 struct CutoffLayout {
   float* slice_max;
   int32_t* slice_count;
   double* slice_z;
+  double* slice_score;
+  int32_t* slice_winner;
   Candidate* cand;
   int capacity;  // candidates a slice's region holds
   __device__ CutoffLayout(char* row, size_t row_bytes, int slices) {
     slice_z = reinterpret_cast<double*>(row);
     slice_max = reinterpret_cast<float*>(row + 8 * slices);
     slice_count = reinterpret_cast<int32_t*>(row + 12 * slices);
-    const size_t header = (16 * (size_t)slices + 255) / 256 * 256;
+    slice_score = reinterpret_cast<double*>(row + 16 * slices);
+    slice_winner = reinterpret_cast<int32_t*>(row + 24 * slices);
+    const size_t header = (28 * (size_t)slices + 255) / 256 * 256;
     cand = reinterpret_cast<Candidate*>(row + header);
     capacity = (int)((row_bytes - header) / (8 * (size_t)slices));
   }
@@ -123,6 +128,14 @@ __device__ inline bool is_fast(const SamplingParams& p, int slices) {
 __device__ inline bool is_cutoff(const SamplingParams& p, int slices) {
   return !is_greedy(p) && !is_fast(p, slices) && p.top_k <= kMaxCandidates;
 }
+// The slice draw (set_sampler_slice_draw): with neither top-k nor top-p the host draws over the ids in id order with
+// no ranking, so each collect block takes its slice's Gumbel-max winner among the ids within reach (and above
+// min-p's floor) and finish takes the best of the slices' winners: no candidate list, no sort, no fallback.
+__device__ inline bool is_slice_draw(const SamplingParams& p, bool slice_draw) {
+  return slice_draw && !is_greedy(p) && p.top_k == 0 && !(p.top_p < 1.0);
+}
+// The draw index of row t: the step's (tokens generated so far) plus the row.
+__device__ inline uint64_t row_draw(const StepInputs* in, int t) { return (uint64_t)(uint32_t)in->draw + t; }
 
 // Better = larger value, then lower id.
 template <typename V>
@@ -206,11 +219,12 @@ __global__ void __launch_bounds__(kPrepThreads) sample_prepare_kernel(const floa
 // the softmax normaliser in float64 (only when top-p needs it).
 __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const float* logits, int V, const StepInputs* in,
                                                                       const int32_t* counts_all, char* scratch,
-                                                                      size_t row_bytes) {
+                                                                      size_t row_bytes, bool slice_draw) {
   using Scan = cub::BlockScan<int, kPrepThreads>;
   __shared__ union {
     typename Scan::TempStorage scan;
     double z[kPrepThreads / 32];
+    struct { double v[32]; float f[32]; int i[32]; } best;
   } smem;
   __shared__ float row_max;
   const SamplingParams p = in->sampling;
@@ -233,7 +247,11 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   __syncthreads();
   const float M = row_max;
   if (!(M > -INFINITY) || isnan(M)) return;  // nothing to draw, or broken: finish reports it
-  const float floor_value = M - kCutoff;
+  float floor_value = M - kCutoff;
+  // Without top-k, min-p keeps only values >= M + log(min_p) (finish's own test, the same float32 sum), and no id
+  // below that floor changes top-p's cut for the ids above it (their mass before them comes from higher values):
+  // with the slice draw on, such ids are not collected. With top-k they are: top-k ranks and normalises over them.
+  if (slice_draw && p.top_k == 0 && p.min_p > 0.f) floor_value = fmaxf(floor_value, __fadd_rn(M, p.log_min_p));
   const bool need_z = p.top_p < 1.0 && p.top_k == 0;  // with top-k, finish sums over the k kept
   float v[kPrepItems];
   int flags[kPrepItems];
@@ -243,6 +261,37 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     v[j] = i < V ? drawn_value(row, i, p, counts) : -INFINITY;
     flags[j] = v[j] > -INFINITY && v[j] >= floor_value;
     if (need_z && v[j] > -INFINITY) z += exp((double)v[j] - (double)M);
+  }
+  if (is_slice_draw(p, slice_draw)) {
+    // The slice's Gumbel-max winner, in two passes as finish_full draws: float32 scores first (gumbel_approx), then
+    // the float64 score (the host's) only for ids within twice the float32 error of the slice's best float32 score,
+    // which the slice's float64 winner must be. Ties: the lower id, as the host's argmax over id order.
+    const uint64_t draw = row_draw(in, t);
+    float f[kPrepItems];
+    float top = -INFINITY;
+    for (int j = 0; j < kPrepItems; ++j) {
+      const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
+      f[j] = flags[j] ? __fadd_rn(v[j], gumbel_approx(p, draw, i)) : -INFINITY;
+      top = fmaxf(top, f[j]);
+    }
+    top = warp_max(top);
+    if ((threadIdx.x & 31) == 0) smem.best.f[threadIdx.x >> 5] = top;
+    __syncthreads();
+    top = -INFINITY;
+    for (int w = 0; w < kPrepThreads / 32; ++w) top = fmaxf(top, smem.best.f[w]);
+    const float score_floor = top - approx_margin(top);
+    double bs = -INFINITY;
+    int bi = INT_MAX;
+    for (int j = 0; j < kPrepItems; ++j) {
+      const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
+      if (flags[j] && f[j] >= score_floor) keep_better(bs, bi, (double)v[j] + gumbel(p, draw, i), i);
+    }
+    const int win = block_best(bs, bi, smem.best.v, smem.best.i);
+    if (win == INT_MAX ? threadIdx.x == 0 : bi == win) {  // no id of this slice within reach: no winner
+      L.slice_score[slice] = win == INT_MAX ? -INFINITY : bs;
+      L.slice_winner[slice] = win;
+    }
+    return;
   }
   int offsets[kPrepItems], total;
   Scan(smem.scan).ExclusiveSum(flags, offsets, total);
@@ -480,6 +529,29 @@ __device__ int finish_full(const float* row, const int32_t* counts, int V, const
   return block_best(bs, bsi, sd, si);
 }
 
+// Slice-draw finish: the best of the slices' winners (float64 score desc, id asc); -1 for a broken row (a NaN or
+// +inf logit) or nothing to draw.
+__device__ int finish_slice_draw(char* row_scratch, size_t row_bytes, int slices, double* sd, int* si) {
+  CutoffLayout L(row_scratch, row_bytes, slices);
+  __shared__ int drawable;
+  if (threadIdx.x == 0) {  // as finish_cutoff: a NaN maximum is a broken row, none above -inf nothing to draw
+    float m = -INFINITY;
+    bool bad = false;
+    for (int s = 0; s < slices; ++s) {
+      bad |= isnan(L.slice_max[s]);
+      m = fmaxf(m, L.slice_max[s]);
+    }
+    drawable = !bad && m > -INFINITY;  // else collect wrote no winners for this row
+  }
+  __syncthreads();
+  if (!drawable) return -1;
+  double best = -INFINITY;
+  int bi = INT_MAX;
+  for (int s = threadIdx.x; s < slices; s += blockDim.x) keep_better(best, bi, L.slice_score[s], L.slice_winner[s]);
+  const int win = block_best(best, bi, sd, si);
+  return win == INT_MAX ? -1 : win;
+}
+
 using FinishSort = cub::BlockRadixSort<uint32_t, kFinishThreads, kFinishItems, int32_t>;
 using FinishScan = cub::BlockScan<double, kFinishThreads>;
 
@@ -635,7 +707,7 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
                                                                        int32_t* counts_all, char* scratch,
                                                                        size_t row_bytes, int slices, int32_t* out,
                                                                        bool advance, int32_t* host_ring,
-                                                                       int ring_size) {
+                                                                       int ring_size, bool slice_draw) {
   __shared__ union {
     typename FinishSort::TempStorage sort;
     typename FinishScan::TempStorage scan;
@@ -654,7 +726,7 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
   __shared__ int si[32];
   const SamplingParams p = in->sampling;
   const int t = blockIdx.x;
-  const uint64_t draw = (uint64_t)(uint32_t)in->draw + t;
+  const uint64_t draw = row_draw(in, t);
   char* row_scratch = scratch + t * row_bytes;
   const Candidate* cand = reinterpret_cast<const Candidate*>(row_scratch);
   const float* row = logits + (size_t)t * V;
@@ -694,6 +766,8 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
     }
     __syncthreads();
     token = fast_token;
+  } else if (is_slice_draw(p, slice_draw)) {
+    token = finish_slice_draw(row_scratch, row_bytes, slices, sd, si);
   } else {
     token = is_cutoff(p, slices) && slices <= kMaxCutoffSlices
                 ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, row, counts, smem.sort, smem.scan, offsets, sd,
@@ -727,6 +801,10 @@ __global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in
 
 }  // namespace
 
+static bool g_slice_draw = false;  // set_sampler_slice_draw
+void set_sampler_slice_draw(bool on) { g_slice_draw = on; }
+bool get_sampler_slice_draw() { return g_slice_draw; }
+
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
                    int32_t* out_tokens, cudaStream_t stream, bool advance, int32_t* host_ring, int ring_size) {
   if (T < 1 || (advance && T != 1)) throw std::invalid_argument("sample_tokens: T >= 1, and T == 1 in the decode loop");
@@ -734,10 +812,11 @@ void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInput
   const int slices = ceil_div(V, kSlice);
   sample_prepare_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
   MR_CHECK_LAUNCH("sample_tokens (prepare)");
-  sample_collect_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
+  sample_collect_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes,
+                                                                       g_slice_draw);
   MR_CHECK_LAUNCH("sample_tokens (collect)");
   sample_finish_kernel<<<T, kFinishThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes, slices,
-                                                         out_tokens, advance, host_ring, ring_size);
+                                                         out_tokens, advance, host_ring, ring_size, g_slice_draw);
   MR_CHECK_LAUNCH("sample_tokens (finish)");
 }
 
