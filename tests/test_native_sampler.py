@@ -294,6 +294,25 @@ def test_broken_rows_get_minus_one(nat):
         nat.set_sampler_slice_draw(False)
 
 
+@pytest.mark.parametrize("slice_draw_on", [False, True])
+def test_values_that_overflow_draw_the_lowest_id_holding_inf(nat, slice_draw_on):
+    """A finite logit over a small temperature can overflow float32: the host then draws the lowest id whose value is
+    +inf (every such score is +inf). The float32 filter before the float64 noise must keep those ids (inf - inf)."""
+    from engine.sampling import Sampler, SamplingParams
+    counts = torch.zeros(V, dtype=torch.int32, device="cuda")
+    logits = torch.randn(2, V) * 2.0
+    logits[:, [900, 500, 70000]] = 3.0e38
+    nat.set_sampler_slice_draw(slice_draw_on)
+    try:  # top-k 10000 takes the one-block pass (finish_full)
+        for sampling in (dict(temperature=0.5), dict(temperature=0.5, min_p=0.05), dict(temperature=0.5, top_k=10000)):
+            host = Sampler(SamplingParams(**sampling, seed=3), valid_vocab_size=VALID)
+            want = [host.sample(logits[t], [], step=t) for t in range(2)]
+            assert want == [500, 500]
+            assert _device_draws(nat, logits.cuda(), {**sampling, "seed": 3, "vocab_limit": VALID}, counts, 0) == want
+    finally:
+        nat.set_sampler_slice_draw(False)
+
+
 def _tiny(tiny_native_ckpt, chunk=0):
     from engine.native_backend import NativeModel
     return NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="int8", max_context=256,
@@ -337,6 +356,7 @@ def test_decode_loop_with_the_slice_draw_gives_the_host_loops_tokens(nat, slice_
     """The loop's graph captured with the slice draw on (temperature and min-p, no top-k or top-p)."""
     from engine.sampling import SamplingParams
     m = _tiny(tiny_native_ckpt)
+    assert nat.get_sampler_slice_draw()  # on when the loop's graph is captured (its first decode_tokens)
     vocab = m.config.text.vocab_size - 3
     prompt = torch.randint(0, vocab, (21,), generator=torch.Generator().manual_seed(6)).tolist()
     params = SamplingParams(temperature=1.2, min_p=0.02, presence_penalty=0.5)

@@ -102,6 +102,10 @@ __device__ inline float gumbel_approx(const SamplingParams& p, uint64_t draw, in
 // How far below the best float32 score an id's float32 score may lie and still be the float64 winner: twice the
 // scores' error (gumbel_approx's, plus the float32 sum's rounding, at most 2^-24 of the score's size), with room.
 __device__ inline float approx_margin(float score) { return 1e-3f + fabsf(score) * 0x1p-20f; }
+// The float32 score an id must reach to get the float64 noise, from the best float32 score. A value that overflowed
+// to +inf (a huge logit over a tiny temperature) makes the best +inf: then the ids holding +inf, of which the host
+// draws the lowest (inf - inf would be NaN and keep none).
+__device__ inline float approx_floor(float top) { return isinf(top) ? top : top - approx_margin(top); }
 
 // The host's steps 1-2 in its float32 arithmetic (no fused multiply-add); NaN and +inf become the canonical NaN.
 __device__ inline float penalised_logit(const float* row, int i, const SamplingParams& p, const int32_t* counts) {
@@ -279,7 +283,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     __syncthreads();
     top = -INFINITY;
     for (int w = 0; w < kPrepThreads / 32; ++w) top = fmaxf(top, smem.best.f[w]);
-    const float score_floor = top - approx_margin(top);
+    const float score_floor = approx_floor(top);
     double bs = -INFINITY;
     int bi = INT_MAX;
     for (int j = 0; j < kPrepItems; ++j) {
@@ -518,7 +522,7 @@ __device__ int finish_full(const float* row, const int32_t* counts, int V, const
   }
   const int best_f = block_best(bf, bfi, sf, si);
   const float top = __fadd_rn(value(best_f), gumbel_approx(p, draw, best_f));
-  const float score_floor = top - approx_margin(top);
+  const float score_floor = approx_floor(top);
   double bs = -INFINITY;
   int bsi = INT_MAX;
   for (int i = threadIdx.x; i < V; i += kFinishThreads) {
@@ -808,7 +812,9 @@ bool get_sampler_slice_draw() { return g_slice_draw; }
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
                    int32_t* out_tokens, cudaStream_t stream, bool advance, int32_t* host_ring, int ring_size) {
   if (T < 1 || (advance && T != 1)) throw std::invalid_argument("sample_tokens: T >= 1, and T == 1 in the decode loop");
-  const size_t scratch_row_bytes = (size_t)V * 4;
+  if (V < 128) throw std::invalid_argument("sample_tokens: at least 128 logits a row (the scratch header's room)");
+  // each row's scratch starts 8-byte aligned (its header holds float64 arrays), inside the caller's V floats a row
+  const size_t scratch_row_bytes = (size_t)V * 4 / 8 * 8;
   const int slices = ceil_div(V, kSlice);
   sample_prepare_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
   MR_CHECK_LAUNCH("sample_tokens (prepare)");
