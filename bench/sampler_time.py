@@ -11,7 +11,10 @@ on every row. --slice-draw 0,1 times each mode with set_sampler_slice_draw off a
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
+import os
+import subprocess
 
 V, VALID = 248320, 248077
 
@@ -26,6 +29,12 @@ MODES = {
     "top-k 100": dict(temperature=0.8, top_k=100),
     "top-k 10000 (fallback)": dict(temperature=0.8, top_k=10000),
 }
+
+
+def _commit() -> str:
+    """MONORAIL_COMMIT (device calls run on a copy of the tree without .git), else the checkout's HEAD."""
+    return os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                               text=True).stdout.strip()
 
 
 def time_draw(nat, logits, params: dict, reps: int) -> float:
@@ -85,7 +94,8 @@ def main() -> None:
         nat.set_sampler_slice_draw(False)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "vocab": V, "rows": results}, f, indent=1)
+            json.dump({"gpu": torch.cuda.get_device_name(), "commit": _commit(), "date": dt.date.today().isoformat(),
+                       "vocab": V, "rows": results}, f, indent=1)
 
 
 if __name__ == "__main__":

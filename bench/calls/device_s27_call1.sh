@@ -2,7 +2,7 @@
 # Session 27 (written without a device; for the next session that has one): the sampler's slice draw
 # (set_sampler_slice_draw, default off) on its first GPU run. The sampler and loop tests (the new slice-draw cases
 # among them), the draw's cost by mode with the slice draw off and on, and the app's token loop.
-#   bash bench/calls/device_s27_call1.sh     (carry .whl; ~5 minutes)
+#   MONORAIL_COMMIT=<sha> bash bench/calls/device_s27_call1.sh     (carry .whl; ~5 minutes)
 # If every test passes and the slice draw is no slower on any row, turn it on by default (sampler.cu g_slice_draw).
 set -uo pipefail
 source bench/device_setup.sh
