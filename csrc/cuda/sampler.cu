@@ -13,6 +13,9 @@
 //     float64 (for top-p); finish sorts the candidates (at most 8192), cuts top-p and min-p and draws.
 //   top-k above 64, or too many candidates: finish alone, exact radix-select thresholds over the whole row (float32
 //     mass for top-p), then the draw pruned as the host prunes (no noise exceeds kGumbelMax).
+//   slice draw (set_sampler_slice_draw, off by default until it has run on a GPU): with neither top-k nor top-p,
+//     collect draws each slice's winner and finish takes the best (no candidates, no fallback); without top-k, ids
+//     below min-p's floor are not collected.
 // Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
 // u = (w + 0.5) / 2^32 and the noise -log(-log(u)), as the host computes it.
 #include <cub/block/block_radix_sort.cuh>
