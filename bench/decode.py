@@ -16,7 +16,6 @@ import gc
 import json
 import os
 import statistics
-import subprocess
 
 DEPTHS = (0, 8192, 32768, 131072)
 
@@ -277,8 +276,9 @@ def main() -> int:
         print(f"greedy sample + readback: {t0.elapsed_time(t1) / 20 * 1e3:.1f} us", flush=True)
         del model, e
         gc.collect()
-    commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                                 text=True).stdout.strip()
+    from provenance import commit as run_commit  # bench/ is the script's directory, first on sys.path
+
+    commit = run_commit()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "weights_gb_per_token": round(wbytes / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1), "rows": rows,
               "recipe": recipe.name, "gemv_components": comps, "gemv_best_isolated": VARIANTS[best],

@@ -21,7 +21,6 @@ import datetime as dt
 import gc
 import json
 import os
-import subprocess
 import time
 
 PROMPTS = (8192, 32768, 131072, 262144)
@@ -203,8 +202,9 @@ def main() -> int:
     gemm_tflops = flops_tok * n0 / gemm_sec / 1e12
     print(f"GEMMs at chunk {chunk}: {gemm_sec:.2f} of {full0:.2f} s for {n0} tokens = {gemm_tflops:.0f} TFLOP/s "
           f"({gemm_tflops / peak:.0%} of the matmul peak)", flush=True)
-    commit = os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                                 text=True).stdout.strip()
+    from provenance import commit as run_commit  # bench/ is the script's directory, first on sys.path
+
+    commit = run_commit()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
               "tensor_core_peak_tflops": round(peak, 1), "rows": [], "chunk_probe": probes,
               "budget_gib": args.budget_gib, "chunk": chunk, "overlap_probe": overlap_probe, "breakdown": breakdown,

@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import subprocess
 
 V, VALID = 248320, 248077
 
@@ -29,12 +27,6 @@ MODES = {
     "top-k 100": dict(temperature=0.8, top_k=100),
     "top-k 10000 (fallback)": dict(temperature=0.8, top_k=10000),
 }
-
-
-def _commit() -> str:
-    """MONORAIL_COMMIT (device calls run on a copy of the tree without .git), else the checkout's HEAD."""
-    return os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                               text=True).stdout.strip()
 
 
 def time_draw(nat, logits, params: dict, reps: int) -> float:
@@ -66,6 +58,7 @@ def main() -> None:
     import torch
 
     from engine.native import load_native
+    from provenance import commit  # bench/ is the script's directory, first on sys.path
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=200)
@@ -94,7 +87,7 @@ def main() -> None:
         nat.set_sampler_slice_draw(False)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "commit": _commit(), "date": dt.date.today().isoformat(),
+            json.dump({"gpu": torch.cuda.get_device_name(), "commit": commit(), "date": dt.date.today().isoformat(),
                        "vocab": V, "rows": results}, f, indent=1)
 
 

@@ -7,6 +7,8 @@ covered over many draws; the decode loop must give the host loop's tokens on a t
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from native_helpers import requires_gpu, step_inputs
@@ -209,11 +211,20 @@ SLICE_DRAW_CASES = {
 }
 
 
+@contextlib.contextmanager
+def _slice_draw_set(nat, on: bool):
+    """set_sampler_slice_draw(on) for the block, off again after it (the default)."""
+    nat.set_sampler_slice_draw(on)
+    try:
+        yield
+    finally:
+        nat.set_sampler_slice_draw(False)
+
+
 @pytest.fixture
 def slice_draw(nat):
-    nat.set_sampler_slice_draw(True)
-    yield
-    nat.set_sampler_slice_draw(False)
+    with _slice_draw_set(nat, True):
+        yield
 
 
 def _rows_for_slice_draw(gen, history):
@@ -284,14 +295,11 @@ def test_broken_rows_get_minus_one(nat):
         got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
         assert got[:3] == [-1, -1, row2], params
         assert 0 <= got[3] < VALID
-    nat.set_sampler_slice_draw(True)
-    try:
+    with _slice_draw_set(nat, True):
         for params in (dict(temperature=0.7), dict(temperature=0.7, min_p=0.1)):
             got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
             assert got[:3] == [-1, -1, -1], ("slice draw", params)
             assert 0 <= got[3] < VALID
-    finally:
-        nat.set_sampler_slice_draw(False)
 
 
 @pytest.mark.parametrize("slice_draw_on", [False, True])
@@ -302,15 +310,12 @@ def test_values_that_overflow_draw_the_lowest_id_holding_inf(nat, slice_draw_on)
     counts = torch.zeros(V, dtype=torch.int32, device="cuda")
     logits = torch.randn(2, V) * 2.0
     logits[:, [900, 500, 70000]] = 3.0e38
-    nat.set_sampler_slice_draw(slice_draw_on)
-    try:  # top-k 10000 takes the one-block pass (finish_full)
+    with _slice_draw_set(nat, slice_draw_on):  # top-k 10000 takes the one-block pass (finish_full)
         for sampling in (dict(temperature=0.5), dict(temperature=0.5, min_p=0.05), dict(temperature=0.5, top_k=10000)):
             host = Sampler(SamplingParams(**sampling, seed=3), valid_vocab_size=VALID)
             want = [host.sample(logits[t], [], step=t) for t in range(2)]
             assert want == [500, 500]
             assert _device_draws(nat, logits.cuda(), {**sampling, "seed": 3, "vocab_limit": VALID}, counts, 0) == want
-    finally:
-        nat.set_sampler_slice_draw(False)
 
 
 def _tiny(tiny_native_ckpt, chunk=0):

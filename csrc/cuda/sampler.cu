@@ -65,6 +65,17 @@ struct CutoffLayout {
     cand = reinterpret_cast<Candidate*>(row + header);
     capacity = (int)((row_bytes - header) / (8 * (size_t)slices));
   }
+  // The row's largest value from the slices' maxima, read by one thread; NaN when a slice saw a NaN or +inf logit
+  // (a broken row). Not above -inf: nothing to draw, and collect wrote nothing else for the row.
+  __device__ float serial_row_max(int slices) const {
+    float m = -INFINITY;
+    bool bad = false;
+    for (int s = 0; s < slices; ++s) {
+      bad |= isnan(slice_max[s]);
+      m = fmaxf(m, slice_max[s]);
+    }
+    return bad ? NAN : m;
+  }
 };
 
 __device__ inline uint32_t f2key(float f) {
@@ -541,15 +552,7 @@ __device__ int finish_full(const float* row, const int32_t* counts, int V, const
 __device__ int finish_slice_draw(char* row_scratch, size_t row_bytes, int slices, double* sd, int* si) {
   CutoffLayout L(row_scratch, row_bytes, slices);
   __shared__ int drawable;
-  if (threadIdx.x == 0) {  // as finish_cutoff: a NaN maximum is a broken row, none above -inf nothing to draw
-    float m = -INFINITY;
-    bool bad = false;
-    for (int s = 0; s < slices; ++s) {
-      bad |= isnan(L.slice_max[s]);
-      m = fmaxf(m, L.slice_max[s]);
-    }
-    drawable = !bad && m > -INFINITY;  // else collect wrote no winners for this row
-  }
+  if (threadIdx.x == 0) drawable = L.serial_row_max(slices) > -INFINITY;  // else collect wrote no winners
   __syncthreads();
   if (!drawable) return -1;
   double best = -INFINITY;
@@ -576,14 +579,10 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   __shared__ float row_max;
   __shared__ double row_z;
   if (threadIdx.x == 0) {
-    float m = -INFINITY;
+    const float m = L.serial_row_max(slices);
+    const bool drawable = m > -INFINITY;  // false for a broken row (NaN) too
     int bad = 0, n = 0;
     double z = 0.0;
-    for (int s = 0; s < slices; ++s) {
-      bad |= isnan(L.slice_max[s]);
-      m = fmaxf(m, L.slice_max[s]);
-    }
-    const bool drawable = !bad && m > -INFINITY;
     for (int s = 0; drawable && s < slices; ++s) {
       offsets[s] = n;
       const int c = L.slice_count[s];
@@ -592,7 +591,7 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
       if (p.top_p < 1.0) z += L.slice_z[s];
     }
     if (drawable && n > kMaxCandidates) bad = 2;
-    broken = bad ? bad : (drawable ? 0 : 1);
+    broken = drawable ? bad : 1;
     n_total = n;
     row_max = m;
     row_z = z;
