@@ -3,9 +3,10 @@
 broad one (a guess at a trained model's row at temperature 1: leaders 12 above a tail of standard deviation 3, so
 about two thirds of the ids are within reach), and a flat one (every id within reach). Where more than 8192 ids are
 within reach, the candidate modes (no top-k, top-k above 64) fall back to the one-block path; top-k 10000 takes it
-on every row. --slice-draw 0,1 times each mode with set_sampler_slice_draw off and on.
+on every row. With the slice draw (set_sampler_slice_draw, on by default) draws with neither top-k nor top-p never
+fall back. --slice-draw 0,1 times each mode with it off and on.
 
-    python3 bench/sampler_time.py [--reps 200] [--slice-draw 0] [--json out.json]
+    python3 bench/sampler_time.py [--reps 200] [--slice-draw 1] [--json out.json]
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--slice-draw", default="0", help="comma-separated settings of set_sampler_slice_draw (0, 1)")
+    ap.add_argument("--slice-draw", default="1", help="comma-separated settings of set_sampler_slice_draw (0, 1)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     nat = load_native()
@@ -74,6 +75,7 @@ def main() -> None:
     rows = {"long tail": tail.cuda().reshape(1, V), "broad": broad.cuda().reshape(1, V),
             "flat": (torch.randn(V, generator=gen) * 0.7).cuda().reshape(1, V)}
     results = []
+    default_setting = nat.get_sampler_slice_draw()
     try:
         for slice_draw in (bool(int(x)) for x in args.slice_draw.split(",")):
             nat.set_sampler_slice_draw(slice_draw)
@@ -84,7 +86,7 @@ def main() -> None:
                                         us_per_draw_with_sync=round(us, 1)))
                     print(json.dumps(results[-1]), flush=True)
     finally:
-        nat.set_sampler_slice_draw(False)
+        nat.set_sampler_slice_draw(default_setting)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "commit": commit(), "date": dt.date.today().isoformat(),

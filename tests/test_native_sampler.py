@@ -130,7 +130,8 @@ def test_fallback_draw_on_flat_or_tied_rows_is_the_host_samplers(nat, case):
     rows["integers"] = torch.round(torch.randn(T, V, generator=gen) * 2.0)
     for name, row in rows.items():
         for draw in (0, 123457):
-            got = _device_draws(nat, row.cuda(), dev, history[2], draw)
+            with _slice_draw_set(nat, False):  # on, temperature-only and min-p-only draws take the slice draw instead
+                got = _device_draws(nat, row.cuda(), dev, history[2], draw)
             assert got == _host_draws(host, row, history, draw), f"{case}, row {name}, draw {draw}"
 
 
@@ -156,7 +157,8 @@ def test_device_draw_without_top_k_is_the_host_samplers(nat, case):
     drawn = set()
     for draw in (0, 16, 2**31 - 64):
         scratch = []
-        got = _device_draws(nat, logits.cuda(), dev, counts, draw, scratch)
+        with _slice_draw_set(nat, False):  # the sorted-candidate path for every case (on, it serves top-p alone)
+            got = _device_draws(nat, logits.cuda(), dev, counts, draw, scratch)
         assert got == _host_draws(host, logits, history, draw), f"{case}, draws {draw}..{draw + T - 1}"
         drawn.update(got)
         for t in range(T):
@@ -213,12 +215,13 @@ SLICE_DRAW_CASES = {
 
 @contextlib.contextmanager
 def _slice_draw_set(nat, on: bool):
-    """set_sampler_slice_draw(on) for the block, off again after it (the default)."""
+    """set_sampler_slice_draw(on) for the block, the previous setting (on by default) restored after it."""
+    before = nat.get_sampler_slice_draw()
     nat.set_sampler_slice_draw(on)
     try:
         yield
     finally:
-        nat.set_sampler_slice_draw(False)
+        nat.set_sampler_slice_draw(before)
 
 
 @pytest.fixture

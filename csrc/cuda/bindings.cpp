@@ -177,7 +177,7 @@ void register_cuda_bindings(py::module_& m) {
         "the idle warps a block of variant 49 carries, from the blocks an SM holds with 0, 1, ... of them");
   m.def("set_sampler_slice_draw", &set_sampler_slice_draw,
         "draws with neither top-k nor top-p reduced over the slices (and min-p's floor applied to the collected ids) "
-        "instead of sorted candidates (default off)");
+        "instead of sorted candidates (default on)");
   m.def("get_sampler_slice_draw", &get_sampler_slice_draw, "whether the sampler's slice draw is on");
   m.def("set_gdn_conv_ring", &set_gdn_conv_ring,
         "the GDN decode step's conv windows loaded as whole rings before the PDL wait (default on; off: by position)");

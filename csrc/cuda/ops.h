@@ -195,7 +195,7 @@ int get_attn_variant();
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
                    int32_t* out_tokens, cudaStream_t stream, bool advance = false,
                    int32_t* host_ring = nullptr, int ring_size = 0);
-// The slice draw (default off until it has run on a GPU): with neither top-k nor top-p, each collect block draws its
+// The slice draw (default on; off keeps the sorted-candidate path for every no-top-k draw): with neither top-k nor top-p, each collect block draws its
 // slice's Gumbel-max winner and finish takes the best of them, so such draws never sort candidates or fall back to
 // the one-block pass; without top-k, ids below min-p's floor are not collected. Read when sample_tokens is enqueued
 // (a captured decode loop keeps the value it was captured with). Same tokens either way (tests).

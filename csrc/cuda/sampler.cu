@@ -13,7 +13,7 @@
 //     float64 (for top-p); finish sorts the candidates (at most 8192), cuts top-p and min-p and draws.
 //   top-k above 64, or too many candidates: finish alone, exact radix-select thresholds over the whole row (float32
 //     mass for top-p), then the draw pruned as the host prunes (no noise exceeds kGumbelMax).
-//   slice draw (set_sampler_slice_draw, off by default until it has run on a GPU): with neither top-k nor top-p,
+//   slice draw (set_sampler_slice_draw, on by default since its first GPU run): with neither top-k nor top-p,
 //     collect draws each slice's winner and finish takes the best (no candidates, no fallback); without top-k, ids
 //     below min-p's floor are not collected.
 // Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
@@ -807,7 +807,7 @@ __global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in
 
 }  // namespace
 
-static bool g_slice_draw = false;  // set_sampler_slice_draw
+static bool g_slice_draw = true;  // set_sampler_slice_draw (on since its first GPU run, session 28)
 void set_sampler_slice_draw(bool on) { g_slice_draw = on; }
 bool get_sampler_slice_draw() { return g_slice_draw; }
 
