@@ -56,10 +56,17 @@ SLICES = -(-V // 2048)  # sampler.cu kSlice
 def _no_top_k_candidates(scratch_row) -> tuple[list[int], int]:
     """Each slice's candidate count and a slice's capacity, from the no-top-k mode's scratch header (sampler.cu
     CutoffLayout: float64 shares of the normaliser, float maxima, int32 counts, the slice draw's float64 scores and
-    int32 winners, then the candidate regions)."""
+    int32 winners, top-p's narrowing (float64 mass above, 64 int64 and 64 int32 bins a slice, the row's state), then
+    the candidate regions)."""
     counts = scratch_row.view(torch.int32)[3 * SLICES:4 * SLICES].tolist()
-    header = (28 * SLICES + 255) // 256 * 256
+    header = (808 * SLICES + 16 + 255) // 256 * 256
     return counts, (V * 4 - header) // (8 * SLICES)
+
+
+def _narrowing(scratch_row) -> tuple[int, int, int]:
+    """Top-p's narrowing state from the header: (1 when sample_narrow narrowed the row, b_in, b_out)."""
+    narrowed, b_in, b_out = scratch_row.view(torch.int32)[202 * SLICES:202 * SLICES + 3].tolist()
+    return narrowed, b_in, b_out
 
 
 def _slice_winners(scratch_row) -> list[int]:
@@ -210,7 +217,16 @@ SLICE_DRAW_CASES = {
     # top-p: the sorted candidates as before, but only those at or above min-p's floor collected
     "top-p-min-p": dict(temperature=1.0, top_p=0.95, min_p=0.05),
     "top-p-min-p-tight": dict(temperature=0.7, top_p=0.5, min_p=0.2, presence_penalty=1.0),
+    # top-p alone: where too many ids lie within reach, narrowed to the bins where the cut may fall
+    "top-p-only": dict(temperature=1.0, top_p=0.9),
+    "top-p-tight-penalties": dict(temperature=0.8, top_p=0.5, presence_penalty=1.0, repetition_penalty=1.1),
+    "top-p-loose": dict(temperature=1.2, top_p=0.995),
+    "top-p-min-p-loose": dict(temperature=1.0, top_p=0.9, min_p=1e-4),
 }
+# rows where sample_narrow must have narrowed these cases (more than 8192 ids within reach, the cut's bins fewer)
+# (bench/narrowing_emulation.py on rows of these shapes: 3389, 34, 89, 3389 and 0 candidates left, all draws equal)
+NARROWED = {("top-p-only", "broad"), ("top-p-tight-penalties", "broad"), ("top-p-tight-penalties", "peaked"),
+            ("top-p-min-p-loose", "broad"), ("top-p-min-p", "flat at 30000")}
 
 
 @contextlib.contextmanager
@@ -267,7 +283,8 @@ def _collected(host, row, history, sampling: dict) -> int:
 def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
     """set_sampler_slice_draw: with neither top-k nor top-p, each slice's Gumbel-max winner and the best of them (the
     header's winners show that path ran, on every row shape, flat ones included); with top-p, min-p's floor applied
-    as the ids are collected (the header's counts are the host's count of ids at or above it)."""
+    as the ids are collected (the header's counts are the host's count of ids at or above it), and where more ids lie
+    within reach than finish sorts, sample_narrow's bins where the cut may fall (its state in the header)."""
     sampling = SLICE_DRAW_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 400 + list(SLICE_DRAW_CASES).index(case), 31337)
     counts = history[2]
@@ -280,8 +297,15 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
             drawn.update(got)
             for t in (0, rows.shape[0] - 1):
                 if "top_p" in sampling:
-                    per_slice, _ = _no_top_k_candidates(scratch[0][t])
-                    assert sum(per_slice) == _collected(host, rows[t], history, sampling), f"{case}, row {name}"
+                    per_slice, capacity = _no_top_k_candidates(scratch[0][t])
+                    narrowed, b_in, b_out = _narrowing(scratch[0][t])
+                    collected = _collected(host, rows[t], history, sampling)
+                    if (case, name) in NARROWED:
+                        assert narrowed == 1 and b_in <= 64 and b_out <= 63, f"{case}, row {name}: not narrowed"
+                    if narrowed == 1:  # the cut's bins only, fewer than collect kept
+                        assert sum(per_slice) < collected, f"{case}, row {name}"
+                    else:
+                        assert narrowed == 0 and sum(per_slice) == collected, f"{case}, row {name}"
                 else:
                     assert got[t] in _slice_winners(scratch[0][t]), f"{case}, row {name}: not the slice draw"
     assert len(drawn) >= 10

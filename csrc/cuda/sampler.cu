@@ -44,26 +44,49 @@ constexpr float kCutoff = 26.1f;
 static_assert(kCutoff > kGumbelMax + 3.1301, "kCutoff must cover the largest noise minus the smallest");
 constexpr int kMaxCutoffSlices = 512;  // rows of up to 1M ids take the no-top-k path; longer ones the fallback
 
+// Top-p's narrowing (the slice draw's switch, no top-k): collect counts each slice's ids within kCutoff into kBins
+// bins of value below the row's largest, with their mass exp(v - M) in fixed point (integer sums: the same bits in
+// any order). bin_of is monotone in v, so equal values share a bin and a higher bin never holds a larger value.
+constexpr int kBins = 64;
+constexpr float kBinScale = kBins / kCutoff;
+constexpr double kMassScale = 0x1p40;  // fixed-point unit of a bin's mass: each id's share truncated by < 2^-40
+// How far the bins' mass may lie from the host's float64 cumulative sums, in units of the row's normaliser Z (>= 1,
+// the largest value's own mass): truncation (< 2^-40 an id, 2^20 ids at most: < 1e-6) and the sums' rounding.
+constexpr double kNarrowMargin = 4e-6;
+__device__ inline int bin_of(float v, float M) {
+  return min(kBins - 1, (int)__fmul_rn(__fsub_rn(M, v), kBinScale));
+}
+
 // The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count, float64
-// share of the normaliser and, for the slice draw, its winner's float64 score and id), then each slice's candidates
-// in a region of equal capacity.
+// share of the normaliser and, for the slice draw, its winner's float64 score and id; for top-p's narrowing the mass
+// of the slice's surely-kept ids, its bins, and the row's narrowing state), then each slice's candidates in a region
+// of equal capacity.
 struct CutoffLayout {
   float* slice_max;
   int32_t* slice_count;
   double* slice_z;
   double* slice_score;
   int32_t* slice_winner;
+  double* slice_above;      // narrowing: the mass exp(v - M) of the slice's ids in bins below b_in (surely kept)
+  uint64_t* bin_mass;       // [slice][kBins], fixed point (kMassScale): every id within kCutoff
+  int32_t* bin_count;       // [slice][kBins]: the ids collect keeps (within kCutoff and above min-p's floor)
+  int32_t* narrow;          // the row's narrowing: {1 when narrowed, b_in, b_out}, written by narrow's block 0
   Candidate* cand;
   int capacity;  // candidates a slice's region holds
+  static __host__ __device__ size_t header_bytes(int slices) { return (808 * (size_t)slices + 16 + 255) / 256 * 256; }
   __device__ CutoffLayout(char* row, size_t row_bytes, int slices) {
     slice_z = reinterpret_cast<double*>(row);
     slice_max = reinterpret_cast<float*>(row + 8 * slices);
     slice_count = reinterpret_cast<int32_t*>(row + 12 * slices);
     slice_score = reinterpret_cast<double*>(row + 16 * slices);
     slice_winner = reinterpret_cast<int32_t*>(row + 24 * slices);
-    const size_t header = (28 * (size_t)slices + 255) / 256 * 256;
-    cand = reinterpret_cast<Candidate*>(row + header);
-    capacity = (int)((row_bytes - header) / (8 * (size_t)slices));
+    slice_above = reinterpret_cast<double*>(row + 32 * (size_t)slices);
+    bin_mass = reinterpret_cast<uint64_t*>(row + 40 * (size_t)slices);
+    bin_count = reinterpret_cast<int32_t*>(row + (40 + 8 * kBins) * (size_t)slices);
+    narrow = reinterpret_cast<int32_t*>(row + (40 + 12 * kBins) * (size_t)slices);
+    static_assert(40 + 12 * kBins == 808, "header_bytes");
+    cand = reinterpret_cast<Candidate*>(row + header_bytes(slices));
+    capacity = (int)((row_bytes - header_bytes(slices)) / (8 * (size_t)slices));
   }
   // The row's largest value from the slices' maxima, read by one thread; NaN when a slice saw a NaN or +inf logit
   // (a broken row). Not above -inf: nothing to draw, and collect wrote nothing else for the row.
@@ -152,6 +175,12 @@ __device__ inline bool is_cutoff(const SamplingParams& p, int slices) {
 __device__ inline bool is_slice_draw(const SamplingParams& p, bool slice_draw) {
   return slice_draw && !is_greedy(p) && p.top_k == 0 && !(p.top_p < 1.0);
 }
+// Top-p's narrowing (the slice draw's switch): with top-p and no top-k, where more ids lie within reach of the draw
+// than finish can sort, sample_narrow keeps as candidates only the bins where the host's top-p cut may fall; the bins
+// above it are kept whole (each slice draws its winner there, as the slice draw), those below it are dropped.
+__device__ inline bool is_narrowing(const SamplingParams& p, bool slice_draw) {
+  return slice_draw && !is_greedy(p) && p.top_k == 0 && p.top_p < 1.0;
+}
 // The draw index of row t: the step's (tokens generated so far) plus the row.
 __device__ inline uint64_t row_draw(const StepInputs* in, int t) { return (uint64_t)(uint32_t)in->draw + t; }
 
@@ -233,6 +262,46 @@ __global__ void __launch_bounds__(kPrepThreads) sample_prepare_kernel(const floa
   }
 }
 
+struct SliceBest {
+  double v[32];
+  float f[32];
+  int i[32];
+};
+
+// The slice's Gumbel-max winner among its `eligible` ids (kPrepItems a thread, blocked), into the header's slice_score
+// and slice_winner (-inf and INT_MAX when none is eligible). In two passes as finish_full draws: float32 scores first
+// (gumbel_approx), then the float64 score (the host's) only for ids within twice the float32 error of the slice's best
+// float32 score, which the slice's float64 winner must be. Ties: the lower id, as the host's argmax over id order.
+// All threads of the block.
+__device__ void draw_slice_winner(const float* v, const int* eligible, const SamplingParams& p, uint64_t draw, int slice,
+                                  const CutoffLayout& L, SliceBest& best) {
+  float f[kPrepItems];
+  float top = -INFINITY;
+  for (int j = 0; j < kPrepItems; ++j) {
+    const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
+    f[j] = eligible[j] ? __fadd_rn(v[j], gumbel_approx(p, draw, i)) : -INFINITY;
+    top = fmaxf(top, f[j]);
+  }
+  top = warp_max(top);
+  __syncthreads();  // best may still be read by an earlier use
+  if ((threadIdx.x & 31) == 0) best.f[threadIdx.x >> 5] = top;
+  __syncthreads();
+  top = -INFINITY;
+  for (int w = 0; w < kPrepThreads / 32; ++w) top = fmaxf(top, best.f[w]);
+  const float score_floor = approx_floor(top);
+  double bs = -INFINITY;
+  int bi = INT_MAX;
+  for (int j = 0; j < kPrepItems; ++j) {
+    const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
+    if (eligible[j] && f[j] >= score_floor) keep_better(bs, bi, (double)v[j] + gumbel(p, draw, i), i);
+  }
+  const int win = block_best(bs, bi, best.v, best.i);
+  if (win == INT_MAX ? threadIdx.x == 0 : bi == win) {  // no eligible id in this slice: no winner
+    L.slice_score[slice] = win == INT_MAX ? -INFINITY : bs;
+    L.slice_winner[slice] = win;
+  }
+}
+
 // No-top-k mode: each slice's candidates (values within kCutoff of the row's largest), in id order, and its share of
 // the softmax normaliser in float64 (only when top-p needs it).
 __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const float* logits, int V, const StepInputs* in,
@@ -242,9 +311,11 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   __shared__ union {
     typename Scan::TempStorage scan;
     double z[kPrepThreads / 32];
-    struct { double v[32]; float f[32]; int i[32]; } best;
+    SliceBest best;
   } smem;
   __shared__ float row_max;
+  __shared__ unsigned long long bin_mass[kBins];
+  __shared__ int bin_count[kBins];
   const SamplingParams p = in->sampling;
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   if (!is_cutoff(p, slices)) return;
@@ -280,35 +351,23 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     flags[j] = v[j] > -INFINITY && v[j] >= floor_value;
     if (need_z && v[j] > -INFINITY) z += exp((double)v[j] - (double)M);
   }
-  if (is_slice_draw(p, slice_draw)) {
-    // The slice's Gumbel-max winner, in two passes as finish_full draws: float32 scores first (gumbel_approx), then
-    // the float64 score (the host's) only for ids within twice the float32 error of the slice's best float32 score,
-    // which the slice's float64 winner must be. Ties: the lower id, as the host's argmax over id order.
-    const uint64_t draw = row_draw(in, t);
-    float f[kPrepItems];
-    float top = -INFINITY;
-    for (int j = 0; j < kPrepItems; ++j) {
-      const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
-      f[j] = flags[j] ? __fadd_rn(v[j], gumbel_approx(p, draw, i)) : -INFINITY;
-      top = fmaxf(top, f[j]);
-    }
-    top = warp_max(top);
-    if ((threadIdx.x & 31) == 0) smem.best.f[threadIdx.x >> 5] = top;
+  if (is_narrowing(p, slice_draw)) {  // the slice's bins, for sample_narrow
+    for (int b = threadIdx.x; b < kBins; b += kPrepThreads) { bin_mass[b] = 0; bin_count[b] = 0; }
     __syncthreads();
-    top = -INFINITY;
-    for (int w = 0; w < kPrepThreads / 32; ++w) top = fmaxf(top, smem.best.f[w]);
-    const float score_floor = approx_floor(top);
-    double bs = -INFINITY;
-    int bi = INT_MAX;
     for (int j = 0; j < kPrepItems; ++j) {
-      const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
-      if (flags[j] && f[j] >= score_floor) keep_better(bs, bi, (double)v[j] + gumbel(p, draw, i), i);
+      if (!(v[j] > -INFINITY && v[j] >= M - kCutoff)) continue;
+      const int b = bin_of(v[j], M);
+      atomicAdd(&bin_mass[b], (unsigned long long)(exp((double)v[j] - (double)M) * kMassScale));
+      if (flags[j]) atomicAdd(&bin_count[b], 1);
     }
-    const int win = block_best(bs, bi, smem.best.v, smem.best.i);
-    if (win == INT_MAX ? threadIdx.x == 0 : bi == win) {  // no id of this slice within reach: no winner
-      L.slice_score[slice] = win == INT_MAX ? -INFINITY : bs;
-      L.slice_winner[slice] = win;
+    __syncthreads();
+    for (int b = threadIdx.x; b < kBins; b += kPrepThreads) {
+      L.bin_mass[(size_t)slice * kBins + b] = bin_mass[b];
+      L.bin_count[(size_t)slice * kBins + b] = bin_count[b];
     }
+  }
+  if (is_slice_draw(p, slice_draw)) {
+    draw_slice_winner(v, flags, p, row_draw(in, t), slice, L, smem.best);
     return;
   }
   int offsets[kPrepItems], total;
@@ -328,6 +387,133 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     }
   }
   if (threadIdx.x == 0) L.slice_count[slice] = total;
+}
+
+// Top-p's narrowing, between collect and finish (no top-k, top-p, the slice draw's switch). Where the ids collect kept
+// would overflow finish's sort, every block finds, from all slices' bins (integer sums: each block gets the same
+// answer), the bins [b_in, b_out] where the host's top-p cut may fall: the mass in bins 0..b is the mass before every
+// id of bin b + 1 and beyond, so bins whose cumulative mass stays below top_p * Z (less a margin for the bins'
+// fixed point and the host's rounding) are kept whole, and bins past the first whose cumulative mass reaches it (plus
+// the margin) are dropped. Each block then replaces its slice's candidates with its ids in [b_in, b_out] (finish
+// sorts them and cuts top-p there, starting from the mass above them) and draws its winner among its ids above b_in
+// (as the slice draw; min-p applies to both). Leaves the row as collect left it when nothing overflowed, or when the
+// narrowed candidates would overflow too (finish falls back to finish_full).
+__global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float* logits, int V, const StepInputs* in,
+                                                                     const int32_t* counts_all, char* scratch,
+                                                                     size_t row_bytes, bool slice_draw) {
+  using Scan = cub::BlockScan<int, kPrepThreads>;
+  __shared__ union {
+    typename Scan::TempStorage scan;
+    double z[kPrepThreads / 32];
+    SliceBest best;
+  } smem;
+  __shared__ unsigned long long part_mass[kPrepThreads / kBins][kBins];
+  __shared__ int part_count[kPrepThreads / kBins][kBins];
+  __shared__ float row_max;
+  __shared__ int decision[3];  // narrowed, b_in, b_out
+  __shared__ int slice_overflow;
+  const SamplingParams p = in->sampling;
+  const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
+  if (!is_narrowing(p, slice_draw) || !is_cutoff(p, slices) || slices > kMaxCutoffSlices) return;
+  const float* row = logits + (size_t)t * V;
+  const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
+  CutoffLayout L(scratch + t * row_bytes, row_bytes, slices);
+  if (threadIdx.x == 0) {
+    row_max = L.serial_row_max(slices);
+    slice_overflow = 0;
+  }
+  __syncthreads();
+  const float M = row_max;
+  if (!(M > -INFINITY)) {  // nothing to draw, or broken (NaN): collect wrote no bins; finish reports it
+    if (slice == 0 && threadIdx.x == 0) L.narrow[0] = 0;
+    return;
+  }
+  // the row's bins: thread (g, b) sums bin b over the slices g, g + G, ...; then the G partial sums
+  {
+    constexpr int G = kPrepThreads / kBins;
+    const int b = threadIdx.x % kBins, g = threadIdx.x / kBins;
+    unsigned long long m = 0;
+    int c = 0;
+    for (int s = g; s < slices; s += G) {
+      m += L.bin_mass[(size_t)s * kBins + b];
+      c += L.bin_count[(size_t)s * kBins + b];
+    }
+    part_mass[g][b] = m;
+    part_count[g][b] = c;
+    for (int s = threadIdx.x; s < slices; s += kPrepThreads) {  // a slice whose ids overflow its region
+      int n = 0;
+      for (int k = 0; k < kBins; ++k) n += L.bin_count[(size_t)s * kBins + k];
+      if (n > L.capacity) slice_overflow = 1;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double z = 0.0;  // the row's normaliser, summed in finish_cutoff's order
+    for (int s = 0; s < slices; ++s) z += L.slice_z[s];
+    const double target = p.top_p * z * kMassScale, margin = kNarrowMargin * z * kMassScale;
+    unsigned long long bin_m[kBins];
+    int bin_c[kBins], total = 0;
+    for (int b = 0; b < kBins; ++b) {
+      bin_m[b] = 0;
+      bin_c[b] = 0;
+      for (int g = 0; g < kPrepThreads / kBins; ++g) { bin_m[b] += part_mass[g][b]; bin_c[b] += part_count[g][b]; }
+      total += bin_c[b];
+    }
+    // b_in: the first bin whose cumulative mass may reach the target (kBins: none does, so every id within reach is
+    // kept by top-p); b_out: the first from b_in whose cumulative mass surely reaches it (else the last bin)
+    unsigned long long cum = 0;
+    int b_in = kBins, b_out = kBins - 1;
+    for (int b = 0; b < kBins; ++b) {
+      cum += bin_m[b];
+      if (b_in == kBins && (double)cum + margin >= target) b_in = b;
+      if (b_in < kBins && (double)cum - margin >= target) { b_out = b; break; }
+    }
+    int boundary = 0;
+    for (int b = b_in; b <= b_out; ++b) boundary += bin_c[b];
+    const bool overflow = slice_overflow || total > kMaxCandidates;
+    const bool narrowed = overflow && boundary <= kMaxCandidates;
+    decision[0] = narrowed;
+    decision[1] = b_in;
+    decision[2] = b_out;
+    if (slice == 0) {
+      L.narrow[0] = narrowed;
+      L.narrow[1] = b_in;
+      L.narrow[2] = b_out;
+    }
+  }
+  __syncthreads();
+  if (!decision[0]) return;
+  const int b_in = decision[1], b_out = decision[2];
+  const float floor_value = p.min_p > 0.f ? fmaxf(M - kCutoff, __fadd_rn(M, p.log_min_p)) : M - kCutoff;
+  float v[kPrepItems];
+  int above[kPrepItems], boundary[kPrepItems];
+  double mass_above = 0.0;
+  for (int j = 0; j < kPrepItems; ++j) {
+    const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
+    v[j] = i < V ? drawn_value(row, i, p, counts) : -INFINITY;
+    const bool reach = v[j] > -INFINITY && v[j] >= M - kCutoff;
+    const int b = reach ? bin_of(v[j], M) : kBins;
+    if (b < b_in) mass_above += exp((double)v[j] - (double)M);
+    above[j] = b < b_in && v[j] >= floor_value;  // surely kept by top-p; min-p decides
+    boundary[j] = b >= b_in && b <= b_out && v[j] >= floor_value;
+  }
+  draw_slice_winner(v, above, p, row_draw(in, t), slice, L, smem.best);
+  __syncthreads();
+  int offsets[kPrepItems], total;
+  Scan(smem.scan).ExclusiveSum(boundary, offsets, total);
+  for (int j = 0; j < kPrepItems; ++j)
+    if (boundary[j] && offsets[j] < L.capacity)
+      L.cand[(size_t)slice * L.capacity + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
+  __syncthreads();
+  mass_above = warp_sum(mass_above);  // fixed-order block sum
+  if ((threadIdx.x & 31) == 0) smem.z[threadIdx.x >> 5] = mass_above;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double a = 0.0;
+    for (int w = 0; w < kPrepThreads / 32; ++w) a += smem.z[w];
+    L.slice_above[slice] = a;
+    L.slice_count[slice] = total;
+  }
 }
 
 // Top-k finish in one warp: the k best candidates (sorted by key desc, id asc) -> token, or -1.
@@ -569,32 +755,38 @@ using FinishScan = cub::BlockScan<double, kFinishThreads>;
 // asc); with top-k by (penalised logit desc, id asc) and cut to the first k. Then top-p (mass before a candidate <
 // top_p, the masses exp(v - M) / Z in float64 with Z over the whole row, or over the k kept), min-p and the draw, all
 // threads of the block. Returns -2 when the candidates overflowed, or hold fewer than k ids (the caller falls back to
-// finish_full).
+// finish_full). Where sample_narrow narrowed the row (`narrowing`: its mode), the candidates are the ids of the bins
+// where top-p's cut may fall, their mass before starts from the mass of the ids above them, and the draw also weighs
+// the slices' winners among those ids above (which come first in the host's order, so they win a tied score).
 __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, const SamplingParams& p, uint64_t draw,
-                             const float* row, const int32_t* counts,
+                             const float* row, const int32_t* counts, bool narrowing,
                              typename FinishSort::TempStorage& sort_storage,
                              typename FinishScan::TempStorage& scan_storage, int* offsets, double* sd, int* si) {
   CutoffLayout L(row_scratch, row_bytes, slices);
-  __shared__ int n_total, broken;
+  __shared__ int n_total, broken, narrowed;
   __shared__ float row_max;
-  __shared__ double row_z;
+  __shared__ double row_z, row_above;
   if (threadIdx.x == 0) {
     const float m = L.serial_row_max(slices);
     const bool drawable = m > -INFINITY;  // false for a broken row (NaN) too
+    const bool narrow = drawable && narrowing && L.narrow[0] == 1;
     int bad = 0, n = 0;
-    double z = 0.0;
+    double z = 0.0, above = 0.0;
     for (int s = 0; drawable && s < slices; ++s) {
       offsets[s] = n;
       const int c = L.slice_count[s];
       if (c > L.capacity) bad = 2;
       n += c;
       if (p.top_p < 1.0) z += L.slice_z[s];
+      if (narrow) above += L.slice_above[s];
     }
     if (drawable && n > kMaxCandidates) bad = 2;
     broken = drawable ? bad : 1;
     n_total = n;
     row_max = m;
     row_z = z;
+    row_above = above;
+    narrowed = narrow;
   }
   __syncthreads();
   if (broken == 1) return -1;
@@ -645,6 +837,8 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
     }
     for (int j = 0; j < kFinishItems; ++j) mass[j] /= z;
     FinishScan(scan_storage).ExclusiveSum(mass, before);
+    if (narrowed)  // the ids above the candidates come first
+      for (int j = 0; j < kFinishItems; ++j) before[j] += row_above / z;
     int kept = 0;
     for (int j = 0; j < kFinishItems; ++j) kept += threadIdx.x * kFinishItems + j < m && before[j] < p.top_p;
     __shared__ int kept_total, lo_total, hi_total;
@@ -653,7 +847,7 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
     __syncthreads();
     if (kept) atomicAdd(&kept_total, kept);
     __syncthreads();
-    keep = max(kept_total, 1);
+    keep = narrowed ? kept_total : max(kept_total, 1);  // narrowed: the ids above are kept already
     if (use_k) {
       // Sorted by logit, equal values (logits the temperature rounds together) sit in logit order, where the host
       // has them in id order. The masses at each rank are the same either way, so keep is; but where the boundary
@@ -703,10 +897,26 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   }
   const int win_r = block_best(best, best_r, sd, si);
   __shared__ int win_id;
-  for (int j = 0; j < kFinishItems; ++j)
-    if (threadIdx.x * kFinishItems + j == win_r) win_id = ids[j];
+  __shared__ double win_score;
+  if (threadIdx.x == 0) { win_id = -1; win_score = -INFINITY; }
   __syncthreads();
-  return win_id;
+  for (int j = 0; j < kFinishItems; ++j)
+    if (threadIdx.x * kFinishItems + j == win_r) { win_id = ids[j]; win_score = best; }
+  __syncthreads();
+  if (!narrowed) return win_id;
+  // the best of the slices' winners among the ids above the candidates; a tie goes to them (earlier in the host's
+  // order). Among themselves a tie goes to the lower id, where the host's order would rank a larger value first: two
+  // float64 scores equal to the last bit, from different values, are not expected.
+  double above_best = -INFINITY;
+  int above_id = INT_MAX;
+  for (int s = threadIdx.x; s < slices; s += blockDim.x) keep_better(above_best, above_id, L.slice_score[s], L.slice_winner[s]);
+  const int above_win = block_best(above_best, above_id, sd, si);
+  __shared__ double above_score;
+  if (threadIdx.x == 0) above_score = -INFINITY;
+  __syncthreads();
+  if (above_win != INT_MAX && above_id == above_win) above_score = above_best;
+  __syncthreads();
+  return above_win != INT_MAX && above_score >= win_score ? above_win : win_id;
 }
 
 __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const float* logits, int V, StepInputs* in,
@@ -776,8 +986,8 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
     token = finish_slice_draw(row_scratch, row_bytes, slices, sd, si);
   } else {
     token = is_cutoff(p, slices) && slices <= kMaxCutoffSlices
-                ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, row, counts, smem.sort, smem.scan, offsets, sd,
-                                si)
+                ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, row, counts, is_narrowing(p, slice_draw),
+                                smem.sort, smem.scan, offsets, sd, si)
                 : -2;
     if (token == -2) token = finish_full(row, counts, V, p, draw, sd, si, sf);
   }
@@ -814,7 +1024,8 @@ bool get_sampler_slice_draw() { return g_slice_draw; }
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
                    int32_t* out_tokens, cudaStream_t stream, bool advance, int32_t* host_ring, int ring_size) {
   if (T < 1 || (advance && T != 1)) throw std::invalid_argument("sample_tokens: T >= 1, and T == 1 in the decode loop");
-  if (V < 128) throw std::invalid_argument("sample_tokens: at least 128 logits a row (the scratch header's room)");
+  // the no-top-k mode's scratch header (CutoffLayout) and at least a few candidates a slice fit in a row
+  if (V < 512) throw std::invalid_argument("sample_tokens: at least 512 logits a row (the scratch header's room)");
   // each row's scratch starts 8-byte aligned (its header holds float64 arrays), inside the caller's V floats a row
   const size_t scratch_row_bytes = (size_t)V * 4 / 8 * 8;
   const int slices = ceil_div(V, kSlice);
@@ -823,6 +1034,11 @@ void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInput
   sample_collect_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes,
                                                                        g_slice_draw);
   MR_CHECK_LAUNCH("sample_tokens (collect)");
+  if (g_slice_draw) {
+    sample_narrow_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes,
+                                                                         true);
+    MR_CHECK_LAUNCH("sample_tokens (narrow)");
+  }
   sample_finish_kernel<<<T, kFinishThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes, slices,
                                                          out_tokens, advance, host_ring, ring_size, g_slice_draw);
   MR_CHECK_LAUNCH("sample_tokens (finish)");

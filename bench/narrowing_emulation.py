@@ -1,0 +1,145 @@
+"""A numpy copy of the device sampler's top-p narrowing (csrc/cuda/sampler.cu: sample_collect's bins,
+sample_narrow's choice of bins, finish_cutoff's cut from the mass above), run against the host Sampler.
+
+For rows shaped like tests/test_native_sampler.py's (peaked, long tail, broad, whole numbers, flat), it prints for
+each top-p case whether the row would be narrowed, the bins [b_in, b_out] and the candidates left, and checks that
+the emulated draw equals the host Sampler's at a few draw indices. It runs without a GPU: a check of the method, not
+of the CUDA code (the GPU tests are that).
+
+    python3 bench/narrowing_emulation.py [--draws 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+V, VALID = 248320, 248077
+BINS, CUTOFF, MASS_SCALE, MARGIN, MAX_CANDIDATES = 64, np.float32(26.1), 2.0**40, 4e-6, 8192
+SLICE = 2048
+
+
+def narrowing(values: np.ndarray, top_p: float, min_p: float) -> dict:
+    """sample_narrow's decision for one row of values (penalised logits over the temperature, float32)."""
+    M = values.max()
+    reach = np.isfinite(values) & (values >= M - CUTOFF)
+    floor_value = M - CUTOFF
+    if min_p > 0:
+        floor_value = max(floor_value, np.float32(M + np.float32(math.log(min_p))))
+    flagged = reach & (values >= floor_value)
+    bins = np.full(values.shape, BINS, dtype=np.int64)
+    bins[reach] = np.minimum(BINS - 1, ((M - values[reach]) * np.float32(BINS / CUTOFF)).astype(np.int64))
+    e = np.exp(values.astype(np.float64) - float(M))
+    fixed = np.floor(e * MASS_SCALE).astype(np.uint64)
+    bin_mass = np.array([int(fixed[reach & (bins == b)].sum()) for b in range(BINS)], dtype=np.float64)
+    bin_count = np.array([int((flagged & (bins == b)).sum()) for b in range(BINS)])
+    z = float(e[np.isfinite(values)].sum())
+    target, margin = top_p * z * MASS_SCALE, MARGIN * z * MASS_SCALE
+    cum, b_in, b_out = 0.0, BINS, BINS - 1
+    for b in range(BINS):
+        cum += bin_mass[b]
+        if b_in == BINS and cum + margin >= target:
+            b_in = b
+        if b_in < BINS and cum - margin >= target:
+            b_out = b
+            break
+    boundary = int(bin_count[b_in:b_out + 1].sum())
+    slices = -(-values.shape[0] // SLICE)
+    capacity = (values.shape[0] // 2 * 8 - (808 * slices + 16 + 255) // 256 * 256) // (8 * slices)
+    per_slice = np.add.reduceat(flagged.astype(np.int64), np.arange(0, values.shape[0], SLICE))
+    overflow = int(flagged.sum()) > MAX_CANDIDATES or int(per_slice.max()) > capacity
+    return dict(narrowed=overflow and boundary <= MAX_CANDIDATES, overflow=overflow, b_in=b_in, b_out=b_out,
+                boundary=boundary, collected=int(flagged.sum()), M=M, z=z, bins=bins, e=e, floor=floor_value)
+
+
+def emulated_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int) -> int:
+    """finish_cutoff on a narrowed row: the cut among the sorted boundary ids from the mass above, then the draw."""
+    from engine.sampling import gumbel_noise
+
+    ids = np.arange(values.shape[0])
+    bins = n["bins"]
+    above = bins < n["b_in"]
+    mass_above = float(n["e"][above].sum())
+    boundary = (bins >= n["b_in"]) & (bins <= n["b_out"]) & (values >= n["floor"])
+    b_ids = ids[boundary]
+    order = np.lexsort((b_ids, -values[boundary]))  # value desc, id asc
+    b_ids = b_ids[order]
+    b_vals = values[b_ids].astype(np.float64)
+    share = np.exp(b_vals - float(n["M"])) / n["z"]
+    before = mass_above / n["z"] + (np.cumsum(share) - share)
+    kept = b_ids[before < top_p]
+    eligible_above = ids[above & (values >= n["floor"])]
+    pool = np.concatenate((eligible_above, kept))
+    scores = values[pool].astype(np.float64) + gumbel_noise(seed, [step], pool)[0]
+    return int(pool[np.argmax(scores)])  # ties: the first, as the device (the ids above come first)
+
+
+def rows(gen, hot):
+    import torch
+
+    T = 1
+    peaked = torch.randn(T, V, generator=gen) * 2.5
+    peaked[:, hot] += 9.0
+    tail = torch.randn(T, V, generator=gen) * 12
+    tail[:, hot] = 60.0 + torch.randn(T, len(hot), generator=gen) * 0.5
+    broad = torch.randn(T, V, generator=gen) * 3.0
+    broad[:, hot] += 12.0
+    out = {"peaked": peaked, "long tail": tail, "broad": broad,
+           "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0)}
+    for offset in (3.0e4, -1.0e5):
+        out[f"flat at {offset:g}"] = torch.randn(1, V, generator=gen) * 0.7 + offset
+    return {k: v[0] for k, v in out.items()}
+
+
+CASES = {
+    "top-p-min-p": dict(temperature=1.0, top_p=0.95, min_p=0.05),
+    "top-p-min-p-tight": dict(temperature=0.7, top_p=0.5, min_p=0.2, presence_penalty=1.0),
+    "top-p-only": dict(temperature=1.0, top_p=0.9),
+    "top-p-tight-penalties": dict(temperature=0.8, top_p=0.5, presence_penalty=1.0, repetition_penalty=1.1),
+    "top-p-loose": dict(temperature=1.2, top_p=0.995),
+    "top-p-min-p-loose": dict(temperature=1.0, top_p=0.9, min_p=1e-4),
+    "bench no top-k, top-p 0.9": dict(temperature=1.0, top_p=0.9),
+}
+
+
+def main() -> None:
+    import torch
+
+    from engine.sampling import Sampler, SamplingParams
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--draws", type=int, default=4)
+    args = ap.parse_args()
+    gen = torch.Generator().manual_seed(7)
+    prompt = torch.randint(0, VALID, (300,), generator=gen).tolist()
+    generated = torch.randint(0, VALID, (40,), generator=gen).tolist() + [5] * 3
+    hot = prompt[:5] + generated[:5] + [5]
+    row_set = rows(gen, hot)
+    mismatches = 0
+    for case, sampling in CASES.items():
+        host = Sampler(SamplingParams(**sampling, seed=11), valid_vocab_size=VALID)
+        for name, row in row_set.items():
+            logits = torch.cat((row[:VALID], torch.full((V - VALID,), float("-inf"))))
+            values = (host.penalised_logits(logits, generated, prompt) / sampling["temperature"]).numpy()
+            n = narrowing(values, sampling["top_p"], sampling.get("min_p", 0.0))
+            line = (f"{case:26s} {name:12s} collected {n['collected']:6d} narrowed {int(n['narrowed'])} "
+                    f"bins [{n['b_in']}, {n['b_out']}] boundary {n['boundary']}")
+            if n["narrowed"]:
+                for step in range(args.draws):
+                    want = host.sample(logits, generated, prompt_ids=prompt, step=step)
+                    got = emulated_draw(values, sampling["top_p"], n, host.seed, step)
+                    mismatches += want != got
+                    line += f" {'=' if want == got else 'MISMATCH'}"
+            print(line, flush=True)
+    print(f"mismatches: {mismatches}")
+    sys.exit(1 if mismatches else 0)
+
+
+if __name__ == "__main__":
+    main()
