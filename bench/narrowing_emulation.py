@@ -51,7 +51,7 @@ def narrowing(values: np.ndarray, top_p: float, min_p: float) -> dict:
             break
     boundary = int(bin_count[b_in:b_out + 1].sum())
     slices = -(-values.shape[0] // SLICE)
-    capacity = (values.shape[0] // 2 * 8 - (808 * slices + 16 + 255) // 256 * 256) // (8 * slices)
+    capacity = (values.shape[0] // 2 * 8 - (812 * slices + 16 + 255) // 256 * 256) // (8 * slices)
     per_slice = np.add.reduceat(flagged.astype(np.int64), np.arange(0, values.shape[0], SLICE))
     overflow = int(flagged.sum()) > MAX_CANDIDATES or int(per_slice.max()) > capacity
     return dict(narrowed=overflow and boundary <= MAX_CANDIDATES, overflow=overflow, b_in=b_in, b_out=b_out,

@@ -56,10 +56,10 @@ SLICES = -(-V // 2048)  # sampler.cu kSlice
 def _no_top_k_candidates(scratch_row) -> tuple[list[int], int]:
     """Each slice's candidate count and a slice's capacity, from the no-top-k mode's scratch header (sampler.cu
     CutoffLayout: float64 shares of the normaliser, float maxima, int32 counts, the slice draw's float64 scores and
-    int32 winners, top-p's narrowing (float64 mass above, 64 int64 and 64 int32 bins a slice, the row's state), then
-    the candidate regions)."""
+    int32 winners, top-p's narrowing (float64 mass above, 64 int64 and 64 int32 bins a slice, the row's state,
+    collect's counts), then the candidate regions)."""
     counts = scratch_row.view(torch.int32)[3 * SLICES:4 * SLICES].tolist()
-    header = (808 * SLICES + 16 + 255) // 256 * 256
+    header = (812 * SLICES + 16 + 255) // 256 * 256
     return counts, (V * 4 - header) // (8 * SLICES)
 
 

@@ -71,9 +71,10 @@ struct CutoffLayout {
   uint64_t* bin_mass;       // [slice][kBins], fixed point (kMassScale): every id within kCutoff
   int32_t* bin_count;       // [slice][kBins]: the ids collect keeps (within kCutoff and above min-p's floor)
   int32_t* narrow;          // the row's narrowing: {1 when narrowed, b_in, b_out}, written by narrow's block 0
+  int32_t* slice_collected; // narrowing: collect's count (slice_count before narrow rewrites it)
   Candidate* cand;
   int capacity;  // candidates a slice's region holds
-  static __host__ __device__ size_t header_bytes(int slices) { return (808 * (size_t)slices + 16 + 255) / 256 * 256; }
+  static __host__ __device__ size_t header_bytes(int slices) { return (812 * (size_t)slices + 16 + 255) / 256 * 256; }
   __device__ CutoffLayout(char* row, size_t row_bytes, int slices) {
     slice_z = reinterpret_cast<double*>(row);
     slice_max = reinterpret_cast<float*>(row + 8 * slices);
@@ -84,7 +85,8 @@ struct CutoffLayout {
     bin_mass = reinterpret_cast<uint64_t*>(row + 40 * (size_t)slices);
     bin_count = reinterpret_cast<int32_t*>(row + (40 + 8 * kBins) * (size_t)slices);
     narrow = reinterpret_cast<int32_t*>(row + (40 + 12 * kBins) * (size_t)slices);
-    static_assert(40 + 12 * kBins == 808, "header_bytes");
+    slice_collected = reinterpret_cast<int32_t*>(row + (40 + 12 * kBins) * (size_t)slices + 16);
+    static_assert(40 + 12 * kBins + 4 == 812, "header_bytes");
     cand = reinterpret_cast<Candidate*>(row + header_bytes(slices));
     capacity = (int)((row_bytes - header_bytes(slices)) / (8 * (size_t)slices));
   }
@@ -386,7 +388,10 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
       L.slice_z[slice] = zs;
     }
   }
-  if (threadIdx.x == 0) L.slice_count[slice] = total;
+  if (threadIdx.x == 0) {
+    L.slice_count[slice] = total;
+    if (is_narrowing(p, slice_draw)) L.slice_collected[slice] = total;
+  }
 }
 
 // Top-p's narrowing, between collect and finish (no top-k, top-p, the slice draw's switch). Where the ids collect kept
@@ -411,7 +416,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   __shared__ int part_count[kPrepThreads / kBins][kBins];
   __shared__ float row_max;
   __shared__ int decision[3];  // narrowed, b_in, b_out
-  __shared__ int slice_overflow;
+  __shared__ int overflow, collected;
   const SamplingParams p = in->sampling;
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   if (!is_narrowing(p, slice_draw) || !is_cutoff(p, slices) || slices > kMaxCutoffSlices) return;
@@ -420,15 +425,27 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   CutoffLayout L(scratch + t * row_bytes, row_bytes, slices);
   if (threadIdx.x == 0) {
     row_max = L.serial_row_max(slices);
-    slice_overflow = 0;
+    overflow = 0;
+    collected = 0;
   }
   __syncthreads();
   const float M = row_max;
-  if (!(M > -INFINITY)) {  // nothing to draw, or broken (NaN): collect wrote no bins; finish reports it
+  // Nothing to draw, or a broken row (NaN): collect wrote no bins; finish reports it. Otherwise, did collect's
+  // candidates overflow finish's sort? (slice_collected: collect's counts, which this kernel does not rewrite.)
+  if (M > -INFINITY) {
+    for (int s = threadIdx.x; s < slices; s += kPrepThreads) {
+      const int c = L.slice_collected[s];
+      if (c > L.capacity) overflow = 1;
+      atomicAdd(&collected, c);
+    }
+  }
+  __syncthreads();
+  if (!(M > -INFINITY) || !(overflow || collected > kMaxCandidates)) {  // finish takes collect's candidates
     if (slice == 0 && threadIdx.x == 0) L.narrow[0] = 0;
     return;
   }
-  // the row's bins: thread (g, b) sums bin b over the slices g, g + G, ...; then the G partial sums
+  // the row's bins: thread (g, b) sums bin b over the slices g, g + G, ...; then the G partial sums (integers: the
+  // same totals in every block)
   {
     constexpr int G = kPrepThreads / kBins;
     const int b = threadIdx.x % kBins, g = threadIdx.x / kBins;
@@ -440,11 +457,6 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     }
     part_mass[g][b] = m;
     part_count[g][b] = c;
-    for (int s = threadIdx.x; s < slices; s += kPrepThreads) {  // a slice whose ids overflow its region
-      int n = 0;
-      for (int k = 0; k < kBins; ++k) n += L.bin_count[(size_t)s * kBins + k];
-      if (n > L.capacity) slice_overflow = 1;
-    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -452,12 +464,11 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     for (int s = 0; s < slices; ++s) z += L.slice_z[s];
     const double target = p.top_p * z * kMassScale, margin = kNarrowMargin * z * kMassScale;
     unsigned long long bin_m[kBins];
-    int bin_c[kBins], total = 0;
+    int bin_c[kBins];
     for (int b = 0; b < kBins; ++b) {
       bin_m[b] = 0;
       bin_c[b] = 0;
       for (int g = 0; g < kPrepThreads / kBins; ++g) { bin_m[b] += part_mass[g][b]; bin_c[b] += part_count[g][b]; }
-      total += bin_c[b];
     }
     // b_in: the first bin whose cumulative mass may reach the target (kBins: none does, so every id within reach is
     // kept by top-p); b_out: the first from b_in whose cumulative mass surely reaches it (else the last bin)
@@ -470,8 +481,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     }
     int boundary = 0;
     for (int b = b_in; b <= b_out; ++b) boundary += bin_c[b];
-    const bool overflow = slice_overflow || total > kMaxCandidates;
-    const bool narrowed = overflow && boundary <= kMaxCandidates;
+    const bool narrowed = boundary <= kMaxCandidates;
     decision[0] = narrowed;
     decision[1] = b_in;
     decision[2] = b_out;
