@@ -15,7 +15,9 @@
 //     mass for top-p), then the draw pruned as the host prunes (no noise exceeds kGumbelMax).
 //   slice draw (set_sampler_slice_draw, on by default since its first GPU run): with neither top-k nor top-p,
 //     collect draws each slice's winner and finish takes the best (no candidates, no fallback); without top-k, ids
-//     below min-p's floor are not collected.
+//     below min-p's floor are not collected; with top-p and no top-k, collect bins its ids by value and, where the
+//     candidates overflow, narrow keeps only the bins where top-p's cut may fall (the ids above them: each slice's
+//     winner; finish cuts top-p among the rest from the mass above).
 // Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
 // u = (w + 0.5) / 2^32 and the noise -log(-log(u)), as the host computes it.
 #include <cub/block/block_radix_sort.cuh>
