@@ -1,10 +1,11 @@
-"""Microseconds a device draw takes (csrc/cuda/sampler.cu: prepare, collect, finish), by sampling mode, on
+"""Microseconds a device draw takes (csrc/cuda/sampler.cu: prepare, collect, narrow, finish), by sampling mode, on
 248,320-id rows of logits: one with a long tail under a few near-tied leaders (~450 ids within reach of the draw), a
 broad one (a guess at a trained model's row at temperature 1: leaders 12 above a tail of standard deviation 3, so
 about two thirds of the ids are within reach), and a flat one (every id within reach). Where more than 8192 ids are
 within reach, the candidate modes (no top-k, top-k above 64) fall back to the one-block path; top-k 10000 takes it
-on every row. With the slice draw (set_sampler_slice_draw, on by default) draws with neither top-k nor top-p never
-fall back. --slice-draw 0,1 times each mode with it off and on.
+on every row. With the slice draw's switch (set_sampler_slice_draw, on by default) draws with neither top-k nor
+top-p never fall back, and top-p without top-k falls back only where its cut's bins hold more than 8192 ids.
+--slice-draw 0,1 times each mode with it off and on.
 
     python3 bench/sampler_time.py [--reps 200] [--slice-draw 1] [--json out.json]
 """
