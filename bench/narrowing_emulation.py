@@ -54,7 +54,8 @@ def narrowing(values: np.ndarray, top_p: float, min_p: float) -> dict:
     capacity = (values.shape[0] // 2 * 8 - (812 * slices + 16 + 255) // 256 * 256) // (8 * slices)
     per_slice = np.add.reduceat(flagged.astype(np.int64), np.arange(0, values.shape[0], SLICE))
     overflow = int(flagged.sum()) > MAX_CANDIDATES or int(per_slice.max()) > capacity
-    return dict(narrowed=overflow and boundary <= MAX_CANDIDATES, overflow=overflow, b_in=b_in, b_out=b_out,
+    narrowed = overflow and boundary <= MAX_CANDIDATES and boundary <= capacity * slices  # one packed list
+    return dict(narrowed=narrowed, overflow=overflow, capacity=capacity, per_slice_max=int(per_slice.max()), b_in=b_in, b_out=b_out,
                 boundary=boundary, collected=int(flagged.sum()), M=M, z=z, bins=bins, e=e, floor=floor_value)
 
 
@@ -90,8 +91,11 @@ def rows(gen, hot):
     tail[:, hot] = 60.0 + torch.randn(T, len(hot), generator=gen) * 0.5
     broad = torch.randn(T, V, generator=gen) * 3.0
     broad[:, hot] += 12.0
+    clustered = torch.full((T, V), -30.0)
+    clustered[:, 6144:8192] = 10.0 + torch.randn(T, 2048, generator=gen) * 0.02
+    clustered[:, hot] = 12.0
     out = {"peaked": peaked, "long tail": tail, "broad": broad,
-           "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0)}
+           "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0), "clustered": clustered}
     for offset in (3.0e4, -1.0e5):
         out[f"flat at {offset:g}"] = torch.randn(1, V, generator=gen) * 0.7 + offset
     return {k: v[0] for k, v in out.items()}
@@ -129,7 +133,7 @@ def main() -> None:
             values = (host.penalised_logits(logits, generated, prompt) / sampling["temperature"]).numpy()
             n = narrowing(values, sampling["top_p"], sampling.get("min_p", 0.0))
             line = (f"{case:26s} {name:12s} collected {n['collected']:6d} narrowed {int(n['narrowed'])} "
-                    f"bins [{n['b_in']}, {n['b_out']}] boundary {n['boundary']}")
+                    f"bins [{n['b_in']}, {n['b_out']}] boundary {n['boundary']} (largest slice {n['per_slice_max']})")
             if n["narrowed"]:
                 for step in range(args.draws):
                     want = host.sample(logits, generated, prompt_ids=prompt, step=step)

@@ -227,7 +227,7 @@ SLICE_DRAW_CASES = {
 # (bench/narrowing_emulation.py on rows of these shapes: 3389, 34, 89 and 0 candidates left, all draws equal; not
 # top-p-min-p-loose on the broad row, whose ids above min-p's floor number 6000-16000 with the row's largest value)
 NARROWED = {("top-p-only", "broad"), ("top-p-tight-penalties", "broad"), ("top-p-tight-penalties", "peaked"),
-            ("top-p-min-p", "flat at 30000")}
+            ("top-p-min-p", "flat at 30000"), ("top-p-only", "clustered"), ("top-p-tight-penalties", "clustered")}
 
 
 @contextlib.contextmanager
@@ -260,8 +260,13 @@ def _rows_for_slice_draw(gen, history):
     # draw, the one-block fallback takes it
     broad = torch.randn(T, V, generator=gen) * 3.0
     broad[:, hot] += 12.0
+    # the ids near top-p's cut all in one slice, more of them than its candidate region holds (a vocabulary keeps
+    # related tokens at neighbouring ids): narrowed into one packed list
+    clustered = torch.full((T, V), -30.0)
+    clustered[:, 6144:8192] = 10.0 + torch.randn(T, 2048, generator=gen) * 0.02
+    clustered[:, hot] = 12.0
     rows = {"peaked": peaked, "long tail": tail, "broad": broad,
-            "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0)}
+            "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0), "clustered": clustered}
     for offset in (3.0e4, -1.0e5):
         rows[f"flat at {offset:g}"] = (torch.randn(1, V, generator=gen) * 0.7 + offset).expand(T, V).contiguous()
     return rows
@@ -303,8 +308,10 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
                     collected = _collected(host, rows[t], history, sampling)
                     if (case, name) in NARROWED:
                         assert narrowed == 1 and b_in <= 64 and b_out <= 63, f"{case}, row {name}: not narrowed"
-                    if narrowed == 1:  # the cut's bins only, fewer than collect kept
-                        assert sum(per_slice) < collected, f"{case}, row {name}"
+                    if narrowed == 1:  # the cut's bins only, fewer than collect kept, in one packed list
+                        assert sum(per_slice) < collected and sum(per_slice) <= 8192, f"{case}, row {name}"
+                        if name == "clustered":  # more than one slice's region holds: the packed list served
+                            assert max(per_slice) > capacity, f"{case}, row {name}"
                     else:
                         assert narrowed == 0 and sum(per_slice) == collected, f"{case}, row {name}"
                 else:

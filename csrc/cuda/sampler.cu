@@ -55,14 +55,21 @@ constexpr double kMassScale = 0x1p40;  // fixed-point unit of a bin's mass: each
 // How far the bins' mass may lie from the host's float64 cumulative sums, in units of the row's normaliser Z (>= 1,
 // the largest value's own mass): truncation (< 2^-40 an id, 2^20 ids at most: < 1e-6) and the sums' rounding.
 constexpr double kNarrowMargin = 4e-6;
+// A value that overflowed to +inf (M too: inf - inf is NaN) falls in bin 0 with no mass; such a row's Z is NaN, so
+// narrow keeps every id within reach whole and the slices draw the lowest id holding +inf, as the host.
 __device__ inline int bin_of(float v, float M) {
-  return min(kBins - 1, (int)__fmul_rn(__fsub_rn(M, v), kBinScale));
+  const float d = __fmul_rn(__fsub_rn(M, v), kBinScale);
+  return d >= 0.f ? min(kBins - 1, (int)d) : 0;
+}
+__device__ inline unsigned long long fixed_mass(float v, float M) {
+  const double e = exp((double)v - (double)M);
+  return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;
 }
 
 // The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count, float64
 // share of the normaliser and, for the slice draw, its winner's float64 score and id; for top-p's narrowing the mass
 // of the slice's surely-kept ids, its bins, and the row's narrowing state), then each slice's candidates in a region
-// of equal capacity.
+// of equal capacity (a narrowed row: one packed list from the start of the regions instead).
 struct CutoffLayout {
   float* slice_max;
   int32_t* slice_count;
@@ -361,7 +368,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     for (int j = 0; j < kPrepItems; ++j) {
       if (!(v[j] > -INFINITY && v[j] >= M - kCutoff)) continue;
       const int b = bin_of(v[j], M);
-      atomicAdd(&bin_mass[b], (unsigned long long)(exp((double)v[j] - (double)M) * kMassScale));
+      atomicAdd(&bin_mass[b], fixed_mass(v[j], M));
       if (flags[j]) atomicAdd(&bin_count[b], 1);
     }
     __syncthreads();
@@ -401,8 +408,9 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
 // answer), the bins [b_in, b_out] where the host's top-p cut may fall: the mass in bins 0..b is the mass before every
 // id of bin b + 1 and beyond, so bins whose cumulative mass stays below top_p * Z (less a margin for the bins'
 // fixed point and the host's rounding) are kept whole, and bins past the first whose cumulative mass reaches it (plus
-// the margin) are dropped. Each block then replaces its slice's candidates with its ids in [b_in, b_out] (finish
-// sorts them and cuts top-p there, starting from the mass above them) and draws its winner among its ids above b_in
+// the margin) are dropped. Each block then writes its ids in [b_in, b_out] into one packed list of candidates, in id
+// order across the slices (finish sorts them and cuts top-p there, starting from the mass above them; packed, since
+// a slice's ids near the cut may outnumber its region) and draws its winner among its ids above b_in
 // (as the slice draw; min-p applies to both). Leaves the row as collect left it when nothing overflowed, or when the
 // narrowed candidates would overflow too (finish falls back to finish_full).
 __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float* logits, int V, const StepInputs* in,
@@ -418,7 +426,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   __shared__ int part_count[kPrepThreads / kBins][kBins];
   __shared__ float row_max;
   __shared__ int decision[3];  // narrowed, b_in, b_out
-  __shared__ int overflow, collected;
+  __shared__ int overflow, collected, first;
   const SamplingParams p = in->sampling;
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   if (!is_narrowing(p, slice_draw) || !is_cutoff(p, slices) || slices > kMaxCutoffSlices) return;
@@ -483,7 +491,8 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     }
     int boundary = 0;
     for (int b = b_in; b <= b_out; ++b) boundary += bin_c[b];
-    const bool narrowed = boundary <= kMaxCandidates;
+    // the candidates go in one packed list (a slice's ids near the cut may outnumber its region): it must fit
+    const bool narrowed = boundary <= kMaxCandidates && boundary <= L.capacity * slices;
     decision[0] = narrowed;
     decision[1] = b_in;
     decision[2] = b_out;
@@ -511,11 +520,20 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   }
   draw_slice_winner(v, above, p, row_draw(in, t), slice, L, smem.best);
   __syncthreads();
+  // this slice's place in the packed list: the earlier slices' ids in the cut's bins (collect's counts, the same
+  // test as `boundary`; integer sums, so every block agrees)
+  if (threadIdx.x == 0) first = 0;
+  __syncthreads();
+  int before_me = 0;
+  for (int s = threadIdx.x; s < slice; s += kPrepThreads)
+    for (int b = b_in; b <= b_out; ++b) before_me += L.bin_count[(size_t)s * kBins + b];
+  if (before_me) atomicAdd(&first, before_me);
+  __syncthreads();
   int offsets[kPrepItems], total;
   Scan(smem.scan).ExclusiveSum(boundary, offsets, total);
   for (int j = 0; j < kPrepItems; ++j)
-    if (boundary[j] && offsets[j] < L.capacity)
-      L.cand[(size_t)slice * L.capacity + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
+    if (boundary[j])
+      L.cand[first + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
   __syncthreads();
   mass_above = warp_sum(mass_above);  // fixed-order block sum
   if ((threadIdx.x & 31) == 0) smem.z[threadIdx.x >> 5] = mass_above;
@@ -787,7 +805,7 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
     for (int s = 0; drawable && s < slices; ++s) {
       offsets[s] = n;
       const int c = L.slice_count[s];
-      if (c > L.capacity) bad = 2;
+      if (c > L.capacity && !narrow) bad = 2;  // narrowed: one packed list of at most kMaxCandidates
       n += c;
       if (p.top_p < 1.0) z += L.slice_z[s];
       if (narrow) above += L.slice_above[s];
@@ -814,13 +832,14 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
     keys[j] = 0u;
     ids[j] = INT_MAX;
     if (c < n) {
-      int lo = 0, hi = slices - 1;  // the slice holding candidate c: the last offset <= c
+      int lo = 0, hi = narrowed ? 0 : slices - 1;  // the slice holding candidate c: the last offset <= c
       while (lo < hi) {
         const int mid = (lo + hi + 1) / 2;
         if (offsets[mid] <= c) lo = mid;
         else hi = mid - 1;
       }
-      const Candidate cd = L.cand[(size_t)lo * L.capacity + (c - offsets[lo])];
+      // narrowed: one packed list in id order (sample_narrow); else each slice's region
+      const Candidate cd = narrowed ? L.cand[c] : L.cand[(size_t)lo * L.capacity + (c - offsets[lo])];
       // with top-k, sort by the penalised logit (the host's top-k comes before temperature); else by the value
       keys[j] = use_k ? f2key(penalised_logit(row, cd.id, p, counts)) : cd.key;
       ids[j] = cd.id;
