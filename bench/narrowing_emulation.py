@@ -1,9 +1,10 @@
 """A numpy copy of the device sampler's top-p narrowing (csrc/cuda/sampler.cu: sample_collect's bins,
 sample_narrow's choice of bins, finish_cutoff's cut from the mass above), run against the host Sampler.
 
-For rows shaped like tests/test_native_sampler.py's (peaked, long tail, broad, whole numbers, flat), it prints for
-each top-p case whether the row would be narrowed, the bins [b_in, b_out] and the candidates left, and checks that
-the emulated draw equals the host Sampler's at a few draw indices. It runs without a GPU: a check of the method, not
+For rows shaped like tests/test_native_sampler.py's (peaked, long tail, broad, whole numbers, clustered, flat), it
+prints for each top-p case whether the row would be narrowed, the bins [b_in, b_out] and the candidates left, and
+checks that the emulated draw equals the host Sampler's at a few draw indices; for rows left wide (more candidates
+than finish sorts), the wide select's radix select (finish_wide) as well. It runs without a GPU: a check of the method, not
 of the CUDA code (the GPU tests are that).
 
     python3 bench/narrowing_emulation.py [--draws 4]
@@ -55,8 +56,9 @@ def narrowing(values: np.ndarray, top_p: float, min_p: float) -> dict:
     per_slice = np.add.reduceat(flagged.astype(np.int64), np.arange(0, values.shape[0], SLICE))
     overflow = int(flagged.sum()) > MAX_CANDIDATES or int(per_slice.max()) > capacity
     narrowed = overflow and boundary <= MAX_CANDIDATES and boundary <= capacity * slices  # one packed list
-    return dict(narrowed=narrowed, overflow=overflow, capacity=capacity, per_slice_max=int(per_slice.max()), b_in=b_in, b_out=b_out,
-                boundary=boundary, collected=int(flagged.sum()), M=M, z=z, bins=bins, e=e, floor=floor_value)
+    return dict(narrowed=narrowed, overflow=overflow, capacity=capacity, per_slice_max=int(per_slice.max()),
+                b_in=b_in, b_out=b_out, boundary=boundary, collected=int(flagged.sum()), M=M, z=z, bins=bins, e=e,
+                floor=floor_value)
 
 
 def emulated_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int) -> int:
@@ -79,6 +81,64 @@ def emulated_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: in
     pool = np.concatenate((eligible_above, kept))
     scores = values[pool].astype(np.float64) + gumbel_noise(seed, [step], pool)[0]
     return int(pool[np.argmax(scores)])  # ties: the first, as the device (the ids above come first)
+
+
+def f2key(v: np.ndarray) -> np.ndarray:
+    u = v.astype(np.float32).view(np.uint32)
+    return np.where(u & 0x80000000, ~u, u | 0x80000000).astype(np.uint32)
+
+
+def wide_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int) -> int | None:
+    """finish_wide on a row left wide (state 2): the radix select over the packed list, then the draw; None where it
+    returns -2 (the fallback)."""
+    from engine.sampling import gumbel_noise
+
+    ids = np.arange(values.shape[0])
+    bins = n["bins"]
+    above = bins < n["b_in"]
+    mass_above = float(n["e"][above].sum())
+    listed = ids[(bins >= n["b_in"]) & (bins <= n["b_out"]) & (values >= n["floor"])]  # id order
+    keys = f2key(values[listed])
+    fixed = np.floor(n["e"][listed] * MASS_SCALE).astype(np.uint64)
+    target = (top_p * n["z"] - mass_above) * MASS_SCALE
+    slack = len(listed) + 1e-9 * n["z"] * MASS_SCALE
+    total = float(fixed.sum(dtype=np.uint64))
+    if total + slack < target:
+        kept = listed
+    elif total - slack < target:
+        return None
+    else:
+        prefix, mask, cum = 0, 0, 0
+        for shift in (24, 16, 8, 0):
+            match = (keys & np.uint32(mask)) == np.uint32(prefix)
+            buckets = (keys[match] >> np.uint32(shift)) & np.uint32(0xFF)
+            hist = np.zeros(256, dtype=np.uint64)
+            np.add.at(hist, buckets.astype(np.int64), fixed[match])
+            b = 255
+            while b > 0 and float(cum + int(hist[b])) < target:
+                cum += int(hist[b])
+                b -= 1
+            count = int((buckets == b).sum())
+            prefix |= b << shift
+            mask |= 0xFF << shift
+        thr = np.uint32(prefix)
+        q = math.exp(float(values[listed][keys == thr][0]) - float(n["M"])) * MASS_SCALE
+        x, dx = (target - cum) / q, slack / q
+        lo, hi = math.ceil(x - dx), math.ceil(x + dx)
+        if cum + slack >= target or lo != hi or lo < 1 or hi > count:
+            return None
+        ties = listed[keys == thr][:lo]
+        kept = np.concatenate((listed[keys > thr], ties))
+    pool_above = ids[above & (values >= n["floor"])]
+    best = None
+    for pool, first in ((pool_above, True), (kept, False)):
+        if len(pool) == 0:
+            continue
+        scores = values[pool].astype(np.float64) + gumbel_noise(seed, [step], pool)[0]
+        top = int(np.argmax(scores))
+        if best is None or scores[top] > best[0]:
+            best = (scores[top], int(pool[top]))
+    return best[1]
 
 
 def rows(gen, hot):
@@ -134,6 +194,14 @@ def main() -> None:
             n = narrowing(values, sampling["top_p"], sampling.get("min_p", 0.0))
             line = (f"{case:26s} {name:12s} collected {n['collected']:6d} narrowed {int(n['narrowed'])} "
                     f"bins [{n['b_in']}, {n['b_out']}] boundary {n['boundary']} (largest slice {n['per_slice_max']})")
+            wide = n["overflow"] and not n["narrowed"] and n["boundary"] <= n["capacity"] * (-(-V // SLICE))
+            if wide:  # state 2 with the wide select's switch
+                line += " wide:"
+                for step in range(args.draws):
+                    want = host.sample(logits, generated, prompt_ids=prompt, step=step)
+                    got = wide_draw(values, sampling["top_p"], n, host.seed, step)
+                    mismatches += got is not None and want != got
+                    line += " fallback" if got is None else f" {'=' if want == got else 'MISMATCH'}"
             if n["narrowed"]:
                 for step in range(args.draws):
                     want = host.sample(logits, generated, prompt_ids=prompt, step=step)

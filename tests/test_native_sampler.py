@@ -64,9 +64,14 @@ def _no_top_k_candidates(scratch_row) -> tuple[list[int], int]:
 
 
 def _narrowing(scratch_row) -> tuple[int, int, int]:
-    """Top-p's narrowing state from the header: (1 when sample_narrow narrowed the row, b_in, b_out)."""
+    """Top-p's narrowing state from the header: (1 when sample_narrow narrowed the row, 2 left it wide, b_in, b_out)."""
     narrowed, b_in, b_out = scratch_row.view(torch.int32)[202 * SLICES:202 * SLICES + 3].tolist()
     return narrowed, b_in, b_out
+
+
+def _wide_verdict(scratch_row) -> int:
+    """finish_wide's verdict on a wide row: 0 the cut found inside the list, 1 every id kept, 2 undecidable."""
+    return int(scratch_row.view(torch.int32)[202 * SLICES + 3])
 
 
 def _slice_winners(scratch_row) -> list[int]:
@@ -317,6 +322,43 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
                 else:
                     assert got[t] in _slice_winners(scratch[0][t]), f"{case}, row {name}: not the slice draw"
     assert len(drawn) >= 10
+
+
+# (case, row) pairs whose top-p cut falls in bins of more than 8192 ids: the wide select's rows
+# (bench/narrowing_emulation.py on rows of these shapes: 52000, 27000 and 16000 ids in the cut's bin, all draws equal)
+WIDE = {("top-p-only", "flat at 30000"), ("top-p-only", "flat at -100000"), ("top-p-tight-penalties", "flat at 30000"),
+        ("top-p-loose", "broad"), ("top-p-only", "integers")}
+
+
+@contextlib.contextmanager
+def _wide_select_set(nat, on: bool):
+    before = nat.get_sampler_wide_select()
+    nat.set_sampler_wide_select(on)
+    try:
+        yield
+    finally:
+        nat.set_sampler_wide_select(before)
+
+
+@pytest.mark.parametrize("case", [c for c in SLICE_DRAW_CASES if "top_p" in SLICE_DRAW_CASES[c]])
+def test_wide_select_is_the_host_samplers(nat, slice_draw, case):
+    """set_sampler_wide_select: where top-p's narrowed candidates outnumber what finish sorts, finish_wide's radix
+    select over them (no fallback to the whole row); the header's state (2) shows the path ran where expected."""
+    sampling = SLICE_DRAW_CASES[case]
+    _, host, dev, gen, history = _oracle(sampling, 500 + list(SLICE_DRAW_CASES).index(case), 2718)
+    counts = history[2]
+    with _wide_select_set(nat, True):
+        for name, rows in _rows_for_slice_draw(gen, history).items():
+            for draw in (0, 65537):
+                scratch = []
+                got = _device_draws(nat, rows.cuda(), dev, counts, draw, scratch, scratch_fill=float("nan"))
+                assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
+                if (case, name) in WIDE:
+                    for t in (0, rows.shape[0] - 1):
+                        per_slice, _ = _no_top_k_candidates(scratch[0][t])
+                        assert _narrowing(scratch[0][t])[0] == 2 and sum(per_slice) > 8192, f"{case}, row {name}"
+                        # finish_wide decided (0: a cut inside the list, 1: every id of it kept), no fallback
+                        assert _wide_verdict(scratch[0][t]) in (0, 1), f"{case}, row {name}"
 
 
 def test_broken_rows_get_minus_one(nat):

@@ -179,6 +179,9 @@ void register_cuda_bindings(py::module_& m) {
         "draws with neither top-k nor top-p reduced over the slices (and min-p's floor applied to the collected ids) "
         "instead of sorted candidates (default on)");
   m.def("get_sampler_slice_draw", &get_sampler_slice_draw, "whether the sampler's slice draw is on");
+  m.def("set_sampler_wide_select", &set_sampler_wide_select,
+        "top-p cuts among more narrowed candidates than finish sorts found by a radix select (default off)");
+  m.def("get_sampler_wide_select", &get_sampler_wide_select, "whether the sampler's wide select is on");
   m.def("set_gdn_conv_ring", &set_gdn_conv_ring,
         "the GDN decode step's conv windows loaded as whole rings before the PDL wait (default on; off: by position)");
   m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,

@@ -201,6 +201,11 @@ void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInput
 // (a captured decode loop keeps the value it was captured with). Same tokens either way (tests).
 void set_sampler_slice_draw(bool on);
 bool get_sampler_slice_draw();
+// The wide select (default off until it has run on a GPU; needs the slice draw's switch): where top-p's narrowed
+// candidates outnumber what finish sorts (8192) but fit the scratch, finish finds the cut by a radix select over their
+// values weighted by mass instead of falling back to the one-block pass over the whole row. Same tokens (tests).
+void set_sampler_wide_select(bool on);
+bool get_sampler_wide_select();
 // Penalty bookkeeping for the sampler: generated ids add 1 to their count; prompt ids (in_prompt) set
 // kPromptSeen, which only the repetition penalty reads (as the host Sampler: presence and frequency
 // penalties count generated tokens, the repetition penalty every token seen).

@@ -79,7 +79,7 @@ struct CutoffLayout {
   double* slice_above;      // narrowing: the mass exp(v - M) of the slice's ids in bins below b_in (surely kept)
   uint64_t* bin_mass;       // [slice][kBins], fixed point (kMassScale): every id within kCutoff
   int32_t* bin_count;       // [slice][kBins]: the ids collect keeps (within kCutoff and above min-p's floor)
-  int32_t* narrow;          // the row's narrowing: {1 when narrowed, b_in, b_out}, written by narrow's block 0
+  int32_t* narrow;          // the row's narrowing: {state, b_in, b_out} by narrow's block 0, finish_wide's verdict
   int32_t* slice_collected; // narrowing: collect's count (slice_count before narrow rewrites it)
   Candidate* cand;
   int capacity;  // candidates a slice's region holds
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
 // narrowed candidates would overflow too (finish falls back to finish_full).
 __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float* logits, int V, const StepInputs* in,
                                                                      const int32_t* counts_all, char* scratch,
-                                                                     size_t row_bytes, bool slice_draw) {
+                                                                     size_t row_bytes, bool slice_draw, bool wide) {
   using Scan = cub::BlockScan<int, kPrepThreads>;
   __shared__ union {
     typename Scan::TempStorage scan;
@@ -491,8 +491,9 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     }
     int boundary = 0;
     for (int b = b_in; b <= b_out; ++b) boundary += bin_c[b];
-    // the candidates go in one packed list (a slice's ids near the cut may outnumber its region): it must fit
-    const bool narrowed = boundary <= kMaxCandidates && boundary <= L.capacity * slices;
+    // the candidates go in one packed list (a slice's ids near the cut may outnumber its region): it must fit.
+    // State 1: finish sorts them; 2 (the wide select's switch): more than it sorts, finish_wide selects the cut.
+    const int narrowed = boundary > L.capacity * slices ? 0 : boundary <= kMaxCandidates ? 1 : wide ? 2 : 0;
     decision[0] = narrowed;
     decision[1] = b_in;
     decision[2] = b_out;
@@ -781,6 +782,150 @@ __device__ int finish_slice_draw(char* row_scratch, size_t row_bytes, int slices
 using FinishSort = cub::BlockRadixSort<uint32_t, kFinishThreads, kFinishItems, int32_t>;
 using FinishScan = cub::BlockScan<double, kFinishThreads>;
 
+// The host's rounding against the wide select's sums, in units of Z: float64 sums over at most 2^20 terms in another
+// order (~1e-16 each) and the normaliser's own; far below one id's share where the select must decide.
+constexpr double kWideMargin = 1e-9;
+
+// The best of the slices' winners among the ids above a narrowed cut (score desc, id asc); every thread gets the id
+// (INT_MAX: none) and `score` its float64 score.
+__device__ int best_slice_winner(const CutoffLayout& L, int slices, double* sd, int* si, double& score) {
+  __shared__ double best_score;
+  double bs = -INFINITY;
+  int bi = INT_MAX;
+  for (int s = threadIdx.x; s < slices; s += blockDim.x) keep_better(bs, bi, L.slice_score[s], L.slice_winner[s]);
+  const int win = block_best(bs, bi, sd, si);
+  if (threadIdx.x == 0) best_score = -INFINITY;
+  __syncthreads();
+  if (win != INT_MAX && bi == win) best_score = bs;
+  __syncthreads();
+  score = best_score;
+  __syncthreads();
+  return win;
+}
+
+// Finish for a row that sample_narrow left wide (state 2): the n > kMaxCandidates ids of the bins where top-p's cut
+// falls, in one packed list in id order, too many to sort. A radix select over their keys (4 passes of 8 bits), each
+// bucket weighted by its ids' fixed-point mass, finds the value t* at which the mass from the top (after the mass
+// above the list) reaches top_p * Z: every id above t* is kept, and of the ids holding t* the host keeps, in id order,
+// those whose mass before them stays below it. Where the fixed-point sums (within n units) and the host's rounding
+// (kWideMargin) cannot decide, returns -2 (the caller falls back to finish_full). Then the draw over the kept ids above
+// min-p's floor (float32 scores first, float64 for the near-best, as finish_full) against the slices' winners above
+// the list, which come first in the host's order. `work`: the sort's storage, free here.
+__device__ int finish_wide(const CutoffLayout& L, int n, int slices, const SamplingParams& p, uint64_t draw, float M,
+                           double z, double above, char* work, double* sd, int* si, float* sf) {
+  unsigned long long* hist_mass = reinterpret_cast<unsigned long long*>(work);
+  unsigned int* hist_count = reinterpret_cast<unsigned int*>(work + 256 * 8);
+  auto& tie_scan = *reinterpret_cast<typename TieScan::TempStorage*>(work + 256 * 12);
+  __shared__ uint32_t sel_prefix;
+  __shared__ unsigned long long sel_cum;
+  __shared__ unsigned int sel_count;
+  __shared__ int verdict, keep_ties, tie_last;  // verdict: 0 select, 1 keep every candidate, 2 undecidable
+  const double target = (p.top_p * z - above) * kMassScale;  // the mass the list must supply, fixed point
+  const double slack = (double)n + kWideMargin * z * kMassScale;
+  uint32_t prefix = 0, mask = 0;
+  unsigned long long cum = 0;  // mass of the ids whose key lies above the prefix's range
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) { hist_mass[b] = 0; hist_count[b] = 0; }
+    __syncthreads();
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+      const Candidate cd = L.cand[c];
+      if ((cd.key & mask) != prefix) continue;
+      const int b = (cd.key >> shift) & 0xFF;
+      atomicAdd(&hist_mass[b], fixed_mass(key2f(cd.key), M));
+      atomicAdd(&hist_count[b], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (shift == 24) {  // every candidate's mass: does the cut fall inside the list at all?
+        unsigned long long t = 0;
+        for (int b = 0; b < 256; ++b) t += hist_mass[b];
+        verdict = (double)t + slack < target ? 1 : (double)t - slack < target ? 2 : 0;
+      }
+      unsigned long long cm = cum;
+      int b = 255;
+      for (; b > 0 && (double)(cm + hist_mass[b]) < target; --b) cm += hist_mass[b];
+      sel_prefix = prefix | ((uint32_t)b << shift);
+      sel_cum = cm;
+      sel_count = hist_count[b];
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) L.narrow[3] = verdict;  // for the tests: which way finish_wide went
+    if (verdict == 2) return -2;
+    if (verdict == 1) break;
+    prefix = sel_prefix;
+    mask |= 0xFFu << shift;
+    cum = sel_cum;
+    __syncthreads();
+  }
+  // the ids holding t* (sel_count of them, each of mass q) that the host keeps: tie j has mass before it
+  // above + cum + j q, kept while below top_p * Z, so ceil((target - cum) / q) of them, if the slack cannot move it
+  if (threadIdx.x == 0 && verdict == 0) {
+    const double q = exp((double)key2f(prefix) - (double)M) * kMassScale;
+    const double x = (target - (double)cum) / q, dx = slack / q;
+    const double lo = ceil(x - dx), hi = ceil(x + dx);
+    if ((double)cum + slack >= target || lo != hi || lo < 1.0 || hi > (double)sel_count) verdict = 2;
+    else keep_ties = (int)lo;
+    L.narrow[3] = verdict;
+  }
+  __syncthreads();
+  if (verdict == 2) return -2;
+  const bool keep_all = verdict == 1;
+  const uint32_t thr = prefix;
+  // the packed position of the keep_ties-th id holding t* (the list is in id order): one scan over contiguous chunks
+  if (!keep_all) {
+    const int chunk = (n + blockDim.x - 1) / blockDim.x, c0 = threadIdx.x * chunk, c1 = min(n, c0 + chunk);
+    int mine = 0;
+    for (int c = c0; c < c1; ++c) mine += L.cand[c].key == thr;
+    int before;
+    TieScan(tie_scan).ExclusiveSum(mine, before);
+    if (before < keep_ties && keep_ties <= before + mine) {
+      int seen = before;
+      for (int c = c0; c < c1; ++c)
+        if (L.cand[c].key == thr && ++seen == keep_ties) tie_last = c;
+    }
+    __syncthreads();
+  }
+  const int last_tie = keep_all ? INT_MAX : tie_last;
+  const float min_value = p.min_p > 0.f ? __fadd_rn(M, p.log_min_p) : -INFINITY;
+  auto kept = [&](int c, const Candidate& cd) {
+    return key2f(cd.key) >= min_value && (keep_all || cd.key > thr || (cd.key == thr && c <= last_tie));
+  };
+  // the draw among the kept, in two passes
+  float bf = -INFINITY;
+  int bfi = INT_MAX;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    const Candidate cd = L.cand[c];
+    if (kept(c, cd)) keep_better(bf, bfi, __fadd_rn(key2f(cd.key), gumbel_approx(p, draw, cd.id)), cd.id);
+  }
+  const int best_f = block_best(bf, bfi, sf, si);
+  double bs = -INFINITY;
+  int bsi = INT_MAX;
+  if (best_f != INT_MAX) {
+    __shared__ float top;
+    for (int c = threadIdx.x; c < n; c += blockDim.x)
+      if (L.cand[c].id == best_f) top = __fadd_rn(key2f(L.cand[c].key), gumbel_approx(p, draw, best_f));
+    __syncthreads();
+    const float score_floor = approx_floor(top);
+    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+      const Candidate cd = L.cand[c];
+      const float v = key2f(cd.key);
+      if (kept(c, cd) && __fadd_rn(v, gumbel_approx(p, draw, cd.id)) >= score_floor)
+        keep_better(bs, bsi, (double)v + gumbel(p, draw, cd.id), cd.id);
+    }
+  }
+  const int win = block_best(bs, bsi, sd, si);
+  __shared__ double win_score;
+  if (threadIdx.x == 0) win_score = -INFINITY;
+  __syncthreads();
+  if (win != INT_MAX && bsi == win) win_score = bs;
+  __syncthreads();
+  const double list_score = win_score;
+  double above_score;
+  const int above_win = best_slice_winner(L, slices, sd, si, above_score);
+  if (above_win != INT_MAX && (win == INT_MAX || above_score >= list_score)) return above_win;
+  return win == INT_MAX ? -1 : win;
+}
+
 // Candidate-mode finish: the candidates (the ids within kCutoff of the row's largest value) sorted by (value desc, id
 // asc); with top-k by (penalised logit desc, id asc) and cut to the first k. Then top-p (mass before a candidate <
 // top_p, the masses exp(v - M) / Z in float64 with Z over the whole row, or over the k kept), min-p and the draw, all
@@ -791,7 +936,8 @@ using FinishScan = cub::BlockScan<double, kFinishThreads>;
 __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, const SamplingParams& p, uint64_t draw,
                              const float* row, const int32_t* counts, bool narrowing,
                              typename FinishSort::TempStorage& sort_storage,
-                             typename FinishScan::TempStorage& scan_storage, int* offsets, double* sd, int* si) {
+                             typename FinishScan::TempStorage& scan_storage, int* offsets, double* sd, int* si,
+                             float* sf) {
   CutoffLayout L(row_scratch, row_bytes, slices);
   __shared__ int n_total, broken, narrowed;
   __shared__ float row_max;
@@ -799,7 +945,7 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   if (threadIdx.x == 0) {
     const float m = L.serial_row_max(slices);
     const bool drawable = m > -INFINITY;  // false for a broken row (NaN) too
-    const bool narrow = drawable && narrowing && L.narrow[0] == 1;
+    const int narrow = drawable && narrowing ? L.narrow[0] : 0;  // sample_narrow's state: 0, 1 or 2 (wide)
     int bad = 0, n = 0;
     double z = 0.0, above = 0.0;
     for (int s = 0; drawable && s < slices; ++s) {
@@ -810,7 +956,7 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
       if (p.top_p < 1.0) z += L.slice_z[s];
       if (narrow) above += L.slice_above[s];
     }
-    if (drawable && n > kMaxCandidates) bad = 2;
+    if (drawable && n > kMaxCandidates && narrow != 2) bad = 2;
     broken = drawable ? bad : 1;
     n_total = n;
     row_max = m;
@@ -821,6 +967,9 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   __syncthreads();
   if (broken == 1) return -1;
   if (broken == 2) return -2;
+  if (narrowed == 2)
+    return finish_wide(L, n_total, slices, p, draw, row_max, row_z, row_above, reinterpret_cast<char*>(&sort_storage),
+                       sd, si, sf);
   const int n = n_total;
   const float M = row_max;
   const bool use_k = p.top_k > 0;
@@ -938,16 +1087,10 @@ __device__ int finish_cutoff(char* row_scratch, size_t row_bytes, int slices, co
   // the best of the slices' winners among the ids above the candidates; a tie goes to them (earlier in the host's
   // order). Among themselves a tie goes to the lower id, where the host's order would rank a larger value first: two
   // float64 scores equal to the last bit, from different values, are not expected.
-  double above_best = -INFINITY;
-  int above_id = INT_MAX;
-  for (int s = threadIdx.x; s < slices; s += blockDim.x) keep_better(above_best, above_id, L.slice_score[s], L.slice_winner[s]);
-  const int above_win = block_best(above_best, above_id, sd, si);
-  __shared__ double above_score;
-  if (threadIdx.x == 0) above_score = -INFINITY;
-  __syncthreads();
-  if (above_win != INT_MAX && above_id == above_win) above_score = above_best;
-  __syncthreads();
-  return above_win != INT_MAX && above_score >= win_score ? above_win : win_id;
+  const double list_score = win_score;
+  double above_score;
+  const int above_win = best_slice_winner(L, slices, sd, si, above_score);
+  return above_win != INT_MAX && above_score >= list_score ? above_win : win_id;
 }
 
 __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const float* logits, int V, StepInputs* in,
@@ -1018,7 +1161,7 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
   } else {
     token = is_cutoff(p, slices) && slices <= kMaxCutoffSlices
                 ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, row, counts, is_narrowing(p, slice_draw),
-                                smem.sort, smem.scan, offsets, sd, si)
+                                smem.sort, smem.scan, offsets, sd, si, sf)
                 : -2;
     if (token == -2) token = finish_full(row, counts, V, p, draw, sd, si, sf);
   }
@@ -1051,6 +1194,9 @@ __global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in
 static bool g_slice_draw = true;  // set_sampler_slice_draw (on since its first GPU run, session 28)
 void set_sampler_slice_draw(bool on) { g_slice_draw = on; }
 bool get_sampler_slice_draw() { return g_slice_draw; }
+static bool g_wide_select = false;  // set_sampler_wide_select (off until it has run on a GPU)
+void set_sampler_wide_select(bool on) { g_wide_select = on; }
+bool get_sampler_wide_select() { return g_wide_select; }
 
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
                    int32_t* out_tokens, cudaStream_t stream, bool advance, int32_t* host_ring, int ring_size) {
@@ -1067,7 +1213,7 @@ void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInput
   MR_CHECK_LAUNCH("sample_tokens (collect)");
   if (g_slice_draw) {
     sample_narrow_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes,
-                                                                         true);
+                                                                         true, g_wide_select);
     MR_CHECK_LAUNCH("sample_tokens (narrow)");
   }
   sample_finish_kernel<<<T, kFinishThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes, slices,
