@@ -61,10 +61,10 @@ __device__ inline int bin_of(float v, float M) {
   const float d = __fmul_rn(__fsub_rn(M, v), kBinScale);
   return d >= 0.f ? min(kBins - 1, (int)d) : 0;
 }
-__device__ inline unsigned long long fixed_mass(float v, float M) {
-  const double e = exp((double)v - (double)M);
-  return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;
+__device__ inline unsigned long long to_fixed_mass(double e) {
+  return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;  // NaN (inf - inf): no mass
 }
+__device__ inline unsigned long long fixed_mass(float v, float M) { return to_fixed_mass(exp((double)v - (double)M)); }
 
 // The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count, float64
 // share of the normaliser and, for the slice draw, its winner's float64 score and id; for top-p's narrowing the mass
@@ -333,6 +333,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   const float* row = logits + (size_t)t * V;
   const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
   CutoffLayout L(scratch + t * row_bytes, row_bytes, slices);
+  for (int b = threadIdx.x; b < kBins; b += kPrepThreads) { bin_mass[b] = 0; bin_count[b] = 0; }
   if (threadIdx.x < 32) {  // the row's largest value, from the slices' (a NaN: the row is broken)
     float m = -INFINITY;
     bool bad = false;
@@ -353,6 +354,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   // with the slice draw on, such ids are not collected. With top-k they are: top-k ranks and normalises over them.
   if (slice_draw && p.top_k == 0 && p.min_p > 0.f) floor_value = fmaxf(floor_value, __fadd_rn(M, p.log_min_p));
   const bool need_z = p.top_p < 1.0 && p.top_k == 0;  // with top-k, finish sums over the k kept
+  const bool narrowing = is_narrowing(p, slice_draw);  // the slice's bins too, for sample_narrow
   float v[kPrepItems];
   int flags[kPrepItems];
   double z = 0.0;
@@ -360,17 +362,16 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
     v[j] = i < V ? drawn_value(row, i, p, counts) : -INFINITY;
     flags[j] = v[j] > -INFINITY && v[j] >= floor_value;
-    if (need_z && v[j] > -INFINITY) z += exp((double)v[j] - (double)M);
-  }
-  if (is_narrowing(p, slice_draw)) {  // the slice's bins, for sample_narrow
-    for (int b = threadIdx.x; b < kBins; b += kPrepThreads) { bin_mass[b] = 0; bin_count[b] = 0; }
-    __syncthreads();
-    for (int j = 0; j < kPrepItems; ++j) {
-      if (!(v[j] > -INFINITY && v[j] >= M - kCutoff)) continue;
+    if (!need_z || !(v[j] > -INFINITY)) continue;
+    const double e = exp((double)v[j] - (double)M);  // once (float64 is slow on consumer cards)
+    z += e;
+    if (narrowing && v[j] >= M - kCutoff) {
       const int b = bin_of(v[j], M);
-      atomicAdd(&bin_mass[b], fixed_mass(v[j], M));
+      atomicAdd(&bin_mass[b], to_fixed_mass(e));
       if (flags[j]) atomicAdd(&bin_count[b], 1);
     }
+  }
+  if (narrowing) {
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += kPrepThreads) {
       L.bin_mass[(size_t)slice * kBins + b] = bin_mass[b];
