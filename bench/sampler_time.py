@@ -6,9 +6,10 @@ within reach, the candidate modes (no top-k, top-k above 64) fall back to the on
 on every row. With the slice draw's switch (set_sampler_slice_draw, on by default) draws with neither top-k nor
 top-p never fall back, and top-p without top-k falls back only where its cut's bins hold more than 8192 ids.
 --slice-draw 0,1 times each mode with it off and on; --wide-select 1 turns on the wide select (top-p cuts among more
-narrowed candidates than finish sorts, default off until it has run on a GPU).
+narrowed candidates than finish sorts), --top-k-narrowing 1 top-k's narrowing (top-k above 64 over more ids within
+reach than finish sorts); both default off until they have run on a GPU.
 
-    python3 bench/sampler_time.py [--reps 200] [--slice-draw 1] [--wide-select 0] [--json out.json]
+    python3 bench/sampler_time.py [--reps 200] [--slice-draw 1] [--wide-select 0] [--top-k-narrowing 0] [--json F]
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--slice-draw", default="1", help="comma-separated settings of set_sampler_slice_draw (0, 1)")
     ap.add_argument("--wide-select", type=int, default=0, help="set_sampler_wide_select for every run (0, 1)")
+    ap.add_argument("--top-k-narrowing", type=int, default=0, help="set_sampler_top_k_narrowing for every run (0, 1)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     nat = load_native()
@@ -80,6 +82,7 @@ def main() -> None:
     results = []
     default_setting = nat.get_sampler_slice_draw()
     nat.set_sampler_wide_select(bool(args.wide_select))
+    nat.set_sampler_top_k_narrowing(bool(args.top_k_narrowing))
     try:
         for slice_draw in (bool(int(x)) for x in args.slice_draw.split(",")):
             nat.set_sampler_slice_draw(slice_draw)
@@ -87,7 +90,9 @@ def main() -> None:
                 for mode, params in MODES.items():
                     us = time_draw(nat, logits, params, args.reps)
                     results.append(dict(row=row_name, mode=mode, slice_draw=slice_draw,
-                                        wide_select=bool(args.wide_select), us_per_draw_with_sync=round(us, 1)))
+                                        wide_select=bool(args.wide_select),
+                                        top_k_narrowing=bool(args.top_k_narrowing),
+                                        us_per_draw_with_sync=round(us, 1)))
                     print(json.dumps(results[-1]), flush=True)
     finally:
         nat.set_sampler_slice_draw(default_setting)

@@ -361,6 +361,44 @@ def test_wide_select_is_the_host_samplers(nat, slice_draw, case):
                         assert _wide_verdict(scratch[0][t]) in (0, 1), f"{case}, row {name}"
 
 
+TOP_K_NARROWING_CASES = {
+    "topk100": dict(temperature=0.9, top_k=100),
+    "topk300-top-p": dict(temperature=0.8, top_k=300, top_p=0.9, presence_penalty=0.5),
+    "topk1000-min-p": dict(temperature=1.0, top_k=1000, min_p=0.01, repetition_penalty=1.1),
+}
+
+
+@contextlib.contextmanager
+def _top_k_narrowing_set(nat, on: bool):
+    before = nat.get_sampler_top_k_narrowing()
+    nat.set_sampler_top_k_narrowing(on)
+    try:
+        yield
+    finally:
+        nat.set_sampler_top_k_narrowing(before)
+
+
+@pytest.mark.parametrize("case", list(TOP_K_NARROWING_CASES))
+def test_top_k_narrowing_is_the_host_samplers(nat, slice_draw, case):
+    """set_sampler_top_k_narrowing: top-k above 64 on rows with every id within reach keeps the value bins that hold
+    the k best (one packed list, at least k ids, no fallback); the header's state shows it ran on those rows."""
+    sampling = TOP_K_NARROWING_CASES[case]
+    _, host, dev, gen, history = _oracle(sampling, 600 + list(TOP_K_NARROWING_CASES).index(case), 1618)
+    counts = history[2]
+    with _top_k_narrowing_set(nat, True):
+        for name, rows in _rows_for_slice_draw(gen, history).items():
+            for draw in (0, 4099):
+                scratch = []
+                got = _device_draws(nat, rows.cuda(), dev, counts, draw, scratch, scratch_fill=float("nan"))
+                assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
+                if name in ("peaked", "broad", "flat at 30000", "flat at -100000"):  # all ids within reach
+                    for t in (0, rows.shape[0] - 1):
+                        per_slice, _ = _no_top_k_candidates(scratch[0][t])
+                        narrowed, b_in, b_out = _narrowing(scratch[0][t])
+                        assert narrowed == 1 and b_in == 0 and 0 <= b_out < 64, f"{case}, row {name}"
+                        assert sampling["top_k"] <= sum(per_slice) <= 8192, f"{case}, row {name}"
+
+
 def test_broken_rows_get_minus_one(nat):
     counts = torch.zeros(V, dtype=torch.int32, device="cuda")
     logits = torch.randn(4, V)

@@ -182,6 +182,9 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_sampler_wide_select", &set_sampler_wide_select,
         "top-p cuts among more narrowed candidates than finish sorts found by a radix select (default off)");
   m.def("get_sampler_wide_select", &get_sampler_wide_select, "whether the sampler's wide select is on");
+  m.def("set_sampler_top_k_narrowing", &set_sampler_top_k_narrowing,
+        "top-k above 64 over more ids within reach than finish sorts narrowed to the bins of the k best (default off)");
+  m.def("get_sampler_top_k_narrowing", &get_sampler_top_k_narrowing, "whether the sampler's top-k narrowing is on");
   m.def("set_gdn_conv_ring", &set_gdn_conv_ring,
         "the GDN decode step's conv windows loaded as whole rings before the PDL wait (default on; off: by position)");
   m.def("set_qgemv_norm_weights_early", &set_qgemv_norm_weights_early,

@@ -206,6 +206,11 @@ bool get_sampler_slice_draw();
 // values weighted by mass instead of falling back to the one-block pass over the whole row. Same tokens (tests).
 void set_sampler_wide_select(bool on);
 bool get_sampler_wide_select();
+// Top-k's narrowing (default off until it has run on a GPU; needs the slice draw's switch): top-k above 64 where more
+// ids lie within reach than finish sorts keeps the value bins that hold the k best instead of falling back to the
+// one-block pass over the whole row. Same tokens (tests).
+void set_sampler_top_k_narrowing(bool on);
+bool get_sampler_top_k_narrowing();
 // Penalty bookkeeping for the sampler: generated ids add 1 to their count; prompt ids (in_prompt) set
 // kPromptSeen, which only the repetition penalty reads (as the host Sampler: presence and frequency
 // penalties count generated tokens, the repetition penalty every token seen).

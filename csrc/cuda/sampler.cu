@@ -17,7 +17,9 @@
 //     collect draws each slice's winner and finish takes the best (no candidates, no fallback); without top-k, ids
 //     below min-p's floor are not collected; with top-p and no top-k, collect bins its ids by value and, where the
 //     candidates overflow, narrow keeps only the bins where top-p's cut may fall (the ids above them: each slice's
-//     winner; finish cuts top-p among the rest from the mass above).
+//     winner; finish cuts top-p among the rest from the mass above). Off by default until they run on a GPU: the wide
+//     select (a cut among more narrowed ids than finish sorts: finish_wide's radix select) and top-k's narrowing
+//     (top-k above 64: the bins that hold the k best).
 // Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
 // u = (w + 0.5) / 2^32 and the noise -log(-log(u)), as the host computes it.
 #include <cub/block/block_radix_sort.cuh>
@@ -192,6 +194,13 @@ __device__ inline bool is_slice_draw(const SamplingParams& p, bool slice_draw) {
 __device__ inline bool is_narrowing(const SamplingParams& p, bool slice_draw) {
   return slice_draw && !is_greedy(p) && p.top_k == 0 && p.top_p < 1.0;
 }
+// Top-k's narrowing (set_sampler_top_k_narrowing, with the slice draw's switch): top-k above the fast path's 64, where
+// more ids lie within reach than finish sorts. The row's k best by penalised logit are the k best by value (division
+// by the temperature keeps the order), so they lie in the bins up to the first where the count from the top reaches
+// k: narrow keeps those bins as one packed list and finish's top-k path takes it as it takes collect's candidates.
+__device__ inline bool is_top_k_narrowing(const SamplingParams& p, int slices, bool slice_draw, bool top_k_narrowing) {
+  return top_k_narrowing && slice_draw && p.top_k > 0 && is_cutoff(p, slices);
+}
 // The draw index of row t: the step's (tokens generated so far) plus the row.
 __device__ inline uint64_t row_draw(const StepInputs* in, int t) { return (uint64_t)(uint32_t)in->draw + t; }
 
@@ -317,7 +326,8 @@ __device__ void draw_slice_winner(const float* v, const int* eligible, const Sam
 // the softmax normaliser in float64 (only when top-p needs it).
 __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const float* logits, int V, const StepInputs* in,
                                                                       const int32_t* counts_all, char* scratch,
-                                                                      size_t row_bytes, bool slice_draw) {
+                                                                      size_t row_bytes, bool slice_draw,
+                                                                      bool top_k_narrowing) {
   using Scan = cub::BlockScan<int, kPrepThreads>;
   __shared__ union {
     typename Scan::TempStorage scan;
@@ -354,7 +364,8 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   // with the slice draw on, such ids are not collected. With top-k they are: top-k ranks and normalises over them.
   if (slice_draw && p.top_k == 0 && p.min_p > 0.f) floor_value = fmaxf(floor_value, __fadd_rn(M, p.log_min_p));
   const bool need_z = p.top_p < 1.0 && p.top_k == 0;  // with top-k, finish sums over the k kept
-  const bool narrowing = is_narrowing(p, slice_draw);  // the slice's bins too, for sample_narrow
+  // the slice's bins too, for sample_narrow (top-k's narrowing counts alone)
+  const bool binning = is_narrowing(p, slice_draw) || is_top_k_narrowing(p, slices, slice_draw, top_k_narrowing);
   float v[kPrepItems];
   int flags[kPrepItems];
   double z = 0.0;
@@ -362,16 +373,19 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     const int i = slice * kSlice + threadIdx.x * kPrepItems + j;
     v[j] = i < V ? drawn_value(row, i, p, counts) : -INFINITY;
     flags[j] = v[j] > -INFINITY && v[j] >= floor_value;
-    if (!need_z || !(v[j] > -INFINITY)) continue;
-    const double e = exp((double)v[j] - (double)M);  // once (float64 is slow on consumer cards)
-    z += e;
-    if (narrowing && v[j] >= M - kCutoff) {
+    if (!(v[j] > -INFINITY)) continue;
+    double e = 0.0;
+    if (need_z) {
+      e = exp((double)v[j] - (double)M);  // once (float64 is slow on consumer cards)
+      z += e;
+    }
+    if (binning && v[j] >= M - kCutoff) {
       const int b = bin_of(v[j], M);
-      atomicAdd(&bin_mass[b], to_fixed_mass(e));
+      if (need_z) atomicAdd(&bin_mass[b], to_fixed_mass(e));
       if (flags[j]) atomicAdd(&bin_count[b], 1);
     }
   }
-  if (narrowing) {
+  if (binning) {
     __syncthreads();
     for (int b = threadIdx.x; b < kBins; b += kPrepThreads) {
       L.bin_mass[(size_t)slice * kBins + b] = bin_mass[b];
@@ -400,7 +414,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
   }
   if (threadIdx.x == 0) {
     L.slice_count[slice] = total;
-    if (is_narrowing(p, slice_draw)) L.slice_collected[slice] = total;
+    if (binning) L.slice_collected[slice] = total;
   }
 }
 
@@ -413,10 +427,12 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
 // order across the slices (finish sorts them and cuts top-p there, starting from the mass above them; packed, since
 // a slice's ids near the cut may outnumber its region) and draws its winner among its ids above b_in
 // (as the slice draw; min-p applies to both). Leaves the row as collect left it when nothing overflowed, or when the
-// narrowed candidates would overflow too (finish falls back to finish_full).
+// narrowed candidates would overflow too (finish falls back to finish_full). With top-k's narrowing (top-k above 64),
+// the bins kept are those up to the first where the count from the top reaches k, and none is kept whole.
 __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float* logits, int V, const StepInputs* in,
                                                                      const int32_t* counts_all, char* scratch,
-                                                                     size_t row_bytes, bool slice_draw, bool wide) {
+                                                                     size_t row_bytes, bool slice_draw, bool wide,
+                                                                     bool top_k_narrowing) {
   using Scan = cub::BlockScan<int, kPrepThreads>;
   __shared__ union {
     typename Scan::TempStorage scan;
@@ -430,7 +446,8 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   __shared__ int overflow, collected, first;
   const SamplingParams p = in->sampling;
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
-  if (!is_narrowing(p, slice_draw) || !is_cutoff(p, slices) || slices > kMaxCutoffSlices) return;
+  const bool top_k_mode = is_top_k_narrowing(p, slices, slice_draw, top_k_narrowing);
+  if (!(is_narrowing(p, slice_draw) || top_k_mode) || !is_cutoff(p, slices) || slices > kMaxCutoffSlices) return;
   const float* row = logits + (size_t)t * V;
   const int32_t* counts = counts_all ? counts_all + (size_t)in->lane * V : nullptr;
   CutoffLayout L(scratch + t * row_bytes, row_bytes, slices);
@@ -468,33 +485,42 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     }
     part_mass[g][b] = m;
     part_count[g][b] = c;
+    __syncthreads();
+    if (g == 0)
+      for (int h = 1; h < G; ++h) { part_mass[0][b] += part_mass[h][b]; part_count[0][b] += part_count[h][b]; }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    double z = 0.0;  // the row's normaliser, summed in finish_cutoff's order
-    for (int s = 0; s < slices; ++s) z += L.slice_z[s];
-    const double target = p.top_p * z * kMassScale, margin = kNarrowMargin * z * kMassScale;
-    unsigned long long bin_m[kBins];
-    int bin_c[kBins];
-    for (int b = 0; b < kBins; ++b) {
-      bin_m[b] = 0;
-      bin_c[b] = 0;
-      for (int g = 0; g < kPrepThreads / kBins; ++g) { bin_m[b] += part_mass[g][b]; bin_c[b] += part_count[g][b]; }
+    const unsigned long long* bin_m = part_mass[0];  // the row's bins
+    const int* bin_c = part_count[0];
+    int b_in = kBins, b_out = kBins - 1, boundary = 0, narrowed = 0;
+    if (top_k_mode) {
+      // every bin up to the first where the count from the top reaches k (none: fewer than k ids within reach, and
+      // finish falls back); no ids kept whole, so no slice draws a winner
+      b_in = 0;
+      b_out = -1;
+      for (int b = 0; b < kBins && b_out < 0; ++b) {
+        boundary += bin_c[b];
+        if (boundary >= p.top_k) b_out = b;
+      }
+      narrowed = b_out >= 0 && boundary <= kMaxCandidates && boundary <= L.capacity * slices;
+    } else {
+      double z = 0.0;  // the row's normaliser, summed in finish_cutoff's order
+      for (int s = 0; s < slices; ++s) z += L.slice_z[s];
+      const double target = p.top_p * z * kMassScale, margin = kNarrowMargin * z * kMassScale;
+      // b_in: the first bin whose cumulative mass may reach the target (kBins: none does, so every id within reach
+      // is kept by top-p); b_out: the first from b_in whose cumulative mass surely reaches it (else the last bin)
+      unsigned long long cum = 0;
+      for (int b = 0; b < kBins; ++b) {
+        cum += bin_m[b];
+        if (b_in == kBins && (double)cum + margin >= target) b_in = b;
+        if (b_in < kBins && (double)cum - margin >= target) { b_out = b; break; }
+      }
+      for (int b = b_in; b <= b_out; ++b) boundary += bin_c[b];
+      // the candidates go in one packed list (a slice's ids near the cut may outnumber its region): it must fit.
+      // State 1: finish sorts them; 2 (the wide select's switch): more than it sorts, finish_wide selects the cut.
+      narrowed = boundary > L.capacity * slices ? 0 : boundary <= kMaxCandidates ? 1 : wide ? 2 : 0;
     }
-    // b_in: the first bin whose cumulative mass may reach the target (kBins: none does, so every id within reach is
-    // kept by top-p); b_out: the first from b_in whose cumulative mass surely reaches it (else the last bin)
-    unsigned long long cum = 0;
-    int b_in = kBins, b_out = kBins - 1;
-    for (int b = 0; b < kBins; ++b) {
-      cum += bin_m[b];
-      if (b_in == kBins && (double)cum + margin >= target) b_in = b;
-      if (b_in < kBins && (double)cum - margin >= target) { b_out = b; break; }
-    }
-    int boundary = 0;
-    for (int b = b_in; b <= b_out; ++b) boundary += bin_c[b];
-    // the candidates go in one packed list (a slice's ids near the cut may outnumber its region): it must fit.
-    // State 1: finish sorts them; 2 (the wide select's switch): more than it sorts, finish_wide selects the cut.
-    const int narrowed = boundary > L.capacity * slices ? 0 : boundary <= kMaxCandidates ? 1 : wide ? 2 : 0;
     decision[0] = narrowed;
     decision[1] = b_in;
     decision[2] = b_out;
@@ -507,7 +533,9 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   __syncthreads();
   if (!decision[0]) return;
   const int b_in = decision[1], b_out = decision[2];
-  const float floor_value = p.min_p > 0.f ? fmaxf(M - kCutoff, __fadd_rn(M, p.log_min_p)) : M - kCutoff;
+  // collect's floor: min-p's too without top-k (with top-k, min-p applies after it, in finish)
+  const float floor_value =
+      p.min_p > 0.f && p.top_k == 0 ? fmaxf(M - kCutoff, __fadd_rn(M, p.log_min_p)) : M - kCutoff;
   float v[kPrepItems];
   int above[kPrepItems], boundary[kPrepItems];
   double mass_above = 0.0;
@@ -1098,7 +1126,8 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
                                                                        int32_t* counts_all, char* scratch,
                                                                        size_t row_bytes, int slices, int32_t* out,
                                                                        bool advance, int32_t* host_ring,
-                                                                       int ring_size, bool slice_draw) {
+                                                                       int ring_size, bool slice_draw,
+                                                                       bool top_k_narrowing) {
   __shared__ union {
     typename FinishSort::TempStorage sort;
     typename FinishScan::TempStorage scan;
@@ -1161,7 +1190,9 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
     token = finish_slice_draw(row_scratch, row_bytes, slices, sd, si);
   } else {
     token = is_cutoff(p, slices) && slices <= kMaxCutoffSlices
-                ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, row, counts, is_narrowing(p, slice_draw),
+                ? finish_cutoff(row_scratch, row_bytes, slices, p, draw, row, counts,
+                                is_narrowing(p, slice_draw) ||
+                                    is_top_k_narrowing(p, slices, slice_draw, top_k_narrowing),
                                 smem.sort, smem.scan, offsets, sd, si, sf)
                 : -2;
     if (token == -2) token = finish_full(row, counts, V, p, draw, sd, si, sf);
@@ -1198,6 +1229,9 @@ bool get_sampler_slice_draw() { return g_slice_draw; }
 static bool g_wide_select = false;  // set_sampler_wide_select (off until it has run on a GPU)
 void set_sampler_wide_select(bool on) { g_wide_select = on; }
 bool get_sampler_wide_select() { return g_wide_select; }
+static bool g_top_k_narrowing = false;  // set_sampler_top_k_narrowing (off until it has run on a GPU)
+void set_sampler_top_k_narrowing(bool on) { g_top_k_narrowing = on; }
+bool get_sampler_top_k_narrowing() { return g_top_k_narrowing; }
 
 void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInputs* in, char* scratch,
                    int32_t* out_tokens, cudaStream_t stream, bool advance, int32_t* host_ring, int ring_size) {
@@ -1210,15 +1244,16 @@ void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInput
   sample_prepare_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes);
   MR_CHECK_LAUNCH("sample_tokens (prepare)");
   sample_collect_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes,
-                                                                       g_slice_draw);
+                                                                       g_slice_draw, g_top_k_narrowing);
   MR_CHECK_LAUNCH("sample_tokens (collect)");
   if (g_slice_draw) {
     sample_narrow_kernel<<<dim3(slices, T), kPrepThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes,
-                                                                         true, g_wide_select);
+                                                                         true, g_wide_select, g_top_k_narrowing);
     MR_CHECK_LAUNCH("sample_tokens (narrow)");
   }
   sample_finish_kernel<<<T, kFinishThreads, 0, stream>>>(logits, V, in, counts, scratch, scratch_row_bytes, slices,
-                                                         out_tokens, advance, host_ring, ring_size, g_slice_draw);
+                                                         out_tokens, advance, host_ring, ring_size, g_slice_draw,
+                                                         g_top_k_narrowing);
   MR_CHECK_LAUNCH("sample_tokens (finish)");
 }
 
