@@ -52,7 +52,7 @@ def narrowing(values: np.ndarray, top_p: float, min_p: float) -> dict:
             break
     boundary = int(bin_count[b_in:b_out + 1].sum())
     slices = -(-values.shape[0] // SLICE)
-    capacity = (values.shape[0] // 2 * 8 - (812 * slices + 16 + 255) // 256 * 256) // (8 * slices)
+    capacity = (values.shape[0] // 2 * 8 - (812 * slices + 32 + 255) // 256 * 256) // (8 * slices)
     per_slice = np.add.reduceat(flagged.astype(np.int64), np.arange(0, values.shape[0], SLICE))
     overflow = int(flagged.sum()) > MAX_CANDIDATES or int(per_slice.max()) > capacity
     narrowed = overflow and boundary <= MAX_CANDIDATES and boundary <= capacity * slices  # one packed list
@@ -85,12 +85,13 @@ def emulated_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: in
 
 def f2key(v: np.ndarray) -> np.ndarray:
     u = v.astype(np.float32).view(np.uint32)
+    u = np.where(u == 0x80000000, np.uint32(0), u)  # -0 takes +0's key
     return np.where(u & 0x80000000, ~u, u | 0x80000000).astype(np.uint32)
 
 
-def wide_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int) -> int | None:
+def wide_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int, details: bool = False):
     """finish_wide on a row left wide (state 2): the radix select over the packed list, then the draw; None where it
-    returns -2 (the fallback)."""
+    returns -2 (the fallback). details: (token, the list's ids top-p keeps, the list's ids)."""
     from engine.sampling import gumbel_noise
 
     ids = np.arange(values.shape[0])
@@ -99,9 +100,10 @@ def wide_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int) -
     mass_above = float(n["e"][above].sum())
     listed = ids[(bins >= n["b_in"]) & (bins <= n["b_out"]) & (values >= n["floor"])]  # id order
     keys = f2key(values[listed])
-    fixed = np.floor(n["e"][listed] * MASS_SCALE).astype(np.uint64)
-    target = (top_p * n["z"] - mass_above) * MASS_SCALE
-    slack = len(listed) + 1e-9 * n["z"] * MASS_SCALE
+    scale = 2.0**44  # finish_wide's unit, finer than the bins'
+    fixed = np.floor(n["e"][listed] * scale).astype(np.uint64)
+    target = (top_p * n["z"] - mass_above) * scale
+    slack = len(listed) + 1e-9 * n["z"] * scale
     total = float(fixed.sum(dtype=np.uint64))
     if total + slack < target:
         kept = listed
@@ -122,13 +124,16 @@ def wide_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int) -
             prefix |= b << shift
             mask |= 0xFF << shift
         thr = np.uint32(prefix)
-        q = math.exp(float(values[listed][keys == thr][0]) - float(n["M"])) * MASS_SCALE
+        q = math.exp(float(values[listed][keys == thr][0]) - float(n["M"])) * scale
         x, dx = (target - cum) / q, slack / q
         lo, hi = math.ceil(x - dx), math.ceil(x + dx)
         if cum + slack >= target or lo != hi or lo < 1 or hi > count:
             return None
         ties = listed[keys == thr][:lo]
         kept = np.concatenate((listed[keys > thr], ties))
+    if details and len(kept) < len(listed):
+        order = np.lexsort((kept, -values[kept]))  # the host's order: value desc, id asc
+        kept = kept[order]
     pool_above = ids[above & (values >= n["floor"])]
     best = None
     for pool, first in ((pool_above, True), (kept, False)):
@@ -138,7 +143,7 @@ def wide_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int) -
         top = int(np.argmax(scores))
         if best is None or scores[top] > best[0]:
             best = (scores[top], int(pool[top]))
-    return best[1]
+    return (best[1], kept, listed) if details else best[1]
 
 
 def rows(gen, hot):

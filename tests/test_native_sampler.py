@@ -53,13 +53,21 @@ def _device_draws(nat, logits, params: dict, counts, draw: int, scratch_out: lis
 SLICES = -(-V // 2048)  # sampler.cu kSlice
 
 
+HEADER_BYTES = (812 * SLICES + 32 + 255) // 256 * 256  # sampler.cu CutoffLayout::header_bytes
+
+
+def _packed_ids(scratch_row, n: int) -> list[int]:
+    """The ids of a narrowed row's packed candidate list (Candidate: uint32 key, int32 id), in list order."""
+    return scratch_row.view(torch.int32)[HEADER_BYTES // 4 + 1:HEADER_BYTES // 4 + 2 * n:2].tolist()
+
+
 def _no_top_k_candidates(scratch_row) -> tuple[list[int], int]:
     """Each slice's candidate count and a slice's capacity, from the no-top-k mode's scratch header (sampler.cu
     CutoffLayout: float64 shares of the normaliser, float maxima, int32 counts, the slice draw's float64 scores and
     int32 winners, top-p's narrowing (float64 mass above, 64 int64 and 64 int32 bins a slice, the row's state,
     collect's counts), then the candidate regions)."""
     counts = scratch_row.view(torch.int32)[3 * SLICES:4 * SLICES].tolist()
-    header = (812 * SLICES + 16 + 255) // 256 * 256
+    header = HEADER_BYTES
     return counts, (V * 4 - header) // (8 * SLICES)
 
 
@@ -69,9 +77,11 @@ def _narrowing(scratch_row) -> tuple[int, int, int]:
     return narrowed, b_in, b_out
 
 
-def _wide_verdict(scratch_row) -> int:
-    """finish_wide's verdict on a wide row: 0 the cut found inside the list, 1 every id kept, 2 undecidable."""
-    return int(scratch_row.view(torch.int32)[202 * SLICES + 3])
+def _wide_verdict(scratch_row) -> tuple[int, int, int]:
+    """finish_wide's record of a wide row: its verdict (0 the cut found inside the list, 1 every id kept, 2
+    undecidable), how many of the list's ids top-p keeps, and the last of them in the host's order."""
+    verdict, kept, last = scratch_row.view(torch.int32)[202 * SLICES + 3:202 * SLICES + 6].tolist()
+    return verdict, kept, last
 
 
 def _slice_winners(scratch_row) -> list[int]:
@@ -327,7 +337,7 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
 # (case, row) pairs whose top-p cut falls in bins of more than 8192 ids: the wide select's rows
 # (bench/narrowing_emulation.py on rows of these shapes: 52000, 27000 and 16000 ids in the cut's bin, all draws equal)
 WIDE = {("top-p-only", "flat at 30000"), ("top-p-only", "flat at -100000"), ("top-p-tight-penalties", "flat at 30000"),
-        ("top-p-loose", "broad"), ("top-p-only", "integers")}
+        ("top-p-only", "integers")}
 
 
 @contextlib.contextmanager
@@ -354,11 +364,18 @@ def test_wide_select_is_the_host_samplers(nat, slice_draw, case):
                 got = _device_draws(nat, rows.cuda(), dev, counts, draw, scratch, scratch_fill=float("nan"))
                 assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
                 if (case, name) in WIDE:
+                    prompt, generated, _ = history
                     for t in (0, rows.shape[0] - 1):
                         per_slice, _ = _no_top_k_candidates(scratch[0][t])
                         assert _narrowing(scratch[0][t])[0] == 2 and sum(per_slice) > 8192, f"{case}, row {name}"
-                        # finish_wide decided (0: a cut inside the list, 1: every id of it kept), no fallback
-                        assert _wide_verdict(scratch[0][t]) in (0, 1), f"{case}, row {name}"
+                        # finish_wide found the cut inside the list (no fallback), where the host's top-p puts it:
+                        # the same ids of the list kept, the same last one (these cases have no min-p)
+                        verdict, kept, last = _wide_verdict(scratch[0][t])
+                        assert verdict == 0, f"{case}, row {name}"
+                        host_kept = host.candidates(rows[t], generated, prompt).ids.tolist()
+                        listed = set(_packed_ids(scratch[0][t], sum(per_slice)))
+                        assert kept == len(listed.intersection(host_kept)), f"{case}, row {name}"
+                        assert last == host_kept[-1], f"{case}, row {name}"
 
 
 TOP_K_NARROWING_CASES = {
@@ -397,6 +414,33 @@ def test_top_k_narrowing_is_the_host_samplers(nat, slice_draw, case):
                         narrowed, b_in, b_out = _narrowing(scratch[0][t])
                         assert narrowed == 1 and b_in == 0 and 0 <= b_out < 64, f"{case}, row {name}"
                         assert sampling["top_k"] <= sum(per_slice) <= 8192, f"{case}, row {name}"
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_signed_zeros_are_one_value(nat, slice_draw, wide):
+    """The host compares -0.0 and +0.0 equal, so where top-p's cut falls among zeros of both signs it keeps the lowest
+    ids of them; the device's keys must not rank +0 above -0. A short row takes the sorted candidates; a long one
+    the fallback (wide off) or the wide select (on)."""
+    import math
+    from engine.sampling import Sampler, SamplingParams
+    ones, zeros = (100, 3000) if not wide else (20000, 100000)
+    row = torch.full((V,), -30.0)
+    row[:ones] = 1.0
+    signs = torch.tensor([1.0, -1.0]).repeat(zeros // 2)
+    row[ones:ones + zeros] = 0.0 * signs  # +0, -0, +0, ...
+    assert str(float(row[ones + 1])) == "-0.0"
+    z = ones + zeros * math.exp(-1.0) + (VALID - ones - zeros) * math.exp(-31.0)
+    top_p = (ones + (zeros // 2 + 0.5) * math.exp(-1.0)) / z  # the cut halfway through the zeros
+    sampling = dict(temperature=1.0, top_p=top_p, seed=99)
+    host = Sampler(SamplingParams(**sampling), valid_vocab_size=VALID)
+    kept = host.candidates(row, []).ids.tolist()
+    assert len(kept) == ones + zeros // 2 + 1 and kept[-1] == ones + zeros // 2  # the lowest ids, both signs
+    counts = torch.zeros(V, dtype=torch.int32, device="cuda")
+    rows = row.expand(8, V).contiguous()
+    with _wide_select_set(nat, wide):
+        for draw in (0, 1000, 77777):
+            want = [host.sample(rows[t], [], step=draw + t) for t in range(8)]
+            assert _device_draws(nat, rows.cuda(), {**sampling, "vocab_limit": VALID}, counts, draw) == want
 
 
 def test_broken_rows_get_minus_one(nat):

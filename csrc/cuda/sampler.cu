@@ -66,7 +66,6 @@ __device__ inline int bin_of(float v, float M) {
 __device__ inline unsigned long long to_fixed_mass(double e) {
   return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;  // NaN (inf - inf): no mass
 }
-__device__ inline unsigned long long fixed_mass(float v, float M) { return to_fixed_mass(exp((double)v - (double)M)); }
 
 // The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count, float64
 // share of the normaliser and, for the slice draw, its winner's float64 score and id; for top-p's narrowing the mass
@@ -81,11 +80,12 @@ struct CutoffLayout {
   double* slice_above;      // narrowing: the mass exp(v - M) of the slice's ids in bins below b_in (surely kept)
   uint64_t* bin_mass;       // [slice][kBins], fixed point (kMassScale): every id within kCutoff
   int32_t* bin_count;       // [slice][kBins]: the ids collect keeps (within kCutoff and above min-p's floor)
-  int32_t* narrow;          // the row's narrowing: {state, b_in, b_out} by narrow's block 0, finish_wide's verdict
+  int32_t* narrow;          // 8 ints: {state, b_in, b_out} by narrow's block 0; finish_wide's {verdict, ids of the
+                            // list it keeps, the last of them in the host's order} (read by the tests)
   int32_t* slice_collected; // narrowing: collect's count (slice_count before narrow rewrites it)
   Candidate* cand;
   int capacity;  // candidates a slice's region holds
-  static __host__ __device__ size_t header_bytes(int slices) { return (812 * (size_t)slices + 16 + 255) / 256 * 256; }
+  static __host__ __device__ size_t header_bytes(int slices) { return (812 * (size_t)slices + 32 + 255) / 256 * 256; }
   __device__ CutoffLayout(char* row, size_t row_bytes, int slices) {
     slice_z = reinterpret_cast<double*>(row);
     slice_max = reinterpret_cast<float*>(row + 8 * slices);
@@ -96,7 +96,7 @@ struct CutoffLayout {
     bin_mass = reinterpret_cast<uint64_t*>(row + 40 * (size_t)slices);
     bin_count = reinterpret_cast<int32_t*>(row + (40 + 8 * kBins) * (size_t)slices);
     narrow = reinterpret_cast<int32_t*>(row + (40 + 12 * kBins) * (size_t)slices);
-    slice_collected = reinterpret_cast<int32_t*>(row + (40 + 12 * kBins) * (size_t)slices + 16);
+    slice_collected = reinterpret_cast<int32_t*>(row + (40 + 12 * kBins) * (size_t)slices + 32);
     static_assert(40 + 12 * kBins + 4 == 812, "header_bytes");
     cand = reinterpret_cast<Candidate*>(row + header_bytes(slices));
     capacity = (int)((row_bytes - header_bytes(slices)) / (8 * (size_t)slices));
@@ -114,8 +114,10 @@ struct CutoffLayout {
   }
 };
 
+// Order-preserving key of a float; -0 takes +0's key, since the host compares them equal (its ties go by id).
 __device__ inline uint32_t f2key(float f) {
   const uint32_t u = __float_as_uint(f);
+  if (u == 0x80000000u) return 0x80000000u;
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 __device__ inline float key2f(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k); }
@@ -847,12 +849,16 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   auto& tie_scan = *reinterpret_cast<typename TieScan::TempStorage*>(work + 256 * 12);
   __shared__ uint32_t sel_prefix;
   __shared__ unsigned long long sel_cum;
-  __shared__ unsigned int sel_count;
+  __shared__ unsigned int sel_count, sel_above;
   __shared__ int verdict, keep_ties, tie_last;  // verdict: 0 select, 1 keep every candidate, 2 undecidable
-  const double target = (p.top_p * z - above) * kMassScale;  // the mass the list must supply, fixed point
-  const double slack = (double)n + kWideMargin * z * kMassScale;
+  // a finer unit than the bins' (2^-44: the list holds under 2^19 ids of mass <= 1, so the sums stay below 2^63)
+  constexpr double kScale = 0x1p44;
+  auto mass_of = [&](float v) { return to_fixed_mass(exp((double)v - (double)M) * (kScale / kMassScale)); };
+  const double target = (p.top_p * z - above) * kScale;  // the mass the list must supply, fixed point
+  const double slack = (double)n + kWideMargin * z * kScale;
   uint32_t prefix = 0, mask = 0;
   unsigned long long cum = 0;  // mass of the ids whose key lies above the prefix's range
+  unsigned int count_above = 0;  // and how many they are
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) { hist_mass[b] = 0; hist_count[b] = 0; }
     __syncthreads();
@@ -860,7 +866,7 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
       const Candidate cd = L.cand[c];
       if ((cd.key & mask) != prefix) continue;
       const int b = (cd.key >> shift) & 0xFF;
-      atomicAdd(&hist_mass[b], fixed_mass(key2f(cd.key), M));
+      atomicAdd(&hist_mass[b], mass_of(key2f(cd.key)));
       atomicAdd(&hist_count[b], 1u);
     }
     __syncthreads();
@@ -871,10 +877,15 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
         verdict = (double)t + slack < target ? 1 : (double)t - slack < target ? 2 : 0;
       }
       unsigned long long cm = cum;
+      unsigned int cc = count_above;
       int b = 255;
-      for (; b > 0 && (double)(cm + hist_mass[b]) < target; --b) cm += hist_mass[b];
+      for (; b > 0 && (double)(cm + hist_mass[b]) < target; --b) {
+        cm += hist_mass[b];
+        cc += hist_count[b];
+      }
       sel_prefix = prefix | ((uint32_t)b << shift);
       sel_cum = cm;
+      sel_above = cc;
       sel_count = hist_count[b];
     }
     __syncthreads();
@@ -884,12 +895,13 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
     prefix = sel_prefix;
     mask |= 0xFFu << shift;
     cum = sel_cum;
+    count_above = sel_above;
     __syncthreads();
   }
   // the ids holding t* (sel_count of them, each of mass q) that the host keeps: tie j has mass before it
   // above + cum + j q, kept while below top_p * Z, so ceil((target - cum) / q) of them, if the slack cannot move it
   if (threadIdx.x == 0 && verdict == 0) {
-    const double q = exp((double)key2f(prefix) - (double)M) * kMassScale;
+    const double q = exp((double)key2f(prefix) - (double)M) * kScale;
     const double x = (target - (double)cum) / q, dx = slack / q;
     const double lo = ceil(x - dx), hi = ceil(x + dx);
     if ((double)cum + slack >= target || lo != hi || lo < 1.0 || hi > (double)sel_count) verdict = 2;
@@ -915,6 +927,10 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
     __syncthreads();
   }
   const int last_tie = keep_all ? INT_MAX : tie_last;
+  if (threadIdx.x == 0) {  // for the tests: the list's ids top-p keeps, and the last of them in the host's order
+    L.narrow[4] = keep_all ? n : (int)count_above + keep_ties;
+    L.narrow[5] = keep_all ? -1 : L.cand[last_tie].id;
+  }
   const float min_value = p.min_p > 0.f ? __fadd_rn(M, p.log_min_p) : -INFINITY;
   auto kept = [&](int c, const Candidate& cd) {
     return key2f(cd.key) >= min_value && (keep_all || cd.key > thr || (cd.key == thr && c <= last_tie));
