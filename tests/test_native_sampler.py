@@ -152,7 +152,8 @@ def test_fallback_draw_on_flat_or_tied_rows_is_the_host_samplers(nat, case):
     rows["integers"] = torch.round(torch.randn(T, V, generator=gen) * 2.0)
     for name, row in rows.items():
         for draw in (0, 123457):
-            with _slice_draw_set(nat, False):  # on, temperature-only and min-p-only draws take the slice draw instead
+            # with the slice draw on, temperature-only and min-p-only draws would take it instead of the fallback
+            with _switch(nat, "slice_draw", False):
                 got = _device_draws(nat, row.cuda(), dev, history[2], draw)
             assert got == _host_draws(host, row, history, draw), f"{case}, row {name}, draw {draw}"
 
@@ -179,7 +180,7 @@ def test_device_draw_without_top_k_is_the_host_samplers(nat, case):
     drawn = set()
     for draw in (0, 16, 2**31 - 64):
         scratch = []
-        with _slice_draw_set(nat, False):  # the sorted-candidate path for every case (on, it serves top-p alone)
+        with _switch(nat, "slice_draw", False):  # the sorted-candidate path for every case (on, it serves top-p alone)
             got = _device_draws(nat, logits.cuda(), dev, counts, draw, scratch)
         assert got == _host_draws(host, logits, history, draw), f"{case}, draws {draw}..{draw + T - 1}"
         drawn.update(got)
@@ -246,19 +247,21 @@ NARROWED = {("top-p-only", "broad"), ("top-p-tight-penalties", "broad"), ("top-p
 
 
 @contextlib.contextmanager
-def _slice_draw_set(nat, on: bool):
-    """set_sampler_slice_draw(on) for the block, the previous setting (on by default) restored after it."""
-    before = nat.get_sampler_slice_draw()
-    nat.set_sampler_slice_draw(on)
+def _switch(nat, name: str, on: bool):
+    """nat.set_sampler_<name>(on) for the block (slice_draw: on by default; wide_select, top_k_narrowing: off), the
+    previous setting restored after it."""
+    get, put = getattr(nat, f"get_sampler_{name}"), getattr(nat, f"set_sampler_{name}")
+    before = get()
+    put(on)
     try:
         yield
     finally:
-        nat.set_sampler_slice_draw(before)
+        put(before)
 
 
 @pytest.fixture
 def slice_draw(nat):
-    with _slice_draw_set(nat, True):
+    with _switch(nat, "slice_draw", True):
         yield
 
 
@@ -340,16 +343,6 @@ WIDE = {("top-p-only", "flat at 30000"), ("top-p-only", "flat at -100000"), ("to
         ("top-p-only", "integers")}
 
 
-@contextlib.contextmanager
-def _wide_select_set(nat, on: bool):
-    before = nat.get_sampler_wide_select()
-    nat.set_sampler_wide_select(on)
-    try:
-        yield
-    finally:
-        nat.set_sampler_wide_select(before)
-
-
 @pytest.mark.parametrize("case", [c for c in SLICE_DRAW_CASES if "top_p" in SLICE_DRAW_CASES[c]])
 def test_wide_select_is_the_host_samplers(nat, slice_draw, case):
     """set_sampler_wide_select: where top-p's narrowed candidates outnumber what finish sorts, finish_wide's radix
@@ -357,7 +350,7 @@ def test_wide_select_is_the_host_samplers(nat, slice_draw, case):
     sampling = SLICE_DRAW_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 500 + list(SLICE_DRAW_CASES).index(case), 2718)
     counts = history[2]
-    with _wide_select_set(nat, True):
+    with _switch(nat, "wide_select", True):
         for name, rows in _rows_for_slice_draw(gen, history).items():
             for draw in (0, 65537):
                 scratch = []
@@ -385,16 +378,6 @@ TOP_K_NARROWING_CASES = {
 }
 
 
-@contextlib.contextmanager
-def _top_k_narrowing_set(nat, on: bool):
-    before = nat.get_sampler_top_k_narrowing()
-    nat.set_sampler_top_k_narrowing(on)
-    try:
-        yield
-    finally:
-        nat.set_sampler_top_k_narrowing(before)
-
-
 @pytest.mark.parametrize("case", list(TOP_K_NARROWING_CASES))
 def test_top_k_narrowing_is_the_host_samplers(nat, slice_draw, case):
     """set_sampler_top_k_narrowing: top-k above 64 on rows with every id within reach keeps the value bins that hold
@@ -402,7 +385,7 @@ def test_top_k_narrowing_is_the_host_samplers(nat, slice_draw, case):
     sampling = TOP_K_NARROWING_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 600 + list(TOP_K_NARROWING_CASES).index(case), 1618)
     counts = history[2]
-    with _top_k_narrowing_set(nat, True):
+    with _switch(nat, "top_k_narrowing", True):
         for name, rows in _rows_for_slice_draw(gen, history).items():
             for draw in (0, 4099):
                 scratch = []
@@ -437,7 +420,7 @@ def test_signed_zeros_are_one_value(nat, slice_draw, wide):
     assert len(kept) == ones + zeros // 2 + 1 and kept[-1] == ones + zeros // 2  # the lowest ids, both signs
     counts = torch.zeros(V, dtype=torch.int32, device="cuda")
     rows = row.expand(8, V).contiguous()
-    with _wide_select_set(nat, wide):
+    with _switch(nat, "wide_select", wide):
         for draw in (0, 1000, 77777):
             want = [host.sample(rows[t], [], step=draw + t) for t in range(8)]
             assert _device_draws(nat, rows.cuda(), {**sampling, "vocab_limit": VALID}, counts, draw) == want
@@ -454,7 +437,7 @@ def test_broken_rows_get_minus_one(nat):
         got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
         assert got[:3] == [-1, -1, row2], params
         assert 0 <= got[3] < VALID
-    with _slice_draw_set(nat, True):
+    with _switch(nat, "slice_draw", True):
         for params in (dict(temperature=0.7), dict(temperature=0.7, min_p=0.1)):
             got = _device_draws(nat, logits.cuda(), {**params, "vocab_limit": VALID}, counts, 0)
             assert got[:3] == [-1, -1, -1], ("slice draw", params)
@@ -469,7 +452,7 @@ def test_values_that_overflow_draw_the_lowest_id_holding_inf(nat, slice_draw_on)
     counts = torch.zeros(V, dtype=torch.int32, device="cuda")
     logits = torch.randn(2, V) * 2.0
     logits[:, [900, 500, 70000]] = 3.0e38
-    with _slice_draw_set(nat, slice_draw_on):  # top-k 10000 takes the one-block pass (finish_full)
+    with _switch(nat, "slice_draw", slice_draw_on):  # top-k 10000 takes the one-block pass (finish_full)
         for sampling in (dict(temperature=0.5), dict(temperature=0.5, min_p=0.05), dict(temperature=0.5, top_k=10000)):
             host = Sampler(SamplingParams(**sampling, seed=3), valid_vocab_size=VALID)
             want = [host.sample(logits[t], [], step=t) for t in range(2)]
