@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from sampler_rows import SLICE_DRAW_CASES, sampler_rows  # noqa: E402  (the tests' row shapes and cases)
 
 V, VALID = 248320, 248077
 BINS, CUTOFF, MASS_SCALE, MARGIN, MAX_CANDIDATES = 64, np.float32(26.1), 2.0**40, 4e-6, 8192
@@ -146,35 +148,9 @@ def wide_draw(values: np.ndarray, top_p: float, n: dict, seed: int, step: int, d
     return (best[1], kept, listed) if details else best[1]
 
 
-def rows(gen, hot):
-    import torch
-
-    T = 1
-    peaked = torch.randn(T, V, generator=gen) * 2.5
-    peaked[:, hot] += 9.0
-    tail = torch.randn(T, V, generator=gen) * 12
-    tail[:, hot] = 60.0 + torch.randn(T, len(hot), generator=gen) * 0.5
-    broad = torch.randn(T, V, generator=gen) * 3.0
-    broad[:, hot] += 12.0
-    clustered = torch.full((T, V), -30.0)
-    clustered[:, 6144:8192] = 10.0 + torch.randn(T, 2048, generator=gen) * 0.02
-    clustered[:, hot] = 12.0
-    out = {"peaked": peaked, "long tail": tail, "broad": broad,
-           "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0), "clustered": clustered}
-    for offset in (3.0e4, -1.0e5):
-        out[f"flat at {offset:g}"] = torch.randn(1, V, generator=gen) * 0.7 + offset
-    return {k: v[0] for k, v in out.items()}
-
-
-CASES = {
-    "top-p-min-p": dict(temperature=1.0, top_p=0.95, min_p=0.05),
-    "top-p-min-p-tight": dict(temperature=0.7, top_p=0.5, min_p=0.2, presence_penalty=1.0),
-    "top-p-only": dict(temperature=1.0, top_p=0.9),
-    "top-p-tight-penalties": dict(temperature=0.8, top_p=0.5, presence_penalty=1.0, repetition_penalty=1.1),
-    "top-p-loose": dict(temperature=1.2, top_p=0.995),
-    "top-p-min-p-loose": dict(temperature=1.0, top_p=0.9, min_p=1e-4),
-    "bench no top-k, top-p 0.9": dict(temperature=1.0, top_p=0.9),
-}
+# the tests' top-p cases, and the benchmark's top-p mode
+CASES = {**{k: v for k, v in SLICE_DRAW_CASES.items() if "top_p" in v},
+         "bench no top-k, top-p 0.9": dict(temperature=1.0, top_p=0.9)}
 
 
 def main() -> None:
@@ -189,7 +165,7 @@ def main() -> None:
     prompt = torch.randint(0, VALID, (300,), generator=gen).tolist()
     generated = torch.randint(0, VALID, (40,), generator=gen).tolist() + [5] * 3
     hot = prompt[:5] + generated[:5] + [5]
-    row_set = rows(gen, hot)
+    row_set = {name: r[0] for name, r in sampler_rows(gen, hot, T=1).items()}
     mismatches = 0
     for case, sampling in CASES.items():
         host = Sampler(SamplingParams(**sampling, seed=11), valid_vocab_size=VALID)

@@ -12,6 +12,7 @@ import contextlib
 import pytest
 
 from native_helpers import requires_gpu, step_inputs
+from sampler_rows import SLICE_DRAW_CASES, sampler_rows
 from test_native_model import source_from_checkpoint
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -224,21 +225,6 @@ def test_device_draw_with_top_k_above_64_is_the_host_samplers(nat, case):
     assert len(drawn) >= 10
 
 
-SLICE_DRAW_CASES = {
-    "temperature-only": dict(temperature=0.8),
-    "temperature-only-penalties": dict(temperature=1.0, presence_penalty=1.5, repetition_penalty=1.1,
-                                       frequency_penalty=0.2),
-    "min-p-only": dict(temperature=1.0, min_p=0.1),
-    "min-p-tiny": dict(temperature=1.3, min_p=1e-13),  # log(min_p) = -29.9: below the draw's reach, the cutoff binds
-    # top-p: the sorted candidates as before, but only those at or above min-p's floor collected
-    "top-p-min-p": dict(temperature=1.0, top_p=0.95, min_p=0.05),
-    "top-p-min-p-tight": dict(temperature=0.7, top_p=0.5, min_p=0.2, presence_penalty=1.0),
-    # top-p alone: where too many ids lie within reach, narrowed to the bins where the cut may fall
-    "top-p-only": dict(temperature=1.0, top_p=0.9),
-    "top-p-tight-penalties": dict(temperature=0.8, top_p=0.5, presence_penalty=1.0, repetition_penalty=1.1),
-    "top-p-loose": dict(temperature=1.2, top_p=0.995),
-    "top-p-min-p-loose": dict(temperature=1.0, top_p=0.9, min_p=1e-4),
-}
 # rows where sample_narrow must have narrowed these cases (more than 8192 ids within reach, the cut's bins fewer)
 # (bench/narrowing_emulation.py on rows of these shapes: 3389, 34, 89 and 0 candidates left, all draws equal; not
 # top-p-min-p-loose on the broad row, whose ids above min-p's floor number 6000-16000 with the row's largest value)
@@ -266,28 +252,20 @@ def slice_draw(nat):
 
 
 def _rows_for_slice_draw(gen, history):
-    """Row shapes from a trained model's (a few leaders far above a long tail) to flat ones, at float32 extremes."""
+    """tests/sampler_rows.py's row shapes, 8 rows each, the history's ids among the leaders."""
     prompt, generated, _ = history
-    hot = prompt[:5] + generated[:5] + [5]
-    T = 8
-    peaked = torch.randn(T, V, generator=gen) * 2.5
-    peaked[:, hot] += 9.0
-    tail = torch.randn(T, V, generator=gen) * 12
-    tail[:, hot] = 60.0 + torch.randn(T, len(hot), generator=gen) * 0.5
-    # most ids within reach of the draw (a trained model's row at temperature 1 may look like this): without the slice
-    # draw, the one-block fallback takes it
-    broad = torch.randn(T, V, generator=gen) * 3.0
-    broad[:, hot] += 12.0
-    # the ids near top-p's cut all in one slice, more of them than its candidate region holds (a vocabulary keeps
-    # related tokens at neighbouring ids): narrowed into one packed list
-    clustered = torch.full((T, V), -30.0)
-    clustered[:, 6144:8192] = 10.0 + torch.randn(T, 2048, generator=gen) * 0.02
-    clustered[:, hot] = 12.0
-    rows = {"peaked": peaked, "long tail": tail, "broad": broad,
-            "integers": torch.round(torch.randn(T, V, generator=gen) * 2.0), "clustered": clustered}
-    for offset in (3.0e4, -1.0e5):
-        rows[f"flat at {offset:g}"] = (torch.randn(1, V, generator=gen) * 0.7 + offset).expand(T, V).contiguous()
-    return rows
+    return sampler_rows(gen, prompt[:5] + generated[:5] + [5], T=8)
+
+
+def _each_draw(nat, case, host, dev, gen, history, draws):
+    """Every row shape at each of the draw indices: the device's draws, asserted equal to the host's, with the scratch
+    they left (NaN-filled first, so nothing stale passes). Yields (row name, rows, scratch, tokens)."""
+    for name, rows in _rows_for_slice_draw(gen, history).items():
+        for draw in draws:
+            scratch = []
+            got = _device_draws(nat, rows.cuda(), dev, history[2], draw, scratch, scratch_fill=float("nan"))
+            assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
+            yield name, rows, scratch[0], got
 
 
 def _collected(host, row, history, sampling: dict) -> int:
@@ -311,29 +289,24 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
     within reach than finish sorts, sample_narrow's bins where the cut may fall (its state in the header)."""
     sampling = SLICE_DRAW_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 400 + list(SLICE_DRAW_CASES).index(case), 31337)
-    counts = history[2]
     drawn = set()
-    for name, rows in _rows_for_slice_draw(gen, history).items():
-        for draw in (0, 4097, 2**31 - 64):
-            scratch = []
-            got = _device_draws(nat, rows.cuda(), dev, counts, draw, scratch, scratch_fill=float("nan"))
-            assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
-            drawn.update(got)
-            for t in (0, rows.shape[0] - 1):
-                if "top_p" in sampling:
-                    per_slice, capacity = _no_top_k_candidates(scratch[0][t])
-                    narrowed, b_in, b_out = _narrowing(scratch[0][t])
-                    collected = _collected(host, rows[t], history, sampling)
-                    if (case, name) in NARROWED:
-                        assert narrowed == 1 and b_in <= 64 and b_out <= 63, f"{case}, row {name}: not narrowed"
-                    if narrowed == 1:  # the cut's bins only, fewer than collect kept, in one packed list
-                        assert sum(per_slice) < collected and sum(per_slice) <= 8192, f"{case}, row {name}"
-                        if name == "clustered":  # more than one slice's region holds: the packed list served
-                            assert max(per_slice) > capacity, f"{case}, row {name}"
-                    else:
-                        assert narrowed == 0 and sum(per_slice) == collected, f"{case}, row {name}"
+    for name, rows, scratch, got in _each_draw(nat, case, host, dev, gen, history, (0, 4097, 2**31 - 64)):
+        drawn.update(got)
+        for t in (0, rows.shape[0] - 1):
+            if "top_p" in sampling:
+                per_slice, capacity = _no_top_k_candidates(scratch[t])
+                narrowed, b_in, b_out = _narrowing(scratch[t])
+                collected = _collected(host, rows[t], history, sampling)
+                if (case, name) in NARROWED:
+                    assert narrowed == 1 and b_in <= 64 and b_out <= 63, f"{case}, row {name}: not narrowed"
+                if narrowed == 1:  # the cut's bins only, fewer than collect kept, in one packed list
+                    assert sum(per_slice) < collected and sum(per_slice) <= 8192, f"{case}, row {name}"
+                    if name == "clustered":  # more than one slice's region holds: the packed list served
+                        assert max(per_slice) > capacity, f"{case}, row {name}"
                 else:
-                    assert got[t] in _slice_winners(scratch[0][t]), f"{case}, row {name}: not the slice draw"
+                    assert narrowed == 0 and sum(per_slice) == collected, f"{case}, row {name}"
+            else:
+                assert got[t] in _slice_winners(scratch[t]), f"{case}, row {name}: not the slice draw"
     assert len(drawn) >= 10
 
 
@@ -349,26 +322,21 @@ def test_wide_select_is_the_host_samplers(nat, slice_draw, case):
     select over them (no fallback to the whole row); the header's state (2) shows the path ran where expected."""
     sampling = SLICE_DRAW_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 500 + list(SLICE_DRAW_CASES).index(case), 2718)
-    counts = history[2]
     with _switch(nat, "wide_select", True):
-        for name, rows in _rows_for_slice_draw(gen, history).items():
-            for draw in (0, 65537):
-                scratch = []
-                got = _device_draws(nat, rows.cuda(), dev, counts, draw, scratch, scratch_fill=float("nan"))
-                assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
-                if (case, name) in WIDE:
-                    prompt, generated, _ = history
-                    for t in (0, rows.shape[0] - 1):
-                        per_slice, _ = _no_top_k_candidates(scratch[0][t])
-                        assert _narrowing(scratch[0][t])[0] == 2 and sum(per_slice) > 8192, f"{case}, row {name}"
-                        # finish_wide found the cut inside the list (no fallback), where the host's top-p puts it:
-                        # the same ids of the list kept, the same last one (these cases have no min-p)
-                        verdict, kept, last = _wide_verdict(scratch[0][t])
-                        assert verdict == 0, f"{case}, row {name}"
-                        host_kept = host.candidates(rows[t], generated, prompt).ids.tolist()
-                        listed = set(_packed_ids(scratch[0][t], sum(per_slice)))
-                        assert kept == len(listed.intersection(host_kept)), f"{case}, row {name}"
-                        assert last == host_kept[-1], f"{case}, row {name}"
+        for name, rows, scratch, _ in _each_draw(nat, case, host, dev, gen, history, (0, 65537)):
+            if (case, name) in WIDE:
+                prompt, generated, _ = history
+                for t in (0, rows.shape[0] - 1):
+                    per_slice, _ = _no_top_k_candidates(scratch[t])
+                    assert _narrowing(scratch[t])[0] == 2 and sum(per_slice) > 8192, f"{case}, row {name}"
+                    # finish_wide found the cut inside the list (no fallback), where the host's top-p puts it:
+                    # the same ids of the list kept, the same last one (these cases have no min-p)
+                    verdict, kept, last = _wide_verdict(scratch[t])
+                    assert verdict == 0, f"{case}, row {name}"
+                    host_kept = host.candidates(rows[t], generated, prompt).ids.tolist()
+                    listed = set(_packed_ids(scratch[t], sum(per_slice)))
+                    assert kept == len(listed.intersection(host_kept)), f"{case}, row {name}"
+                    assert last == host_kept[-1], f"{case}, row {name}"
 
 
 TOP_K_NARROWING_CASES = {
@@ -384,19 +352,14 @@ def test_top_k_narrowing_is_the_host_samplers(nat, slice_draw, case):
     the k best (one packed list, at least k ids, no fallback); the header's state shows it ran on those rows."""
     sampling = TOP_K_NARROWING_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 600 + list(TOP_K_NARROWING_CASES).index(case), 1618)
-    counts = history[2]
     with _switch(nat, "top_k_narrowing", True):
-        for name, rows in _rows_for_slice_draw(gen, history).items():
-            for draw in (0, 4099):
-                scratch = []
-                got = _device_draws(nat, rows.cuda(), dev, counts, draw, scratch, scratch_fill=float("nan"))
-                assert got == _host_draws(host, rows, history, draw), f"{case}, row {name}, draws {draw}.."
-                if name in ("peaked", "broad", "flat at 30000", "flat at -100000"):  # all ids within reach
-                    for t in (0, rows.shape[0] - 1):
-                        per_slice, _ = _no_top_k_candidates(scratch[0][t])
-                        narrowed, b_in, b_out = _narrowing(scratch[0][t])
-                        assert narrowed == 1 and b_in == 0 and 0 <= b_out < 64, f"{case}, row {name}"
-                        assert sampling["top_k"] <= sum(per_slice) <= 8192, f"{case}, row {name}"
+        for name, rows, scratch, _ in _each_draw(nat, case, host, dev, gen, history, (0, 4099)):
+            if name in ("peaked", "broad", "flat at 30000", "flat at -100000"):  # all ids within reach
+                for t in (0, rows.shape[0] - 1):
+                    per_slice, _ = _no_top_k_candidates(scratch[t])
+                    narrowed, b_in, b_out = _narrowing(scratch[t])
+                    assert narrowed == 1 and b_in == 0 and 0 <= b_out < 64, f"{case}, row {name}"
+                    assert sampling["top_k"] <= sum(per_slice) <= 8192, f"{case}, row {name}"
 
 
 @pytest.mark.parametrize("wide", [False, True])

@@ -324,18 +324,34 @@ __device__ void draw_slice_winner(const float* v, const int* eligible, const Sam
   }
 }
 
+using PrepScan = cub::BlockScan<int, kPrepThreads>;
+// The shared memory collect's and narrow's blocks use in turn: the candidates' scan, a fixed-order sum, the slice draw.
+union PrepShared {
+  typename PrepScan::TempStorage scan;
+  double z[kPrepThreads / 32];
+  SliceBest best;
+};
+
+// A fixed-order sum over the block (the same bits on every call), returned to thread 0; `partial` may alias storage
+// the block used just before, so the caller syncs first.
+__device__ inline double block_sum_in_order(double v, double* partial) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  __syncthreads();
+  double total = 0.0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kPrepThreads / 32; ++w) total += partial[w];
+  return total;
+}
+
 // No-top-k mode: each slice's candidates (values within kCutoff of the row's largest), in id order, and its share of
 // the softmax normaliser in float64 (only when top-p needs it).
 __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const float* logits, int V, const StepInputs* in,
                                                                       const int32_t* counts_all, char* scratch,
                                                                       size_t row_bytes, bool slice_draw,
                                                                       bool top_k_narrowing) {
-  using Scan = cub::BlockScan<int, kPrepThreads>;
-  __shared__ union {
-    typename Scan::TempStorage scan;
-    double z[kPrepThreads / 32];
-    SliceBest best;
-  } smem;
+  using Scan = PrepScan;
+  __shared__ PrepShared smem;
   __shared__ float row_max;
   __shared__ unsigned long long bin_mass[kBins];
   __shared__ int bin_count[kBins];
@@ -404,15 +420,9 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     if (flags[j] && offsets[j] < L.capacity)
       L.cand[(size_t)slice * L.capacity + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
   __syncthreads();
-  if (need_z) {  // fixed-order block sum: the same bits on every call
-    z = warp_sum(z);
-    if ((threadIdx.x & 31) == 0) smem.z[threadIdx.x >> 5] = z;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      double zs = 0.0;
-      for (int w = 0; w < kPrepThreads / 32; ++w) zs += smem.z[w];
-      L.slice_z[slice] = zs;
-    }
+  if (need_z) {
+    const double zs = block_sum_in_order(z, smem.z);
+    if (threadIdx.x == 0) L.slice_z[slice] = zs;
   }
   if (threadIdx.x == 0) {
     L.slice_count[slice] = total;
@@ -435,12 +445,8 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
                                                                      const int32_t* counts_all, char* scratch,
                                                                      size_t row_bytes, bool slice_draw, bool wide,
                                                                      bool top_k_narrowing) {
-  using Scan = cub::BlockScan<int, kPrepThreads>;
-  __shared__ union {
-    typename Scan::TempStorage scan;
-    double z[kPrepThreads / 32];
-    SliceBest best;
-  } smem;
+  using Scan = PrepScan;
+  __shared__ PrepShared smem;
   __shared__ unsigned long long part_mass[kPrepThreads / kBins][kBins];
   __shared__ int part_count[kPrepThreads / kBins][kBins];
   __shared__ float row_max;
@@ -567,12 +573,8 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     if (boundary[j])
       L.cand[first + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
   __syncthreads();
-  mass_above = warp_sum(mass_above);  // fixed-order block sum
-  if ((threadIdx.x & 31) == 0) smem.z[threadIdx.x >> 5] = mass_above;
-  __syncthreads();
+  const double a = block_sum_in_order(mass_above, smem.z);
   if (threadIdx.x == 0) {
-    double a = 0.0;
-    for (int w = 0; w < kPrepThreads / 32; ++w) a += smem.z[w];
     L.slice_above[slice] = a;
     L.slice_count[slice] = total;
   }
