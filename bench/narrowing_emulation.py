@@ -175,7 +175,8 @@ def main() -> None:
             n = narrowing(values, sampling["top_p"], sampling.get("min_p", 0.0))
             line = (f"{case:26s} {name:12s} collected {n['collected']:6d} narrowed {int(n['narrowed'])} "
                     f"bins [{n['b_in']}, {n['b_out']}] boundary {n['boundary']} (largest slice {n['per_slice_max']})")
-            wide = n["overflow"] and not n["narrowed"] and n["boundary"] <= n["capacity"] * (-(-V // SLICE))
+            # state 2 needs room for the list and, after it, each candidate's fixed-point mass
+            wide = n["overflow"] and not n["narrowed"] and 2 * n["boundary"] <= n["capacity"] * (-(-V // SLICE))
             if wide:  # state 2 with the wide select's switch
                 line += " wide:"
                 for step in range(args.draws):

@@ -5,18 +5,20 @@ about two thirds of the ids are within reach), and a flat one (every id within r
 within reach, the candidate modes (no top-k, top-k above 64) fall back to the one-block path; top-k 10000 takes it
 on every row. With the slice draw's switch (set_sampler_slice_draw, on by default) draws with neither top-k nor
 top-p never fall back, and top-p without top-k falls back only where its cut's bins hold more than 8192 ids.
---slice-draw 0,1 times each mode with it off and on; --wide-select 1 turns on the wide select (top-p cuts among more
-narrowed candidates than finish sorts), --top-k-narrowing 1 top-k's narrowing (top-k above 64 over more ids within
-reach than finish sorts); both default off until they have run on a GPU.
+Each of --slice-draw, --wide-select (a top-p cut among more narrowed candidates than finish sorts) and
+--top-k-narrowing (top-k above 64 over more ids within reach than finish sorts) takes a comma-separated list of 0 and
+1; every mode is timed at each combination back to back (the same clocks), after a warm-up of the GPU.
 
-    python3 bench/sampler_time.py [--reps 200] [--slice-draw 1] [--wide-select 0] [--top-k-narrowing 0] [--json F]
+    python3 bench/sampler_time.py [--reps 200] [--slice-draw 1] [--wide-select 0,1] [--top-k-narrowing 0,1] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
+import time
 
 V, VALID = 248320, 248077
 
@@ -66,9 +68,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--slice-draw", default="1", help="comma-separated settings of set_sampler_slice_draw (0, 1)")
-    ap.add_argument("--wide-select", type=int, default=0, help="set_sampler_wide_select for every run (0, 1)")
-    ap.add_argument("--top-k-narrowing", type=int, default=0, help="set_sampler_top_k_narrowing for every run (0, 1)")
+    ap.add_argument("--slice-draw", default="1", help="settings of set_sampler_slice_draw to time (0, 1; a list)")
+    ap.add_argument("--wide-select", default="", help="settings of set_sampler_wide_select (default: the library's)")
+    ap.add_argument("--top-k-narrowing", default="", help="settings of set_sampler_top_k_narrowing (default: the "
+                    "library's)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     nat = load_native()
@@ -79,23 +82,28 @@ def main() -> None:
     broad[:16] += 12.0
     rows = {"long tail": tail.cuda().reshape(1, V), "broad": broad.cuda().reshape(1, V),
             "flat": (torch.randn(V, generator=gen) * 0.7).cuda().reshape(1, V)}
+    switches = ("slice_draw", "wide_select", "top_k_narrowing")
+    defaults = {name: getattr(nat, f"get_sampler_{name}")() for name in switches}
+    choices = {name: [bool(int(x)) for x in given.split(",")] if given else [defaults[name]]
+               for name, given in zip(switches, (args.slice_draw, args.wide_select, args.top_k_narrowing))}
+    settings = [dict(zip(switches, combo)) for combo in itertools.product(*choices.values())]
+    # the GPU's clocks settle before the first figure: a second of draws, thrown away
+    warm_until = time.perf_counter() + 1.0
+    while time.perf_counter() < warm_until:
+        time_draw(nat, rows["flat"], MODES["no top-k, top-p 0.9"], 20)
     results = []
-    default_setting = nat.get_sampler_slice_draw()
-    nat.set_sampler_wide_select(bool(args.wide_select))
-    nat.set_sampler_top_k_narrowing(bool(args.top_k_narrowing))
     try:
-        for slice_draw in (bool(int(x)) for x in args.slice_draw.split(",")):
-            nat.set_sampler_slice_draw(slice_draw)
-            for row_name, logits in rows.items():
-                for mode, params in MODES.items():
+        for row_name, logits in rows.items():
+            for mode, params in MODES.items():
+                for setting in settings:
+                    for name, on in setting.items():
+                        getattr(nat, f"set_sampler_{name}")(on)
                     us = time_draw(nat, logits, params, args.reps)
-                    results.append(dict(row=row_name, mode=mode, slice_draw=slice_draw,
-                                        wide_select=bool(args.wide_select),
-                                        top_k_narrowing=bool(args.top_k_narrowing),
-                                        us_per_draw_with_sync=round(us, 1)))
+                    results.append(dict(row=row_name, mode=mode, **setting, us_per_draw_with_sync=round(us, 1)))
                     print(json.dumps(results[-1]), flush=True)
     finally:
-        nat.set_sampler_slice_draw(default_setting)
+        for name, on in defaults.items():
+            getattr(nat, f"set_sampler_{name}")(on)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"gpu": torch.cuda.get_device_name(), "commit": commit(), "date": dt.date.today().isoformat(),

@@ -281,6 +281,18 @@ def _collected(host, row, history, sampling: dict) -> int:
     return int(((v >= floor) & torch.isfinite(v)).sum())
 
 
+def _collected_in_bins(host, row, history, sampling: dict, b_in: int, b_out: int) -> int:
+    """How many ids within reach (no min-p here) fall in the value bins [b_in, b_out] (sampler.cu bin_of: float32
+    (M - v) * (64 / 26.1f), truncated, at most 63)."""
+    prompt, generated, _ = history
+    v = host.penalised_logits(row, generated, prompt) / sampling["temperature"]
+    M = v.max()
+    reach = torch.isfinite(v) & (v >= M - torch.tensor(26.1, dtype=torch.float32))
+    scale = torch.tensor(64.0, dtype=torch.float32) / torch.tensor(26.1, dtype=torch.float32)
+    bins = ((M - v) * scale).clamp(min=0).to(torch.int64).clamp(max=63)
+    return int((reach & (bins >= b_in) & (bins <= b_out)).sum())
+
+
 @pytest.mark.parametrize("case", list(SLICE_DRAW_CASES))
 def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
     """set_sampler_slice_draw: with neither top-k nor top-p, each slice's Gumbel-max winner and the best of them (the
@@ -337,6 +349,25 @@ def test_wide_select_is_the_host_samplers(nat, slice_draw, case):
                     listed = set(_packed_ids(scratch[t], sum(per_slice)))
                     assert kept == len(listed.intersection(host_kept)), f"{case}, row {name}"
                     assert last == host_kept[-1], f"{case}, row {name}"
+
+
+def test_wide_select_leaves_a_list_without_room_for_its_masses_to_the_fallback(nat, slice_draw):
+    """The wide select stores each candidate's fixed-point mass after the packed list, so a list longer than half the
+    candidate regions (~56K ids of the 27B's row) stays at state 0: finish_full takes the row, and the draw is still
+    the host's. At temperature 2 the flat rows' cut falls in a bin of ~94K ids (bench/narrowing_emulation.py)."""
+    sampling = dict(temperature=2.0, top_p=0.5)
+    _, host, dev, gen, history = _oracle(sampling, 777, 4242)
+    seen = 0
+    with _switch(nat, "wide_select", True):
+        for name, rows, scratch, _ in _each_draw(nat, "top-p at temperature 2", host, dev, gen, history, (0,)):
+            if name.startswith("flat"):
+                per_slice, capacity = _no_top_k_candidates(scratch[0])
+                narrowed, b_in, b_out = _narrowing(scratch[0])
+                assert narrowed == 0 and b_in == b_out, name
+                listed = _collected_in_bins(host, rows[0], history, sampling, b_in, b_out)
+                assert 2 * listed > capacity * len(per_slice) >= listed, f"{name}: {listed} ids in the cut's bin"
+                seen += 1
+    assert seen == 2
 
 
 TOP_K_NARROWING_CASES = {

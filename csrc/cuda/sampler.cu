@@ -66,6 +66,13 @@ __device__ inline int bin_of(float v, float M) {
 __device__ inline unsigned long long to_fixed_mass(double e) {
   return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;  // NaN (inf - inf): no mass
 }
+// The wide select's fixed-point mass of one id: a finer unit than the bins' (2^-44: its list holds under 2^19 ids of
+// mass <= 1, so the sums stay below 2^63). sample_narrow stores it beside the packed list, so finish_wide's passes (one
+// block) read integers instead of computing a float64 exp per id per pass (float64 runs at 1/64 rate on consumer cards).
+constexpr double kWideScale = 0x1p44;
+__device__ inline unsigned long long wide_mass(float v, float M) {
+  return to_fixed_mass(exp((double)v - (double)M) * (kWideScale / kMassScale));
+}
 
 // The no-top-k mode's layout of a row's scratch: a header (each slice's largest value, candidate count, float64
 // share of the normaliser and, for the slice draw, its winner's float64 score and id; for top-p's narrowing the mass
@@ -85,6 +92,9 @@ struct CutoffLayout {
   int32_t* slice_collected; // narrowing: collect's count (slice_count before narrow rewrites it)
   Candidate* cand;
   int capacity;  // candidates a slice's region holds
+  // The wide select's list (n candidates) and, after it, each candidate's wide_mass: the regions must hold both.
+  __device__ bool wide_fits(int n, int slices) const { return 2 * (size_t)n <= (size_t)capacity * slices; }
+  __device__ unsigned long long* wide_masses(int n) const { return reinterpret_cast<unsigned long long*>(cand + n); }
   static __host__ __device__ size_t header_bytes(int slices) { return (812 * (size_t)slices + 32 + 255) / 256 * 256; }
   __device__ CutoffLayout(char* row, size_t row_bytes, int slices) {
     slice_z = reinterpret_cast<double*>(row);
@@ -450,7 +460,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   __shared__ unsigned long long part_mass[kPrepThreads / kBins][kBins];
   __shared__ int part_count[kPrepThreads / kBins][kBins];
   __shared__ float row_max;
-  __shared__ int decision[3];  // narrowed, b_in, b_out
+  __shared__ int decision[4];  // narrowed, b_in, b_out, the candidates in the packed list
   __shared__ int overflow, collected, first;
   const SamplingParams p = in->sampling;
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
@@ -527,11 +537,16 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
       for (int b = b_in; b <= b_out; ++b) boundary += bin_c[b];
       // the candidates go in one packed list (a slice's ids near the cut may outnumber its region): it must fit.
       // State 1: finish sorts them; 2 (the wide select's switch): more than it sorts, finish_wide selects the cut.
-      narrowed = boundary > L.capacity * slices ? 0 : boundary <= kMaxCandidates ? 1 : wide ? 2 : 0;
+      // State 2 also needs room for the candidates' masses after the list.
+      narrowed = boundary > L.capacity * slices          ? 0
+                 : boundary <= kMaxCandidates             ? 1
+                 : wide && L.wide_fits(boundary, slices) ? 2
+                                                          : 0;
     }
     decision[0] = narrowed;
     decision[1] = b_in;
     decision[2] = b_out;
+    decision[3] = boundary;
     if (slice == 0) {
       L.narrow[0] = narrowed;
       L.narrow[1] = b_in;
@@ -572,6 +587,11 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   for (int j = 0; j < kPrepItems; ++j)
     if (boundary[j])
       L.cand[first + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
+  if (decision[0] == 2) {
+    unsigned long long* mass = L.wide_masses(decision[3]);
+    for (int j = 0; j < kPrepItems; ++j)
+      if (boundary[j]) mass[first + offsets[j]] = wide_mass(v[j], M);  // v: the key's value (-0 is +0 to exp)
+  }
   __syncthreads();
   const double a = block_sum_in_order(mass_above, smem.z);
   if (threadIdx.x == 0) {
@@ -836,11 +856,39 @@ __device__ int best_slice_winner(const CutoffLayout& L, int slices, double* sd, 
   return win;
 }
 
+// Adds each lane's (mass, 1) to bucket b of a shared histogram (b < 0: nothing). The wide select's first passes see
+// nearly every key in one or two buckets (the top bytes of values from one bin agree), and shared atomics on one
+// address serialise: where a warp's lanes fall in at most four buckets, one lane adds each bucket's warp total
+// (integers, so the order of the additions does not change the sums). Every lane of the warp must call it.
+__device__ inline void add_to_histogram(int b, unsigned long long m, unsigned long long* hist_mass,
+                                        unsigned int* hist_count) {
+  const int lane = threadIdx.x & 31;
+  const unsigned peers = __match_any_sync(0xffffffffu, b);
+  const unsigned leaders = __ballot_sync(0xffffffffu, b >= 0 && lane == __ffs(peers) - 1);
+  if (__popc(leaders) > 4) {
+    if (b >= 0) {
+      atomicAdd(&hist_mass[b], m);
+      atomicAdd(&hist_count[b], 1u);
+    }
+    return;
+  }
+  for (unsigned todo = leaders; todo; todo &= todo - 1) {
+    const int leader = __ffs(todo) - 1;
+    const int bucket = __shfl_sync(0xffffffffu, b, leader);
+    unsigned long long sum = b == bucket ? m : 0ull;
+    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == leader) {
+      atomicAdd(&hist_mass[bucket], sum);
+      atomicAdd(&hist_count[bucket], (unsigned)__popc(peers));
+    }
+  }
+}
+
 // Finish for a row that sample_narrow left wide (state 2): the n > kMaxCandidates ids of the bins where top-p's cut
 // falls, in one packed list in id order, too many to sort. A radix select over their keys (4 passes of 8 bits), each
-// bucket weighted by its ids' fixed-point mass, finds the value t* at which the mass from the top (after the mass
-// above the list) reaches top_p * Z: every id above t* is kept, and of the ids holding t* the host keeps, in id order,
-// those whose mass before them stays below it. Where the fixed-point sums (within n units) and the host's rounding
+// bucket weighted by its ids' fixed-point mass (wide_mass, which sample_narrow stored after the list), finds the
+// value t* at which the mass from the top (after the mass above the list) reaches top_p * Z: every id above t* is
+// kept, and of the ids holding t* the host keeps, in id order, those whose mass before them stays below it. Where the fixed-point sums (within n units) and the host's rounding
 // (kWideMargin) cannot decide, returns -2 (the caller falls back to finish_full). Then the draw over the kept ids above
 // min-p's floor (float32 scores first, float64 for the near-best, as finish_full) against the slices' winners above
 // the list, which come first in the host's order. `work`: the sort's storage, free here.
@@ -853,9 +901,8 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   __shared__ unsigned long long sel_cum;
   __shared__ unsigned int sel_count, sel_above;
   __shared__ int verdict, keep_ties, tie_last;  // verdict: 0 select, 1 keep every candidate, 2 undecidable
-  // a finer unit than the bins' (2^-44: the list holds under 2^19 ids of mass <= 1, so the sums stay below 2^63)
-  constexpr double kScale = 0x1p44;
-  auto mass_of = [&](float v) { return to_fixed_mass(exp((double)v - (double)M) * (kScale / kMassScale)); };
+  constexpr double kScale = kWideScale;
+  const unsigned long long* mass = L.wide_masses(n);  // sample_narrow's wide_mass of each candidate
   const double target = (p.top_p * z - above) * kScale;  // the mass the list must supply, fixed point
   const double slack = (double)n + kWideMargin * z * kScale;
   uint32_t prefix = 0, mask = 0;
@@ -864,12 +911,11 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) { hist_mass[b] = 0; hist_count[b] = 0; }
     __syncthreads();
-    for (int c = threadIdx.x; c < n; c += blockDim.x) {
-      const Candidate cd = L.cand[c];
-      if ((cd.key & mask) != prefix) continue;
-      const int b = (cd.key >> shift) & 0xFF;
-      atomicAdd(&hist_mass[b], mass_of(key2f(cd.key)));
-      atomicAdd(&hist_count[b], 1u);
+    for (int base = 0; base < n; base += blockDim.x) {  // whole warps every round: add_to_histogram's shuffles
+      const int c = base + threadIdx.x;
+      const uint32_t key = c < n ? L.cand[c].key : 0u;
+      const bool in_range = c < n && (key & mask) == prefix;
+      add_to_histogram(in_range ? (int)((key >> shift) & 0xFF) : -1, in_range ? mass[c] : 0ull, hist_mass, hist_count);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -1244,10 +1290,10 @@ __global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in
 static bool g_slice_draw = true;  // set_sampler_slice_draw (on since its first GPU run, session 28)
 void set_sampler_slice_draw(bool on) { g_slice_draw = on; }
 bool get_sampler_slice_draw() { return g_slice_draw; }
-static bool g_wide_select = false;  // set_sampler_wide_select (off until it has run on a GPU)
+static bool g_wide_select = true;  // set_sampler_wide_select (on since its first GPU run, session 29)
 void set_sampler_wide_select(bool on) { g_wide_select = on; }
 bool get_sampler_wide_select() { return g_wide_select; }
-static bool g_top_k_narrowing = false;  // set_sampler_top_k_narrowing (off until it has run on a GPU)
+static bool g_top_k_narrowing = true;  // set_sampler_top_k_narrowing (on since its first GPU run, session 29)
 void set_sampler_top_k_narrowing(bool on) { g_top_k_narrowing = on; }
 bool get_sampler_top_k_narrowing() { return g_top_k_narrowing; }
 
