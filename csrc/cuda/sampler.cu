@@ -88,7 +88,8 @@ struct CutoffLayout {
   uint64_t* bin_mass;       // [slice][kBins], fixed point (kMassScale): every id within kCutoff
   int32_t* bin_count;       // [slice][kBins]: the ids collect keeps (within kCutoff and above min-p's floor)
   int32_t* narrow;          // 8 ints: {state, b_in, b_out} by narrow's block 0; finish_wide's {verdict, ids of the
-                            // list it keeps, the last of them in the host's order} (read by the tests)
+                            // list it keeps, the last of them in the host's order} (read by the tests); the wide
+                            // list's smallest and largest key (collect sets the range empty, narrow's blocks fill it)
   int32_t* slice_collected; // narrowing: collect's count (slice_count before narrow rewrites it)
   Candidate* cand;
   int capacity;  // candidates a slice's region holds
@@ -419,6 +420,10 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
       L.bin_mass[(size_t)slice * kBins + b] = bin_mass[b];
       L.bin_count[(size_t)slice * kBins + b] = bin_count[b];
     }
+    if (slice == 0 && threadIdx.x == 0) {  // the wide list's key range, which narrow's blocks narrow by atomics
+      L.narrow[6] = (int)0xFFFFFFFFu;
+      L.narrow[7] = 0;
+    }
   }
   if (is_slice_draw(p, slice_draw)) {
     draw_slice_winner(v, flags, p, row_draw(in, t), slice, L, smem.best);
@@ -462,6 +467,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   __shared__ float row_max;
   __shared__ int decision[4];  // narrowed, b_in, b_out, the candidates in the packed list
   __shared__ int overflow, collected, first;
+  __shared__ unsigned int key_lo, key_hi;  // state 2: the block's smallest and largest key in the list
   const SamplingParams p = in->sampling;
   const int t = blockIdx.y, slice = blockIdx.x, slices = gridDim.x;
   const bool top_k_mode = is_top_k_narrowing(p, slices, slice_draw, top_k_narrowing);
@@ -575,7 +581,11 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   __syncthreads();
   // this slice's place in the packed list: the earlier slices' ids in the cut's bins (collect's counts, the same
   // test as `boundary`; integer sums, so every block agrees)
-  if (threadIdx.x == 0) first = 0;
+  if (threadIdx.x == 0) {
+    first = 0;
+    key_lo = 0xFFFFFFFFu;
+    key_hi = 0u;
+  }
   __syncthreads();
   int before_me = 0;
   for (int s = threadIdx.x; s < slice; s += kPrepThreads)
@@ -587,12 +597,27 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
   for (int j = 0; j < kPrepItems; ++j)
     if (boundary[j])
       L.cand[first + offsets[j]] = Candidate{f2key(v[j]), slice * kSlice + (int)threadIdx.x * kPrepItems + j};
-  if (decision[0] == 2) {
+  if (decision[0] == 2) {  // finish_wide's inputs: each candidate's mass, and the list's key range
     unsigned long long* mass = L.wide_masses(decision[3]);
+    uint32_t lo = 0xFFFFFFFFu, hi = 0u;
     for (int j = 0; j < kPrepItems; ++j)
-      if (boundary[j]) mass[first + offsets[j]] = wide_mass(v[j], M);  // v: the key's value (-0 is +0 to exp)
+      if (boundary[j]) {
+        mass[first + offsets[j]] = wide_mass(v[j], M);  // v: the key's value (-0 is +0 to exp)
+        lo = min(lo, f2key(v[j]));
+        hi = max(hi, f2key(v[j]));
+      }
+    lo = __reduce_min_sync(0xFFFFFFFFu, lo);
+    hi = __reduce_max_sync(0xFFFFFFFFu, hi);
+    if ((threadIdx.x & 31) == 0 && lo <= hi) {
+      atomicMin(&key_lo, lo);
+      atomicMax(&key_hi, hi);
+    }
   }
   __syncthreads();
+  if (decision[0] == 2 && threadIdx.x == 0 && key_lo <= key_hi) {
+    atomicMin(reinterpret_cast<unsigned int*>(&L.narrow[6]), key_lo);
+    atomicMax(reinterpret_cast<unsigned int*>(&L.narrow[7]), key_hi);
+  }
   const double a = block_sum_in_order(mass_above, smem.z);
   if (threadIdx.x == 0) {
     L.slice_above[slice] = a;
@@ -905,10 +930,16 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   const unsigned long long* mass = L.wide_masses(n);  // sample_narrow's wide_mass of each candidate
   const double target = (p.top_p * z - above) * kScale;  // the mass the list must supply, fixed point
   const double slack = (double)n + kWideMargin * z * kScale;
-  uint32_t prefix = 0, mask = 0;
+  // The passes start at the first byte where the list's keys differ (narrow recorded their range): a pass over a
+  // byte they all share would only select it. A one-bin list's values lie within 0.41 of each other, so their top
+  // byte (sign and 7 bits of exponent) nearly always agrees, often the second too.
+  const uint32_t key_lo = (uint32_t)L.narrow[6], key_hi = (uint32_t)L.narrow[7];
+  const int top_shift = key_lo == key_hi ? 0 : (31 - __clz(key_lo ^ key_hi)) / 8 * 8;
+  uint32_t mask = top_shift == 24 ? 0u : ~((1u << (top_shift + 8)) - 1u);  // the bytes above the first pass's
+  uint32_t prefix = key_lo & mask;
   unsigned long long cum = 0;  // mass of the ids whose key lies above the prefix's range
   unsigned int count_above = 0;  // and how many they are
-  for (int shift = 24; shift >= 0; shift -= 8) {
+  for (int shift = top_shift; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) { hist_mass[b] = 0; hist_count[b] = 0; }
     __syncthreads();
     for (int base = 0; base < n; base += blockDim.x) {  // whole warps every round: add_to_histogram's shuffles
@@ -919,7 +950,7 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-      if (shift == 24) {  // every candidate's mass: does the cut fall inside the list at all?
+      if (shift == top_shift) {  // every candidate's mass: does the cut fall inside the list at all?
         unsigned long long t = 0;
         for (int b = 0; b < 256; ++b) t += hist_mass[b];
         verdict = (double)t + slack < target ? 1 : (double)t - slack < target ? 2 : 0;
