@@ -17,9 +17,9 @@
 //     collect draws each slice's winner and finish takes the best (no candidates, no fallback); without top-k, ids
 //     below min-p's floor are not collected; with top-p and no top-k, collect bins its ids by value and, where the
 //     candidates overflow, narrow keeps only the bins where top-p's cut may fall (the ids above them: each slice's
-//     winner; finish cuts top-p among the rest from the mass above). Off by default until they run on a GPU: the wide
-//     select (a cut among more narrowed ids than finish sorts: finish_wide's radix select) and top-k's narrowing
-//     (top-k above 64: the bins that hold the k best).
+//     winner; finish cuts top-p among the rest from the mass above). Two more switches, on by default: the wide
+//     select (a cut among more narrowed ids than finish sorts: finish_wide's radix select over up to ~56K of them,
+//     their masses stored by narrow) and top-k's narrowing (top-k above 64: the bins that hold the k best).
 // Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
 // u = (w + 0.5) / 2^32 and the noise -log(-log(u)), as the host computes it.
 #include <cub/block/block_radix_sort.cuh>
