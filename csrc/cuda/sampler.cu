@@ -17,10 +17,9 @@
 //     collect draws each slice's winner and finish takes the best (no candidates, no fallback); without top-k, ids
 //     below min-p's floor are not collected; with top-p and no top-k, collect bins its ids by value and, where the
 //     candidates overflow, narrow keeps only the bins where top-p's cut may fall (the ids above them: each slice's
-//     winner; finish cuts top-p among the rest from the mass above). Two more switches: top-k's narrowing (top-k above
-//     64: the bins that hold the k best; on by default) and the wide select (a cut among more narrowed ids than
-//     finish sorts: finish_wide's radix select over up to ~56K of them, their masses stored by narrow; off by default
-//     until this form runs on a GPU).
+//     winner; finish cuts top-p among the rest from the mass above). Two more switches, on by default: top-k's
+//     narrowing (top-k above 64: the bins that hold the k best) and the wide select (a cut among more narrowed ids
+//     than finish sorts: finish_wide's radix select over up to ~56K of them, their masses stored by narrow).
 // Philox-4x32-10, key (seed lo, seed hi), counter (token id, draw lo, draw hi, purpose 0): word 0 gives
 // u = (w + 0.5) / 2^32 and the noise -log(-log(u)), as the host computes it.
 #include <cub/block/block_radix_sort.cuh>
@@ -1322,7 +1321,7 @@ __global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in
 static bool g_slice_draw = true;  // set_sampler_slice_draw (on since its first GPU run, session 28)
 void set_sampler_slice_draw(bool on) { g_slice_draw = on; }
 bool get_sampler_slice_draw() { return g_slice_draw; }
-static bool g_wide_select = false;  // set_sampler_wide_select (its current form has not run on a GPU yet)
+static bool g_wide_select = true;  // set_sampler_wide_select (on since its tests passed on an H100, session 29)
 void set_sampler_wide_select(bool on) { g_wide_select = on; }
 bool get_sampler_wide_select() { return g_wide_select; }
 static bool g_top_k_narrowing = true;  // set_sampler_top_k_narrowing (on since its first GPU run, session 29)
