@@ -268,14 +268,19 @@ def _each_draw(nat, case, host, dev, gen, history, draws):
             yield name, rows, scratch[0], got
 
 
-def _collected(host, row, history, sampling: dict) -> int:
-    """How many ids the collect kernel keeps for one row: finite values (penalised logits over the temperature, in
-    float32 as both samplers divide) at or above max(M - 26.1, M + log(min_p)) (sampler.cu kCutoff)."""
-    import math
+def _drawn_values(host, row, history, sampling: dict):
+    """The values the draw ranks (penalised logits over the temperature, in float32 as both samplers divide), their
+    largest M, and the reach of the draw, M - 26.1 (sampler.cu kCutoff)."""
     prompt, generated, _ = history
     v = host.penalised_logits(row, generated, prompt) / sampling["temperature"]
     M = v.max()
-    floor = M - torch.tensor(26.1, dtype=torch.float32)
+    return v, M, M - torch.tensor(26.1, dtype=torch.float32)
+
+
+def _collected(host, row, history, sampling: dict) -> int:
+    """How many ids the collect kernel keeps for one row: finite values at or above max(M - 26.1, M + log(min_p))."""
+    import math
+    v, M, floor = _drawn_values(host, row, history, sampling)
     if sampling.get("min_p", 0.0) > 0:
         floor = torch.maximum(floor, M + torch.tensor(math.log(sampling["min_p"]), dtype=torch.float32))
     return int(((v >= floor) & torch.isfinite(v)).sum())
@@ -284,10 +289,8 @@ def _collected(host, row, history, sampling: dict) -> int:
 def _collected_in_bins(host, row, history, sampling: dict, b_in: int, b_out: int) -> int:
     """How many ids within reach (no min-p here) fall in the value bins [b_in, b_out] (sampler.cu bin_of: float32
     (M - v) * (64 / 26.1f), truncated, at most 63)."""
-    prompt, generated, _ = history
-    v = host.penalised_logits(row, generated, prompt) / sampling["temperature"]
-    M = v.max()
-    reach = torch.isfinite(v) & (v >= M - torch.tensor(26.1, dtype=torch.float32))
+    v, M, reach_floor = _drawn_values(host, row, history, sampling)
+    reach = torch.isfinite(v) & (v >= reach_floor)
     scale = torch.tensor(64.0, dtype=torch.float32) / torch.tensor(26.1, dtype=torch.float32)
     bins = ((M - v) * scale).clamp(min=0).to(torch.int64).clamp(max=63)
     return int((reach & (bins >= b_in) & (bins <= b_out)).sum())

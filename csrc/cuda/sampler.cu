@@ -67,8 +67,9 @@ __device__ inline unsigned long long to_fixed_mass(double e) {
   return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;  // NaN (inf - inf): no mass
 }
 // The wide select's fixed-point mass of one id: a finer unit than the bins' (2^-44: its list holds under 2^19 ids of
-// mass <= 1, so the sums stay below 2^63). sample_narrow stores it beside the packed list, so finish_wide's passes (one
-// block) read integers instead of computing a float64 exp per id per pass (float64 runs at 1/64 rate on consumer cards).
+// mass <= 1, so the sums stay below 2^63). sample_narrow stores it beside the packed list, so finish_wide's passes
+// (one block) read integers instead of computing a float64 exp per id per pass (float64 runs at 1/64 rate on
+// consumer cards).
 constexpr double kWideScale = 0x1p44;
 __device__ inline unsigned long long wide_mass(float v, float M) {
   return to_fixed_mass(exp((double)v - (double)M) * (kWideScale / kMassScale));
@@ -603,8 +604,9 @@ __global__ void __launch_bounds__(kPrepThreads) sample_narrow_kernel(const float
     for (int j = 0; j < kPrepItems; ++j)
       if (boundary[j]) {
         mass[first + offsets[j]] = wide_mass(v[j], M);  // v: the key's value (-0 is +0 to exp)
-        lo = min(lo, f2key(v[j]));
-        hi = max(hi, f2key(v[j]));
+        const uint32_t key = f2key(v[j]);
+        lo = min(lo, key);
+        hi = max(hi, key);
       }
     lo = __reduce_min_sync(0xFFFFFFFFu, lo);
     hi = __reduce_max_sync(0xFFFFFFFFu, hi);
@@ -910,13 +912,14 @@ __device__ inline void add_to_histogram(int b, unsigned long long m, unsigned lo
 }
 
 // Finish for a row that sample_narrow left wide (state 2): the n > kMaxCandidates ids of the bins where top-p's cut
-// falls, in one packed list in id order, too many to sort. A radix select over their keys (4 passes of 8 bits), each
-// bucket weighted by its ids' fixed-point mass (wide_mass, which sample_narrow stored after the list), finds the
-// value t* at which the mass from the top (after the mass above the list) reaches top_p * Z: every id above t* is
-// kept, and of the ids holding t* the host keeps, in id order, those whose mass before them stays below it. Where the fixed-point sums (within n units) and the host's rounding
-// (kWideMargin) cannot decide, returns -2 (the caller falls back to finish_full). Then the draw over the kept ids above
-// min-p's floor (float32 scores first, float64 for the near-best, as finish_full) against the slices' winners above
-// the list, which come first in the host's order. `work`: the sort's storage, free here.
+// falls, in one packed list in id order, too many to sort. A radix select over their keys (up to 4 passes of 8
+// bits), each bucket weighted by its ids' fixed-point mass (wide_mass, which sample_narrow stored after the list),
+// finds the value t* at which the mass from the top (after the mass above the list) reaches top_p * Z: every id above
+// t* is kept, and of the ids holding t* the host keeps, in id order, those whose mass before them stays below it.
+// Where the fixed-point sums (within n units) and the host's rounding (kWideMargin) cannot decide, returns -2 (the
+// caller falls back to finish_full). Then the draw over the kept ids above min-p's floor (float32 scores first,
+// float64 for the near-best, as finish_full) against the slices' winners above the list, which come first in the
+// host's order. `work`: the sort's storage, free here.
 __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const SamplingParams& p, uint64_t draw, float M,
                            double z, double above, char* work, double* sd, int* si, float* sf) {
   unsigned long long* hist_mass = reinterpret_cast<unsigned long long*>(work);
@@ -926,10 +929,9 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   __shared__ unsigned long long sel_cum;
   __shared__ unsigned int sel_count, sel_above;
   __shared__ int verdict, keep_ties, tie_last;  // verdict: 0 select, 1 keep every candidate, 2 undecidable
-  constexpr double kScale = kWideScale;
   const unsigned long long* mass = L.wide_masses(n);  // sample_narrow's wide_mass of each candidate
-  const double target = (p.top_p * z - above) * kScale;  // the mass the list must supply, fixed point
-  const double slack = (double)n + kWideMargin * z * kScale;
+  const double target = (p.top_p * z - above) * kWideScale;  // the mass the list must supply, fixed point
+  const double slack = (double)n + kWideMargin * z * kWideScale;
   // The passes start at the first byte where the list's keys differ (narrow recorded their range): a pass over a
   // byte they all share would only select it. A one-bin list's values lie within 0.41 of each other, so their top
   // byte (sign and 7 bits of exponent) nearly always agrees, often the second too.
@@ -980,7 +982,7 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   // the ids holding t* (sel_count of them, each of mass q) that the host keeps: tie j has mass before it
   // above + cum + j q, kept while below top_p * Z, so ceil((target - cum) / q) of them, if the slack cannot move it
   if (threadIdx.x == 0 && verdict == 0) {
-    const double q = exp((double)key2f(prefix) - (double)M) * kScale;
+    const double q = exp((double)key2f(prefix) - (double)M) * kWideScale;
     const double x = (target - (double)cum) / q, dx = slack / q;
     const double lo = ceil(x - dx), hi = ceil(x + dx);
     if ((double)cum + slack >= target || lo != hi || lo < 1.0 || hi > (double)sel_count) verdict = 2;
