@@ -35,6 +35,19 @@ MODES = {
 }
 
 
+def make_rows() -> dict:
+    """The three rows of logits (module docstring), on the GPU, each of shape (1, V); the same every run."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    tail = torch.randn(V, generator=gen) * 12
+    tail[:16] = 60.0 + torch.randn(16, generator=gen) * 0.5
+    broad = torch.randn(V, generator=gen) * 3.0
+    broad[:16] += 12.0
+    return {"long tail": tail.cuda().reshape(1, V), "broad": broad.cuda().reshape(1, V),
+            "flat": (torch.randn(V, generator=gen) * 0.7).cuda().reshape(1, V)}
+
+
 def time_draw(nat, logits, params: dict, reps: int) -> float:
     """Median microseconds of one draw, over `reps` draws timed in batches of 20 with CUDA events."""
     import torch
@@ -75,13 +88,7 @@ def main() -> None:
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     nat = load_native()
-    gen = torch.Generator().manual_seed(0)
-    tail = torch.randn(V, generator=gen) * 12
-    tail[:16] = 60.0 + torch.randn(16, generator=gen) * 0.5
-    broad = torch.randn(V, generator=gen) * 3.0
-    broad[:16] += 12.0
-    rows = {"long tail": tail.cuda().reshape(1, V), "broad": broad.cuda().reshape(1, V),
-            "flat": (torch.randn(V, generator=gen) * 0.7).cuda().reshape(1, V)}
+    rows = make_rows()
     switches = ("slice_draw", "wide_select", "top_k_narrowing")
     defaults = {name: getattr(nat, f"get_sampler_{name}")() for name in switches}
     choices = {name: [bool(int(x)) for x in given.split(",")] if given else [defaults[name]]
