@@ -234,8 +234,8 @@ NARROWED = {("top-p-only", "broad"), ("top-p-tight-penalties", "broad"), ("top-p
 
 @contextlib.contextmanager
 def _switch(nat, name: str, on: bool):
-    """nat.set_sampler_<name>(on) for the block (slice_draw: on by default; wide_select, top_k_narrowing: off), the
-    previous setting restored after it."""
+    """nat.set_sampler_<name>(on) for the block (slice_draw, wide_select and top_k_narrowing are all on by default),
+    the previous setting restored after it."""
     get, put = getattr(nat, f"get_sampler_{name}"), getattr(nat, f"set_sampler_{name}")
     before = get()
     put(on)
@@ -301,9 +301,11 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
     """set_sampler_slice_draw: with neither top-k nor top-p, each slice's Gumbel-max winner and the best of them (the
     header's winners show that path ran, on every row shape, flat ones included); with top-p, min-p's floor applied
     as the ids are collected (the header's counts are the host's count of ids at or above it), and where more ids lie
-    within reach than finish sorts, sample_narrow's bins where the cut may fall (its state in the header)."""
+    within reach than finish sorts, sample_narrow's bins where the cut may fall (its state in the header: 1 narrowed,
+    2 left wide for finish_wide where those bins still hold more than finish sorts)."""
     sampling = SLICE_DRAW_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 400 + list(SLICE_DRAW_CASES).index(case), 31337)
+    get_wide = nat.get_sampler_wide_select
     drawn = set()
     for name, rows, scratch, got in _each_draw(nat, case, host, dev, gen, history, (0, 4097, 2**31 - 64)):
         drawn.update(got)
@@ -318,6 +320,8 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
                     assert sum(per_slice) < collected and sum(per_slice) <= 8192, f"{case}, row {name}"
                     if name == "clustered":  # more than one slice's region holds: the packed list served
                         assert max(per_slice) > capacity, f"{case}, row {name}"
+                elif narrowed == 2:  # left wide (the wide select, on by default): the cut's bins, too many to sort
+                    assert get_wide() and 8192 < sum(per_slice) <= collected, f"{case}, row {name}"
                 else:
                     assert narrowed == 0 and sum(per_slice) == collected, f"{case}, row {name}"
             else:
