@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
-# Session 31, call 1: every GPU test module at HEAD, the first full run since c60e271 (session 24) and the first
-# with the wide select and top-k narrowing on by default (test_slice_draw_is_the_host_samplers now accepts state 2:
-# session 30's call 1 failed its four top-p cases there, as far as its lost log can tell); then the warp-state
-# sampler of Nsight Compute over sample_finish_kernel on the wide select's row (flat, top-p 0.9: 279 us under
-# ncu in session 30), by source line, to see which of finish_wide's loops hold the time before changing any.
-#   bash bench/calls/device_s31_call1.sh     (carry .whl; ~8 minutes)
+# Session 31, call 1, on the tree with finish_wide's first speed-ups (its radix passes load 4 ids a thread a round
+# before their histogram adds; the draw takes the best float32 score from the winner's thread instead of a pass over
+# the list, and only threads whose own best reaches the floor walk the list for the float64 scores):
+#  1. each sampler kernel's duration under Nsight Compute on the flat and broad rows, top-p 0.9 (session 30: finish
+#     279 us flat, 64 broad, H100); prediction: flat finish 279 -> 150-200 us, broad unchanged;
+#  2. the warp-state sampler over sample_finish_kernel on the flat row, by source line (where the rest goes);
+#  3. sampler_time at the library's defaults;
+#  4. the sampler's tests (test_slice_draw_is_the_host_samplers now accepts state 2, see NOTES session 30).
+# Every GPU test module is call 2 (bench/calls/device_s31_tests.sh): both do not fit one call's 10 minutes.
+#   bash bench/calls/device_s31_call1.sh     (carry .whl; ~6 minutes)
 set -uo pipefail
 source bench/device_setup.sh
-timeout 150 ncu --clock-control none -k regex:sample_finish -s 1 -c 1 --set full --import-source yes \
+for row in flat broad; do
+  timeout 60 ncu --clock-control none -k regex:sample_ --metrics gpu__time_duration.sum \
+    python3 bench/ncu_sampler.py "$row" "no top-k, top-p 0.9" 3 > "$out/ncu-sampler-$row.txt" 2>&1
+  echo "ncu $row rc=$?"
+  grep -E "sample_[a-z_]+kernel|gpu__time_duration" "$out/ncu-sampler-$row.txt" | sed 's/  */ /g' | paste - - | tail -4
+done
+timeout 90 ncu --clock-control none -k regex:sample_finish -s 1 -c 1 --section SourceCounters \
+  --section WarpStateStats --section LaunchStats --import-source yes \
   -o $out/finish-flat python3 bench/ncu_sampler.py flat "no top-k, top-p 0.9" 3 > $out/ncu-finish.log 2>&1
-echo "ncu rc=$?"; tail -3 $out/ncu-finish.log
+echo "ncu source rc=$?"; tail -2 $out/ncu-finish.log
 ncu --import $out/finish-flat.ncu-rep --page source --csv --print-source cuda > $out/finish-source.csv 2>&1 \
   || ncu --import $out/finish-flat.ncu-rep --page source --csv > $out/finish-source.csv 2>&1
-python3 bench/ncu_source_top.py $out/finish-source.csv 30 || head -c 3000 $out/finish-source.csv
+python3 bench/ncu_source_top.py $out/finish-source.csv 30 || head -c 2000 $out/finish-source.csv
 ncu --import $out/finish-flat.ncu-rep --page details > $out/finish-details.txt 2>&1
-grep -E "Duration|Executed Instructions |Issue Slots Busy|No Eligible|Achieved Occupancy|Registers Per|Stall" \
-  $out/finish-details.txt | head -20
-timeout 420 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native*.py \
-  -k "not timing_probe" > $out/tests.log 2>&1
+grep -E "Duration|Stall|Registers Per|Warp Cycles" $out/finish-details.txt | head -12
+timeout 60 python3 bench/sampler_time.py --reps 100 --json $out/sampler-time.json > $out/sampler-time.log 2>&1
+echo "sampler_time rc=$?"; tail -16 $out/sampler-time.log
+timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_sampler.py > $out/tests.log 2>&1
 echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | tail -12
 echo "total $(( $(date +%s) - t0 )) s"
