@@ -6,7 +6,7 @@
 #     279 us flat, 64 broad, H100); prediction: flat finish 279 -> 150-200 us, broad unchanged;
 #  2. the warp-state sampler over sample_finish_kernel on the flat row, by source line (where the rest goes);
 #  3. sampler_time at the library's defaults;
-#  4. the sampler's tests (test_slice_draw_is_the_host_samplers now accepts state 2, see NOTES session 30).
+#  4. the sampler and token-loop tests (session 30's subset; test_slice_draw_is_the_host_samplers now accepts state 2, see NOTES session 30).
 # Every GPU test module is call 2 (bench/calls/device_s31_tests.sh): both do not fit one call's 10 minutes.
 #   bash bench/calls/device_s31_call1.sh     (carry .whl; ~6 minutes)
 set -uo pipefail
@@ -28,6 +28,8 @@ ncu --import $out/finish-flat.ncu-rep --page details > $out/finish-details.txt 2
 grep -E "Duration|Stall|Registers Per|Warp Cycles" $out/finish-details.txt | head -12
 timeout 60 python3 bench/sampler_time.py --reps 100 --json $out/sampler-time.json > $out/sampler-time.log 2>&1
 echo "sampler_time rc=$?"; tail -16 $out/sampler-time.log
-timeout 240 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_sampler.py > $out/tests.log 2>&1
+timeout 300 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_sampler.py \
+  tests/test_native_ops.py tests/test_native_model.py -k "sampl or memory or draw or loop or broken or wide" \
+  > $out/tests.log 2>&1
 echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | tail -12
 echo "total $(( $(date +%s) - t0 )) s"
