@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Session 31, call 1, on the tree with finish_wide's first speed-ups (its radix passes load 4 ids a thread a round
-# before their histogram adds; the draw takes the best float32 score from the winner's thread instead of a pass over
-# the list, and only threads whose own best reaches the floor walk the list for the float64 scores):
+# Session 31, call 1, on the tree with finish_wide's first speed-ups (bench/patches/finish-wide-batch.patch: its
+# radix passes load 4 ids a thread a round before their histogram adds; the draw takes the best float32 score from the winner's thread instead of a pass over
+# the list, and only threads whose own best reaches the floor walk the list for the float64 scores).
 #  1. each sampler kernel's duration under Nsight Compute on the flat and broad rows, top-p 0.9 (session 30: finish
 #     279 us flat, 64 broad, H100); prediction: flat finish 279 -> 150-200 us, broad unchanged;
 #  2. the warp-state sampler over sample_finish_kernel on the flat row, by source line (where the rest goes);
 #  3. sampler_time at the library's defaults;
-#  4. the sampler and token-loop tests (session 30's subset; test_slice_draw_is_the_host_samplers now accepts state 2, see NOTES session 30).
+#  4. the sampler and token-loop tests (session 30's subset; test_slice_draw_is_the_host_samplers now accepts
+#     state 2, see NOTES session 30).
 # Every GPU test module is call 2 (bench/calls/device_s31_tests.sh): both do not fit one call's 10 minutes.
 #   bash bench/calls/device_s31_call1.sh     (carry .whl; ~6 minutes)
 set -uo pipefail
+# the speed-ups travel as a patch until they have run on a GPU (main keeps the tested finish_wide)
+git apply bench/patches/finish-wide-batch.patch || { echo "PATCH DID NOT APPLY"; exit 1; }
 source bench/device_setup.sh
 for row in flat broad; do
   timeout 60 ncu --clock-control none -k regex:sample_ --metrics gpu__time_duration.sum \
