@@ -305,7 +305,6 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
     2 left wide for finish_wide where those bins still hold more than finish sorts)."""
     sampling = SLICE_DRAW_CASES[case]
     _, host, dev, gen, history = _oracle(sampling, 400 + list(SLICE_DRAW_CASES).index(case), 31337)
-    get_wide = nat.get_sampler_wide_select
     drawn = set()
     for name, rows, scratch, got in _each_draw(nat, case, host, dev, gen, history, (0, 4097, 2**31 - 64)):
         drawn.update(got)
@@ -321,7 +320,7 @@ def test_slice_draw_is_the_host_samplers(nat, slice_draw, case):
                     if name == "clustered":  # more than one slice's region holds: the packed list served
                         assert max(per_slice) > capacity, f"{case}, row {name}"
                 elif narrowed == 2:  # left wide (the wide select, on by default): the cut's bins, too many to sort
-                    assert get_wide() and 8192 < sum(per_slice) <= collected, f"{case}, row {name}"
+                    assert nat.get_sampler_wide_select() and 8192 < sum(per_slice) <= collected, f"{case}, row {name}"
                 else:
                     assert narrowed == 0 and sum(per_slice) == collected, f"{case}, row {name}"
             else:

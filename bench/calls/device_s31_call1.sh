@@ -14,12 +14,7 @@ set -uo pipefail
 # the speed-ups travel as a patch until they have run on a GPU (main keeps the tested finish_wide)
 git apply bench/patches/finish-wide-batch.patch || { echo "PATCH DID NOT APPLY"; exit 1; }
 source bench/device_setup.sh
-for row in flat broad; do
-  timeout 60 ncu --clock-control none -k regex:sample_ --metrics gpu__time_duration.sum \
-    python3 bench/ncu_sampler.py "$row" "no top-k, top-p 0.9" 3 > "$out/ncu-sampler-$row.txt" 2>&1
-  echo "ncu $row rc=$?"
-  grep -E "sample_[a-z_]+kernel|gpu__time_duration" "$out/ncu-sampler-$row.txt" | sed 's/  */ /g' | paste - - | tail -4
-done
+bash bench/ncu_sampler_durations.sh "$out" flat broad
 timeout 90 ncu --clock-control none -k regex:sample_finish -s 1 -c 1 --section SourceCounters \
   --section WarpStateStats --section LaunchStats --import-source yes \
   -o $out/finish-flat python3 bench/ncu_sampler.py flat "no top-k, top-p 0.9" 3 > $out/ncu-finish.log 2>&1

@@ -6,10 +6,7 @@
 set -uo pipefail
 git apply bench/patches/finish-wide-batch.patch || { echo "PATCH DID NOT APPLY"; exit 1; }
 source bench/device_setup.sh
-timeout 60 ncu --clock-control none -k regex:sample_ --metrics gpu__time_duration.sum \
-  python3 bench/ncu_sampler.py flat "no top-k, top-p 0.9" 3 > "$out/ncu-sampler-flat.txt" 2>&1
-echo "ncu rc=$?"
-grep -E "sample_[a-z_]+kernel|gpu__time_duration" "$out/ncu-sampler-flat.txt" | sed 's/  */ /g' | paste - - | tail -4
+bash bench/ncu_sampler_durations.sh "$out" flat
 timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_sampler.py \
   tests/test_native_model.py -k "sampl or draw or loop or wide" > $out/tests.log 2>&1
 echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" $out/tests.log | tail -12
