@@ -911,6 +911,8 @@ __device__ inline void add_to_histogram(int b, unsigned long long m, unsigned lo
   }
 }
 
+constexpr int kWideBatch = 4;  // finish_wide's ids a thread per round of its radix passes
+
 // Finish for a row that sample_narrow left wide (state 2): the n > kMaxCandidates ids of the bins where top-p's cut
 // falls, in one packed list in id order, too many to sort. A radix select over their keys (up to 4 passes of 8
 // bits), each bucket weighted by its ids' fixed-point mass (wide_mass, which sample_narrow stored after the list),
@@ -944,11 +946,23 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   for (int shift = top_shift; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) { hist_mass[b] = 0; hist_count[b] = 0; }
     __syncthreads();
-    for (int base = 0; base < n; base += blockDim.x) {  // whole warps every round: add_to_histogram's shuffles
-      const int c = base + threadIdx.x;
-      const uint32_t key = c < n ? L.cand[c].key : 0u;
-      const bool in_range = c < n && (key & mask) == prefix;
-      add_to_histogram(in_range ? (int)((key >> shift) & 0xFF) : -1, in_range ? mass[c] : 0ull, hist_mass, hist_count);
+    // whole warps every round (add_to_histogram's shuffles); kWideBatch ids a thread a round, their loads issued
+    // together: one thread block walks the whole list, so each round's L2 latency is paid once, not per id
+    for (int base = 0; base < n; base += kWideBatch * blockDim.x) {
+      uint32_t key[kWideBatch];
+      unsigned long long m[kWideBatch];
+#pragma unroll
+      for (int j = 0; j < kWideBatch; ++j) {
+        const int c = base + j * blockDim.x + threadIdx.x;
+        key[j] = c < n ? L.cand[c].key : 0u;
+        m[j] = c < n ? mass[c] : 0ull;
+      }
+#pragma unroll
+      for (int j = 0; j < kWideBatch; ++j) {
+        const bool in_range = base + j * (int)blockDim.x + (int)threadIdx.x < n && (key[j] & mask) == prefix;
+        add_to_histogram(in_range ? (int)((key[j] >> shift) & 0xFF) : -1, in_range ? m[j] : 0ull, hist_mass,
+                         hist_count);
+      }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -1028,11 +1042,11 @@ __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const Sampl
   int bsi = INT_MAX;
   if (best_f != INT_MAX) {
     __shared__ float top;
-    for (int c = threadIdx.x; c < n; c += blockDim.x)
-      if (L.cand[c].id == best_f) top = __fadd_rn(key2f(L.cand[c].key), gumbel_approx(p, draw, best_f));
+    if (bfi == best_f) top = bf;  // the winner's thread holds its score
     __syncthreads();
     const float score_floor = approx_floor(top);
-    for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    // a thread whose best float32 score lies below the floor has no id there: only a few threads pass this
+    for (int c = threadIdx.x; bf >= score_floor && c < n; c += blockDim.x) {
       const Candidate cd = L.cand[c];
       const float v = key2f(cd.key);
       if (kept(c, cd) && __fadd_rn(v, gumbel_approx(p, draw, cd.id)) >= score_floor)
