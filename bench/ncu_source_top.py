@@ -15,8 +15,11 @@ def main() -> None:
     path, top = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 25
     with open(path, newline="") as f:
         lines = [r for r in csv.reader(f) if r]
-    # the header: the first row naming a sampling column; rows before it are ncu's own messages
-    head = next(i for i, r in enumerate(lines) if any("Sampling" in c for c in r))
+    # the header: the first row naming a warp-stall sampling column (not a source line that says "Sampling"); rows
+    # before it are ncu's own messages or source without metrics (a build without -lineinfo, or no samples)
+    head = next((i for i, r in enumerate(lines) if any(c.startswith("Warp Stall Sampling") for c in r)), None)
+    if head is None:
+        sys.exit(f"{path}: no 'Warp Stall Sampling' column (was the report taken with --section SourceCounters?)")
     cols = lines[head]
     sample_col = next(i for i, c in enumerate(cols) if "Warp Stall Sampling (All" in c or c.endswith("Sampling (All Samples)"))
     src_col = next((i for i, c in enumerate(cols) if c.strip().lower() in ("source", "source code")), 1)

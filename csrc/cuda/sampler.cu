@@ -66,6 +66,18 @@ __device__ inline int bin_of(float v, float M) {
 __device__ inline unsigned long long to_fixed_mass(double e) {
   return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;  // NaN (inf - inf): no mass
 }
+// atomicAdd of a 64-bit integer into shared memory, from two native 32-bit adds. The 64-bit form compiles to a
+// compare-and-swap loop (ATOMS.CAST.SPIN.64 in the SASS of sm_86..sm_90), whose retries serialise a block whose
+// lanes all add to the same few bins (a flat row). The low word's add returns the old word, so each add knows whether
+// it carried; the word pair ends as the exact sum mod 2^64 (little-endian), like the 64-bit atomic. Read it only
+// after a barrier.
+__device__ inline void shared_add_u64(unsigned long long* sum, unsigned long long m) {
+  unsigned int* word = reinterpret_cast<unsigned int*>(sum);
+  const unsigned int lo = (unsigned int)m;
+  const unsigned int old = lo ? atomicAdd(word, lo) : 0u;
+  const unsigned int hi = (unsigned int)(m >> 32) + (old + lo < old ? 1u : 0u);
+  if (hi) atomicAdd(word + 1, hi);
+}
 // The wide select's fixed-point mass of one id: a finer unit than the bins' (2^-44: its list holds under 2^19 ids of
 // mass <= 1, so the sums stay below 2^63). sample_narrow stores it beside the packed list, so finish_wide's passes
 // (one block) read integers instead of computing a float64 exp per id per pass (float64 runs at 1/64 rate on
@@ -411,7 +423,7 @@ __global__ void __launch_bounds__(kPrepThreads) sample_collect_kernel(const floa
     }
     if (binning && v[j] >= M - kCutoff) {
       const int b = bin_of(v[j], M);
-      if (need_z) atomicAdd(&bin_mass[b], to_fixed_mass(e));
+      if (need_z) shared_add_u64(&bin_mass[b], to_fixed_mass(e));
       if (flags[j]) atomicAdd(&bin_count[b], 1);
     }
   }
@@ -894,7 +906,7 @@ __device__ inline void add_to_histogram(int b, unsigned long long m, unsigned lo
   const unsigned leaders = __ballot_sync(0xffffffffu, b >= 0 && lane == __ffs(peers) - 1);
   if (__popc(leaders) > 4) {
     if (b >= 0) {
-      atomicAdd(&hist_mass[b], m);
+      shared_add_u64(&hist_mass[b], m);
       atomicAdd(&hist_count[b], 1u);
     }
     return;
@@ -905,7 +917,7 @@ __device__ inline void add_to_histogram(int b, unsigned long long m, unsigned lo
     unsigned long long sum = b == bucket ? m : 0ull;
     for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == leader) {
-      atomicAdd(&hist_mass[bucket], sum);
+      shared_add_u64(&hist_mass[bucket], sum);
       atomicAdd(&hist_count[bucket], (unsigned)__popc(peers));
     }
   }
