@@ -895,116 +895,144 @@ __device__ int best_slice_winner(const CutoffLayout& L, int slices, double* sd, 
   return win;
 }
 
-// Adds each lane's (mass, 1) to bucket b of a shared histogram (b < 0: nothing). The wide select's first passes see
-// nearly every key in one or two buckets (the top bytes of values from one bin agree), and shared atomics on one
-// address serialise: where a warp's lanes fall in at most four buckets, one lane adds each bucket's warp total
-// (integers, so the order of the additions does not change the sums). Every lane of the warp must call it.
+// finish_wide's radix digit: 2048 buckets a pass over the key range left, so a list whose keys span 22 bits or fewer
+// takes two passes. The first pass sees the whole list; the later ones histogram only the ids in the chosen bucket.
+constexpr int kWideDigitBits = 11, kWideBuckets = 1 << kWideDigitBits;
+constexpr int kWideBucketsPerThread = kWideBuckets / kFinishThreads;
+static_assert(kWideBuckets % kFinishThreads == 0, "each finish thread owns whole buckets in the select's scan");
+constexpr int kWideBatch = 4;  // finish_wide's ids a thread per round of its radix passes
+using WideMassScan = cub::BlockScan<unsigned long long, kFinishThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+using WideCountScan = cub::BlockScan<unsigned int, kFinishThreads, cub::BLOCK_SCAN_WARP_SCANS>;
+// finish_wide's shared memory, carved from the sort's storage (free in that path)
+constexpr size_t kWideCountAt = kWideBuckets * sizeof(unsigned long long);
+constexpr size_t kWideMassScanAt = kWideCountAt + kWideBuckets * sizeof(unsigned int);
+constexpr size_t kWideCountScanAt = (kWideMassScanAt + sizeof(WideMassScan::TempStorage) + 15) / 16 * 16;
+constexpr size_t kWideTieScanAt = (kWideCountScanAt + sizeof(WideCountScan::TempStorage) + 15) / 16 * 16;
+constexpr size_t kWideSharedBytes = kWideTieScanAt + sizeof(TieScan::TempStorage);
+static_assert(kWideSharedBytes <= sizeof(FinishSort::TempStorage), "finish_wide's histograms and scans fit the sort's storage");
+
+// Adds each lane's (mass, 1) to bucket b of finish_wide's shared histogram (b < 0: nothing, and m must be 0). Where
+// the warp's ids all fall in one bucket (a flat row whose keys the range barely splits), one lane adds the warp's
+// totals: shared atomics on one address serialise. The masses (wide_mass: at most 2^44) are reduced as two 22-bit
+// halves, so the 32-bit warp sums cannot overflow. Every lane of the warp must call it.
 __device__ inline void add_to_histogram(int b, unsigned long long m, unsigned long long* hist_mass,
                                         unsigned int* hist_count) {
-  const int lane = threadIdx.x & 31;
-  const unsigned peers = __match_any_sync(0xffffffffu, b);
-  const unsigned leaders = __ballot_sync(0xffffffffu, b >= 0 && lane == __ffs(peers) - 1);
-  if (__popc(leaders) > 4) {
-    if (b >= 0) {
-      shared_add_u64(&hist_mass[b], m);
-      atomicAdd(&hist_count[b], 1u);
+  const unsigned active = __ballot_sync(0xffffffffu, b >= 0);
+  if (!active) return;
+  const int lowest = __reduce_min_sync(0xffffffffu, b >= 0 ? b : INT_MAX);
+  if (lowest == __reduce_max_sync(0xffffffffu, b)) {
+    const unsigned lo = __reduce_add_sync(0xffffffffu, (unsigned)(m & 0x3FFFFFu));
+    const unsigned hi = __reduce_add_sync(0xffffffffu, (unsigned)(m >> 22));
+    if ((int)(threadIdx.x & 31) == __ffs(active) - 1) {
+      shared_add_u64(&hist_mass[lowest], ((unsigned long long)hi << 22) + lo);
+      atomicAdd(&hist_count[lowest], (unsigned)__popc(active));
     }
     return;
   }
-  for (unsigned todo = leaders; todo; todo &= todo - 1) {
-    const int leader = __ffs(todo) - 1;
-    const int bucket = __shfl_sync(0xffffffffu, b, leader);
-    unsigned long long sum = b == bucket ? m : 0ull;
-    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == leader) {
-      shared_add_u64(&hist_mass[bucket], sum);
-      atomicAdd(&hist_count[bucket], (unsigned)__popc(peers));
-    }
+  if (b >= 0) {
+    shared_add_u64(&hist_mass[b], m);
+    atomicAdd(&hist_count[b], 1u);
   }
 }
 
-constexpr int kWideBatch = 4;  // finish_wide's ids a thread per round of its radix passes
-
 // Finish for a row that sample_narrow left wide (state 2): the n > kMaxCandidates ids of the bins where top-p's cut
-// falls, in one packed list in id order, too many to sort. A radix select over their keys (up to 4 passes of 8
-// bits), each bucket weighted by its ids' fixed-point mass (wide_mass, which sample_narrow stored after the list),
-// finds the value t* at which the mass from the top (after the mass above the list) reaches top_p * Z: every id above
-// t* is kept, and of the ids holding t* the host keeps, in id order, those whose mass before them stays below it.
-// Where the fixed-point sums (within n units) and the host's rounding (kWideMargin) cannot decide, returns -2 (the
-// caller falls back to finish_full). Then the draw over the kept ids above min-p's floor (float32 scores first,
-// float64 for the near-best, as finish_full) against the slices' winners above the list, which come first in the
-// host's order. `work`: the sort's storage, free here.
+// falls, in one packed list in id order, too many to sort. A radix select over their keys, each bucket weighted by
+// its ids' fixed-point mass (wide_mass, which sample_narrow stored after the list), finds the value t* at which the
+// mass from the top (after the mass above the list) reaches top_p * Z: every id above t* is kept, and of the ids
+// holding t* the host keeps, in id order, those whose mass before them stays below it. The passes cut the list's key
+// range (narrow recorded it) into kWideBuckets equal parts, then the chosen part again, until a part is one key. Where
+// the fixed-point sums (within n units) and the host's rounding (kWideMargin) cannot decide, returns -2 (the caller
+// falls back to finish_full). Then the draw over the kept ids above min-p's floor (float32 scores first, float64 for
+// the near-best, as finish_full) against the slices' winners above the list, which come first in the host's order.
+// `work`: the sort's storage, free here.
 __device__ int finish_wide(const CutoffLayout& L, int n, int slices, const SamplingParams& p, uint64_t draw, float M,
                            double z, double above, char* work, double* sd, int* si, float* sf) {
   unsigned long long* hist_mass = reinterpret_cast<unsigned long long*>(work);
-  unsigned int* hist_count = reinterpret_cast<unsigned int*>(work + 256 * 8);
-  auto& tie_scan = *reinterpret_cast<typename TieScan::TempStorage*>(work + 256 * 12);
-  __shared__ uint32_t sel_prefix;
+  unsigned int* hist_count = reinterpret_cast<unsigned int*>(work + kWideCountAt);
+  auto& mass_scan = *reinterpret_cast<WideMassScan::TempStorage*>(work + kWideMassScanAt);
+  auto& count_scan = *reinterpret_cast<WideCountScan::TempStorage*>(work + kWideCountScanAt);
+  auto& tie_scan = *reinterpret_cast<typename TieScan::TempStorage*>(work + kWideTieScanAt);
+  __shared__ uint32_t sel_base;
   __shared__ unsigned long long sel_cum;
   __shared__ unsigned int sel_count, sel_above;
   __shared__ int verdict, keep_ties, tie_last;  // verdict: 0 select, 1 keep every candidate, 2 undecidable
   const unsigned long long* mass = L.wide_masses(n);  // sample_narrow's wide_mass of each candidate
   const double target = (p.top_p * z - above) * kWideScale;  // the mass the list must supply, fixed point
   const double slack = (double)n + kWideMargin * z * kWideScale;
-  // The passes start at the first byte where the list's keys differ (narrow recorded their range): a pass over a
-  // byte they all share would only select it. A one-bin list's values lie within 0.41 of each other, so their top
-  // byte (sign and 7 bits of exponent) nearly always agrees, often the second too.
+  // the range left: keys base .. base + 2^bits - 1 (every key of the list at first)
   const uint32_t key_lo = (uint32_t)L.narrow[6], key_hi = (uint32_t)L.narrow[7];
-  const int top_shift = key_lo == key_hi ? 0 : (31 - __clz(key_lo ^ key_hi)) / 8 * 8;
-  uint32_t mask = top_shift == 24 ? 0u : ~((1u << (top_shift + 8)) - 1u);  // the bytes above the first pass's
-  uint32_t prefix = key_lo & mask;
-  unsigned long long cum = 0;  // mass of the ids whose key lies above the prefix's range
+  uint32_t base = key_lo;
+  int bits = key_lo == key_hi ? 0 : 32 - __clz(key_hi - key_lo);
+  unsigned long long cum = 0;  // mass of the ids whose key lies above the range
   unsigned int count_above = 0;  // and how many they are
-  for (int shift = top_shift; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) { hist_mass[b] = 0; hist_count[b] = 0; }
+  for (bool first = true;; first = false) {
+    const int shift = max(0, bits - kWideDigitBits);  // a bucket: 2^shift keys
+    for (int b = threadIdx.x; b < kWideBuckets; b += blockDim.x) { hist_mass[b] = 0; hist_count[b] = 0; }
     __syncthreads();
-    // whole warps every round (add_to_histogram's shuffles); kWideBatch ids a thread a round, their loads issued
-    // together: one thread block walks the whole list, so each round's L2 latency is paid once, not per id
-    for (int base = 0; base < n; base += kWideBatch * blockDim.x) {
+    // whole warps every round (add_to_histogram's warp reductions); kWideBatch ids a thread a round, their loads
+    // issued together: one thread block walks the whole list, so each round's L2 latency is paid once, not per id
+    for (int round = 0; round < n; round += kWideBatch * blockDim.x) {
       uint32_t key[kWideBatch];
+      bool in_range[kWideBatch];
+#pragma unroll
+      for (int j = 0; j < kWideBatch; ++j) {
+        const int c = round + j * blockDim.x + threadIdx.x;
+        key[j] = c < n ? L.cand[c].key : 0u;
+      }
       unsigned long long m[kWideBatch];
 #pragma unroll
       for (int j = 0; j < kWideBatch; ++j) {
-        const int c = base + j * blockDim.x + threadIdx.x;
-        key[j] = c < n ? L.cand[c].key : 0u;
-        m[j] = c < n ? mass[c] : 0ull;
+        const int c = round + j * blockDim.x + threadIdx.x;
+        in_range[j] = c < n && key[j] >= base && ((unsigned long long)(key[j] - base) >> bits) == 0;
+        m[j] = in_range[j] ? mass[c] : 0ull;
       }
 #pragma unroll
-      for (int j = 0; j < kWideBatch; ++j) {
-        const bool in_range = base + j * (int)blockDim.x + (int)threadIdx.x < n && (key[j] & mask) == prefix;
-        add_to_histogram(in_range ? (int)((key[j] >> shift) & 0xFF) : -1, in_range ? m[j] : 0ull, hist_mass,
-                         hist_count);
-      }
+      for (int j = 0; j < kWideBatch; ++j)
+        add_to_histogram(in_range[j] ? (int)((key[j] - base) >> shift) : -1, m[j], hist_mass, hist_count);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      if (shift == top_shift) {  // every candidate's mass: does the cut fall inside the list at all?
-        unsigned long long t = 0;
-        for (int b = 0; b < 256; ++b) t += hist_mass[b];
-        verdict = (double)t + slack < target ? 1 : (double)t - slack < target ? 2 : 0;
+    // the cut's bucket: the highest b whose mass from the top (after cum) reaches the target; none: bucket 0. Thread
+    // t owns kWideBucketsPerThread buckets counted down from the top, so an exclusive scan gives each thread the mass
+    // and count of the buckets above its own.
+    const int top_b = kWideBuckets - 1 - (int)threadIdx.x * kWideBucketsPerThread;
+    unsigned long long own_mass = 0, mass_before, list_mass;
+    unsigned int own_count = 0, count_before;
+#pragma unroll
+    for (int j = 0; j < kWideBucketsPerThread; ++j) {
+      own_mass += hist_mass[top_b - j];
+      own_count += hist_count[top_b - j];
+    }
+    WideMassScan(mass_scan).ExclusiveSum(own_mass, mass_before, list_mass);
+    WideCountScan(count_scan).ExclusiveSum(own_count, count_before);
+    if (first && threadIdx.x == 0)  // the whole list's mass: does the cut fall inside it at all?
+      verdict = (double)list_mass + slack < target ? 1 : (double)list_mass - slack < target ? 2 : 0;
+    unsigned long long cm = cum + mass_before;
+    unsigned int cc = count_above + count_before;
+#pragma unroll
+    for (int j = 0; j < kWideBucketsPerThread; ++j) {
+      const int b = top_b - j;
+      const bool reaches = (double)(cm + hist_mass[b]) >= target;
+      if ((reaches && (b == kWideBuckets - 1 || (double)cm < target)) || (b == 0 && !reaches)) {
+        sel_base = base + ((uint32_t)b << shift);
+        sel_cum = cm;
+        sel_above = cc;
+        sel_count = hist_count[b];
       }
-      unsigned long long cm = cum;
-      unsigned int cc = count_above;
-      int b = 255;
-      for (; b > 0 && (double)(cm + hist_mass[b]) < target; --b) {
-        cm += hist_mass[b];
-        cc += hist_count[b];
-      }
-      sel_prefix = prefix | ((uint32_t)b << shift);
-      sel_cum = cm;
-      sel_above = cc;
-      sel_count = hist_count[b];
+      cm += hist_mass[b];
+      cc += hist_count[b];
     }
     __syncthreads();
     if (threadIdx.x == 0) L.narrow[3] = verdict;  // for the tests: which way finish_wide went
     if (verdict == 2) return -2;
     if (verdict == 1) break;
-    prefix = sel_prefix;
-    mask |= 0xFFu << shift;
+    base = sel_base;
     cum = sel_cum;
     count_above = sel_above;
+    bits = shift;
     __syncthreads();
+    if (shift == 0) break;  // the bucket is one key: t*
   }
+  const uint32_t prefix = base;
   // the ids holding t* (sel_count of them, each of mass q) that the host keeps: tie j has mass before it
   // above + cum + j q, kept while below top_p * Z, so ceil((target - cum) / q) of them, if the slack cannot move it
   if (threadIdx.x == 0 && verdict == 0) {
