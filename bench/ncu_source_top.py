@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import collections
 import csv
-import glob
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
+
+from cuda_tools import find_cuda_tool  # bench/ is the script's directory, first on sys.path
 
 _LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 _INSN = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);")
@@ -52,16 +52,6 @@ def number(cell: str) -> float:
         return 0.0
 
 
-def find_nvdisasm() -> str:
-    exe = shutil.which("nvdisasm")
-    if exe:
-        return exe
-    for base in sys.path:
-        for cand in glob.glob(os.path.join(base, "nvidia", "cu*", "bin", "nvdisasm")):
-            return cand
-    sys.exit("nvdisasm not found: put it on PATH or `pip install nvidia-cuda-nvdisasm`")
-
-
 def opcode(text: str) -> str:
     """The opcode of one SASS instruction, its predicate dropped."""
     words = text.split()
@@ -76,7 +66,7 @@ def kernel_lines(source: str, kernel: str, arch: str) -> list[tuple[str, tuple[s
         cubin = os.path.join(tmp, "k.cubin")
         subprocess.run(["nvcc", "-std=c++17", "-O3", f"-arch=sm_{arch}", "--expt-relaxed-constexpr", "-lineinfo",
                         "-cubin", source, "-Icsrc", "-Icsrc/cuda", "-o", cubin], check=True)
-        text = subprocess.run([find_nvdisasm(), "--print-line-info", cubin], check=True, capture_output=True,
+        text = subprocess.run([find_cuda_tool("nvdisasm"), "--print-line-info", cubin], check=True, capture_output=True,
                               text=True).stdout.splitlines()
     start = next((i for i, l in enumerate(text) if l.startswith(".text.") and kernel in l), None)
     if start is None:

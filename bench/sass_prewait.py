@@ -19,13 +19,12 @@ a proof.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
+
+from cuda_tools import find_cuda_tool  # bench/ is the script's directory, first on sys.path
 
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)\s*(?P<args>[^;]*);")
 _REG = re.compile(r"\bR(\d+)\b")
@@ -69,22 +68,12 @@ def _functions(sass: str):
         yield parts[i], parts[i + 1]
 
 
-def find_cuobjdump() -> str:
-    exe = shutil.which("cuobjdump")
-    if exe:
-        return exe
-    for base in sys.path:
-        for cand in glob.glob(os.path.join(base, "nvidia", "cu*", "bin", "cuobjdump")):
-            return cand
-    raise SystemExit("cuobjdump not found: put it on PATH or `pip install nvidia-cuda-cuobjdump`")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv.cu", "csrc/cuda/gdn.cu", "csrc/cuda/attention.cu"])
     ap.add_argument("--arch", default="90")
     args = ap.parse_args()
-    cuobjdump = find_cuobjdump()
+    cuobjdump = find_cuda_tool("cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         for src in args.sources:
             cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
