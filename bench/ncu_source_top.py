@@ -27,8 +27,6 @@ import subprocess
 import sys
 import tempfile
 
-from cuda_tools import find_cuda_tool  # bench/ is the script's directory, first on sys.path
-
 _LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 _INSN = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(.*?);")
 
@@ -62,6 +60,8 @@ def opcode(text: str) -> str:
 
 def kernel_lines(source: str, kernel: str, arch: str) -> list[tuple[str, tuple[str, int] | None]]:
     """[(instruction, (file, line))] of the kernel whose mangled name contains `kernel`, from a local -lineinfo build."""
+    from cuda_tools import find_cuda_tool  # bench/ is the script's directory, first on sys.path
+
     with tempfile.TemporaryDirectory() as tmp:
         cubin = os.path.join(tmp, "k.cubin")
         subprocess.run(["nvcc", "-std=c++17", "-O3", f"-arch=sm_{arch}", "--expt-relaxed-constexpr", "-lineinfo",

@@ -24,8 +24,6 @@ import re
 import subprocess
 import tempfile
 
-from cuda_tools import find_cuda_tool  # bench/ is the script's directory, first on sys.path
-
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)\s*(?P<args>[^;]*);")
 _REG = re.compile(r"\bR(\d+)\b")
 # opcodes whose first register operand is read, not written (stores, branches, compares into predicates)
@@ -73,6 +71,8 @@ def main() -> int:
     ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv.cu", "csrc/cuda/gdn.cu", "csrc/cuda/attention.cu"])
     ap.add_argument("--arch", default="90")
     args = ap.parse_args()
+    from cuda_tools import find_cuda_tool  # bench/ is the script's directory, first on sys.path
+
     cuobjdump = find_cuda_tool("cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         for src in args.sources:

@@ -1,4 +1,5 @@
-"""bench/sass_prewait.py's reading of SASS text (no GPU, no cuobjdump: a hand-written listing)."""
+"""bench/sass_prewait.py's reading of SASS text and bench/ncu_source_top.py's reading of ncu's source page (no GPU, no
+cuobjdump: hand-written listings)."""
 
 import importlib.util
 import pathlib
@@ -50,3 +51,39 @@ def test_overwritten_registers_and_reads_after_the_wait_are_not():
 def test_kernels_without_a_pdl_wait_are_not_reported():
     # a plainly launched kernel has no ACQBULK: its loads' uses stand before no wait
     assert "no_wait" not in _tool().pre_wait_stalls(LISTING)
+
+
+def _source_top():
+    spec = importlib.util.spec_from_file_location("ncu_source_top", _ROOT / "bench" / "ncu_source_top.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ncu's source page as CSV: a message, a source row that happens to say "Sampling", then the real header
+SOURCE_CSV = '''"Kernel Name","finish"
+"1","// SamplingParams: read on the device"
+"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed"
+"0x10","      LDG.E R2, desc[UR4][R2.64]","7","5","1,024"
+"0x20","@!P0  BRA 0x40","0","0","32"
+"0x30","      SHFL.BFLY PT, R3, R2, 0x4, 0x1f","3","3","64"
+'''
+
+
+def test_source_page_header_is_found_past_a_source_row_that_says_sampling(tmp_path):
+    path = tmp_path / "page.csv"
+    path.write_text(SOURCE_CSV)
+    tool = _source_top()
+    cols, rows = tool.read_rows(str(path))
+    assert cols[2] == "Warp Stall Sampling (All Samples)"
+    assert [r[0] for r in rows] == ["0x10", "0x20", "0x30"]
+    assert tool.number(rows[0][4]) == 1024.0
+    assert [tool.opcode(r[1]) for r in rows] == ["LDG.E", "BRA", "SHFL.BFLY"]
+
+
+def test_source_page_without_sampling_columns_is_refused(tmp_path):
+    import pytest
+    path = tmp_path / "page.csv"
+    path.write_text('"Line No","Source"\n"1","// Token sampling"\n')
+    with pytest.raises(SystemExit):
+        _source_top().read_rows(str(path))
