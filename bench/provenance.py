@@ -4,9 +4,30 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
+
+
+def _git(*args: str, env: dict | None = None) -> str:
+    return subprocess.run(["git", *args], capture_output=True, text=True, env=env).stdout.strip()
+
+
+def working_tree_id() -> str:
+    """Git's tree id of the files as they are (tracked and untracked, less the ignored), through a scratch index, so
+    the real index is untouched. Equal to a commit's tree id exactly when the files are that commit's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        _git("add", "-A", ".", env=env)
+        return _git("write-tree", env=env)
 
 
 def commit() -> str:
-    """MONORAIL_COMMIT (device calls run on a copy of the tree without .git), else the checkout's HEAD."""
-    return os.environ.get("MONORAIL_COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                                               text=True).stdout.strip()
+    """MONORAIL_COMMIT if set, else the checkout's HEAD; where the files differ from HEAD, HEAD+tree:<id> (find the
+    commit with `git log --format='%H %T' | grep <id>`). A device call's copy of the tree answers git with the
+    session's first commit (session 32), so its HEAD alone does not say what ran."""
+    if os.environ.get("MONORAIL_COMMIT"):
+        return os.environ["MONORAIL_COMMIT"]
+    head = _git("rev-parse", "HEAD")
+    if not head:
+        return ""
+    tree = working_tree_id()
+    return head if not tree or tree == _git("rev-parse", "HEAD^{tree}") else f"{head}+tree:{tree}"
