@@ -16,7 +16,7 @@ def working_tree_id() -> str:
     the real index is untouched. Equal to a commit's tree id exactly when the files are that commit's."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "GIT_INDEX_FILE": os.path.join(tmp, "index")}
-        _git("add", "-A", ".", env=env)
+        _git("add", "-A", ":/", env=env)  # the whole checkout, from any directory
         return _git("write-tree", env=env)
 
 

@@ -14,7 +14,6 @@ import numpy as np
 
 def old_select(keys, mass, target):
     lo, hi = int(keys.min()), int(keys.max())
-    top_shift = 0 if lo == hi else (31 - (32 - (lo ^ hi).bit_length())) // 8 * 8
     top_shift = 0 if lo == hi else ((lo ^ hi).bit_length() - 1) // 8 * 8
     mask = 0 if top_shift == 24 else (~((1 << (top_shift + 8)) - 1)) & 0xFFFFFFFF
     prefix = lo & mask; cum = 0; ca = 0

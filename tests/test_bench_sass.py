@@ -4,6 +4,8 @@ cuobjdump: hand-written listings)."""
 import importlib.util
 import pathlib
 
+import pytest
+
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -82,7 +84,6 @@ def test_source_page_header_is_found_past_a_source_row_that_says_sampling(tmp_pa
 
 
 def test_source_page_without_sampling_columns_is_refused(tmp_path):
-    import pytest
     path = tmp_path / "page.csv"
     path.write_text('"Line No","Source"\n"1","// Token sampling"\n')
     with pytest.raises(SystemExit):

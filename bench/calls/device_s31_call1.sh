@@ -10,6 +10,8 @@
 #     state 2, see NOTES session 30).
 # Every GPU test module is call 2 (bench/calls/device_s31_tests.sh): both do not fit one call's 10 minutes.
 #   bash bench/calls/device_s31_call1.sh     (carry .whl; ~6 minutes)
+# Ran as session 32's call 1. The patch has since landed (ebcd621) and its file is gone, so this no longer runs as
+# written; ncu_source_top.py now takes --top N and reads the SASS page (device_s32_call3.sh is the current form).
 set -uo pipefail
 # the speed-ups travel as a patch until they have run on a GPU (main keeps the tested finish_wide)
 git apply bench/patches/finish-wide-batch.patch || { echo "PATCH DID NOT APPLY"; exit 1; }

@@ -18,7 +18,7 @@ timeout 90 ncu --clock-control none -k regex:sample_finish -s 1 -c 1 --section S
 echo "ncu source rc=$?"
 ncu --import $out/finish-flat.ncu-rep --page source --csv --print-source sass > $out/finish-sass.csv 2>&1
 head -c 600 $out/finish-sass.csv; echo
-python3 bench/ncu_source_top.py $out/finish-sass.csv 30
+python3 bench/ncu_source_top.py $out/finish-sass.csv --top 30
 ncu --import $out/finish-flat.ncu-rep --page details > $out/finish-details.txt 2>&1
 grep -E "Warp Cycles|Active Threads|Registers Per" $out/finish-details.txt | head -6
 rm -f $out/finish-flat.ncu-rep $out/build.log $out/ncu-finish.log  # the device returns at most 8 files

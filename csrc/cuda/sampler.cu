@@ -67,7 +67,7 @@ __device__ inline unsigned long long to_fixed_mass(double e) {
   return e >= 0.0 ? (unsigned long long)(e * kMassScale) : 0ull;  // NaN (inf - inf): no mass
 }
 // atomicAdd of a 64-bit integer into shared memory, from two native 32-bit adds. The 64-bit form compiles to a
-// compare-and-swap loop (ATOMS.CAST.SPIN.64 in the SASS of sm_86..sm_90), whose retries serialise a block whose
+// compare-and-swap loop (ATOMS.CAST.SPIN.64 in the SASS of sm_86, sm_89, sm_90 and sm_120), whose retries serialise a block whose
 // lanes all add to the same few bins (a flat row). The low word's add returns the old word, so each add knows whether
 // it carried; the word pair ends as the exact sum mod 2^64 (little-endian), like the 64-bit atomic. Read it only
 // after a barrier.
