@@ -7,6 +7,14 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 t0=$(date +%s)
+# The device keeps build/ between calls but re-sends the sources with their old modification times, so a file a
+# previous call changed there (a patch applied on the device) and this call restored looks older than its object and
+# would not be recompiled. Touch every source whose content differs from what the last build here compiled.
+stamp=build/.source-hashes
+if [ -f "$stamp" ]; then
+  find csrc CMakeLists.txt -type f | sort | xargs sha1sum | diff - "$stamp" | sed -n 's/^< [0-9a-f]*  //p' | xargs -r touch
+fi
 MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$out/build.log" 2>&1 \
   || { echo "BUILD FAILED"; grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
+mkdir -p build && find csrc CMakeLists.txt -type f | sort | xargs sha1sum > "$stamp"
 echo "build: $(( $(date +%s) - t0 )) s"
