@@ -25,7 +25,8 @@ class NativeStatus:
     def summary(self) -> str:
         if not self.importable:
             return f"native module unavailable: {self.reason}"
-        build = (f"CUDA {self.cuda_version} for sm_{self.cuda_archs.replace(';', ',sm_')}"
+        archs = ",".join(f"sm_{a}" for a in self.cuda_archs.replace(";", ",").split(",") if a)
+        build = (f"CUDA {self.cuda_version} for {archs}"
                  if self.cuda_built else "CPU-only")
         if self.gpu_usable:
             gpu = f"{self.gpu_name} (sm_{self.compute_capability}, {self.total_memory / 2**30:.1f} GiB)"
