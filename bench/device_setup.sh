@@ -1,5 +1,5 @@
 # Sourced by the device-call scripts: output folder, the wheels the device lacks (.whl/, carried), and
-# the native build for sm_90. Sets $out and $t0; exits the caller when the build fails.
+# the native build for the local GPU. Sets $out and $t0; exits the caller when the build fails.
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" > /dev/null; then
@@ -14,7 +14,8 @@ stamp=build/.source-hashes
 if [ -f "$stamp" ]; then
   find csrc CMakeLists.txt -type f | sort | xargs sha1sum | diff - "$stamp" | sed -n 's/^< [0-9a-f]*  //p' | xargs -r touch
 fi
-MONORAIL_CUDA_ARCHS=90 python3 -m pip install -q --no-build-isolation --no-deps -e . > "$out/build.log" 2>&1 \
+# The local GPU's architecture (sm_90 on the device; CMakeLists.txt asks nvidia-smi when the list is empty).
+MONORAIL_CUDA_ARCHS=${MONORAIL_CUDA_ARCHS:-} python3 -m pip install -q --no-build-isolation --no-deps -e . > "$out/build.log" 2>&1 \
   || { echo "BUILD FAILED"; grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
 mkdir -p build && find csrc CMakeLists.txt -type f | sort | xargs sha1sum > "$stamp"
 echo "build: $(( $(date +%s) - t0 )) s"
