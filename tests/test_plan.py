@@ -165,6 +165,35 @@ def test_cli_plan_prints_table(capsys):
     assert rc == 0 and "KV pool" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--vram-budget", "banana"], "argument --vram-budget: not a size: 'banana'"),
+    (["--vram-budget", "0"], "argument --vram-budget: a budget must be positive"),
+    (["--context", "-5"], "argument --context: must be at least 1"),
+    (["--concurrency", "0"], "argument --concurrency: must be at least 1"),
+    (["--spec", "-1"], "speculative_window must be in 0..15"),
+    (["--kv", "fp8"], "--kv must be one of bf16, int8, int4"),
+    (["--prefill-chunk", "x"], "--prefill-chunk must be 'auto' or a token count"),
+    (["/nonexistent-monorail-model"], "no config.json at /nonexistent-monorail-model"),
+])
+def test_cli_plan_refuses_bad_input_in_one_line(capsys, args, says):
+    """Bad settings or a missing folder: one 'error:' line naming the problem, exit status 2, no traceback."""
+    from engine.cli import main
+    try:
+        rc = main(["plan", *args])
+    except SystemExit as exc:  # argparse's usage errors
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and "monorail plan: error: " in err and says in err, err
+    assert "Traceback" not in err
+
+
+def test_plan_sizes_take_binary_units():
+    from engine.commands.plan import parse_bytes
+    assert parse_bytes("24GiB") == parse_bytes("24G") == parse_bytes("24 gb") == 24 << 30
+    assert parse_bytes("22.5G") == int(22.5 * 2**30) and parse_bytes("512MiB") == 512 << 20
+    assert parse_bytes("25769803776") == 25769803776
+
+
 # ---- split roles: a fused role's tail rows (GDN b|a, attention k|v) in a format of their own ----
 
 def _q4_27b_native():

@@ -3,17 +3,37 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
-def _parse_bytes(s: str) -> int:
+def parse_bytes(s: str) -> int:
+    """'24GiB', '22.5G', '512 MB', '25769803776' -> bytes (binary units). argparse reports the ArgumentTypeError as a
+    usage error naming the option."""
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = s.strip().lower().rstrip("ib").rstrip("b")
+    t = s.strip().lower().rstrip("ib").rstrip("b").strip()
+    scale = 1
     if t and t[-1] in units:
-        return int(float(t[:-1]) * units[t[-1]])
-    return int(float(t))
+        t, scale = t[:-1], units[t[-1]]
+    try:
+        n = int(float(t) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {s!r} (e.g. 24GiB, 22.5G, 25769803776)") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"a budget must be positive: {s!r}")
+    return n
 
 
-def _run(args: argparse.Namespace) -> int:
+def positive_int(s: str) -> int:
+    try:
+        n = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {s!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {s!r}")
+    return n
+
+
+def _plan(args: argparse.Namespace):
     from engine.config import load_config
     from engine.native_backend import recipe_named
     from engine.plan import KV_DTYPES, PREFILL_CHUNK_CHOICES, PlanRequest, fit_prefill_chunk, make_plan
@@ -24,21 +44,31 @@ def _run(args: argparse.Namespace) -> int:
     else:
         cfg = load_config(args.model)
     if args.kv not in KV_DTYPES:
-        raise SystemExit(f"--kv must be one of {', '.join(KV_DTYPES)}")
+        raise ValueError(f"--kv must be one of {', '.join(KV_DTYPES)}")
     try:
         recipe = recipe_named(args.recipe, cfg)
     except ValueError as exc:
-        raise SystemExit(f"--recipe: {exc}") from None
+        raise ValueError(f"--recipe: {exc}") from None
     auto = args.prefill_chunk == "auto"
+    if not auto and not args.prefill_chunk.isdigit():
+        raise ValueError(f"--prefill-chunk must be 'auto' or a token count, not {args.prefill_chunk!r}")
     req = PlanRequest(
         max_context=args.context, kv_dtype=args.kv, max_concurrency=args.concurrency,
         speculative_window=args.spec, vision=args.vision,
         prefill_chunk=PREFILL_CHUNK_CHOICES[-1] if auto else int(args.prefill_chunk),
-        vram_budget=_parse_bytes(args.vram_budget), recipe=recipe,
+        vram_budget=args.vram_budget, recipe=recipe,
     )
     if auto:
         req = fit_prefill_chunk(cfg, req)
-    plan = make_plan(cfg, req)
+    return make_plan(cfg, req)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        plan = _plan(args)
+    except (ValueError, OSError) as exc:  # a bad folder (ConfigError is a ValueError) or setting: say which
+        print(f"monorail plan: error: {exc}", file=sys.stderr)
+        return 2
     print(plan.format_table())
     return 0 if plan.fits else 2
 
@@ -47,9 +77,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("plan", help="print the native engine's memory plan (no GPU needed)")
     p.add_argument("model", nargs="?", default="27b",
                    help="checkpoint folder or config.json; '27b' (default) uses the built-in 27B shapes")
-    p.add_argument("--context", type=int, default=262144, help="max context per sequence (tokens)")
+    p.add_argument("--context", type=positive_int, default=262144, help="max context per sequence (tokens)")
     p.add_argument("--kv", default="int8", help="KV cache format (bf16, int8, int4)")
-    p.add_argument("--concurrency", type=int, default=1, help="concurrent sequences (GDN state slots)")
+    p.add_argument("--concurrency", type=positive_int, default=1, help="concurrent sequences (GDN state slots)")
     p.add_argument("--spec", type=int, default=0, help="speculative window (drafted tokens per step)")
     p.add_argument("--vision", action="store_true", help="plan for the vision tower")
     p.add_argument("--prefill-chunk", default="auto",
@@ -57,5 +87,5 @@ def register(subparsers) -> None:
                         "auto (default): the largest of 4096/2048/1024/512/256 that fits, as the engine picks")
     p.add_argument("--recipe", default="q4g64",
                    help="uniform weight format (q4g64, q6g32, q8g64, ...) or a converter recipe (q4-27b, q8, ...)")
-    p.add_argument("--vram-budget", default="24GiB", help="bytes, e.g. 24GiB, 22.5G, 25769803776")
+    p.add_argument("--vram-budget", default="24GiB", type=parse_bytes, help="bytes, e.g. 24GiB, 22.5G, 25769803776")
     p.set_defaults(func=_run)
