@@ -45,3 +45,21 @@ def test_chat_refuses_an_empty_prompt_and_a_missing_model(data_dir, tmp_path):
     assert r.returncode == 2 and "empty" in r.stderr
     r = _monorail("chat", "--model", str(tmp_path / "nowhere"), "--prompt", "hi", data_dir=data_dir)
     assert r.returncode == 2 and "No model at" in r.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--temperature", "-1"], "temperature must be a number in [0, 100]"),
+    (["--top-p", "2"], "top_p must be a number in (0, 1]"),
+    (["--top-k", "-3"], "top_k must be an integer >= 0"),
+    (["--max-tokens", "0"], "max_tokens must be an integer >= 1"),
+    (["--seed", "-1"], "seed must be an integer in [0, 2^64)"),
+])
+def test_chat_refuses_bad_sampling_settings_before_loading_a_model(capsys, args, says):
+    """One 'error:' line and exit status 2, before any model opens (no progress lines), not a traceback
+    after the load."""
+    from engine.cli import main
+
+    rc = main(["chat", "--model", "/nonexistent-monorail-model", "--prompt", "hi", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"monorail chat: error: {says}" in err, err
+    assert "Opening" not in err and "Traceback" not in err

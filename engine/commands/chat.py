@@ -49,8 +49,14 @@ def _stats_line(fin) -> str:
 def _run(args: argparse.Namespace) -> int:
     from engine.api import Engine, EngineOptions
     from engine.errors import EngineError
-    from engine.sampling import SamplingParams
+    from engine.sampling import SamplingParams, SamplingParamsError
 
+    try:  # before the model loads: a bad setting is refused at once
+        sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                  max_tokens=args.max_tokens, seed=args.seed).validate()
+    except SamplingParamsError as exc:
+        print(f"monorail chat: error: {exc}", file=sys.stderr)
+        return 2
     opts = EngineOptions(backend=args.backend, max_context=args.max_context, kv_dtype=args.kv,
                          mtp_speculation=args.mtp)
     try:
@@ -64,8 +70,6 @@ def _run(args: argparse.Namespace) -> int:
     if info.random_weights:
         print("NOTE: this is the built-in demo model with RANDOM WEIGHTS: its replies are meaningless text.",
               file=sys.stderr)
-    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                              max_tokens=args.max_tokens, seed=args.seed)
     messages: list[dict] = []
     if args.system:
         messages.append({"role": "system", "content": args.system})
