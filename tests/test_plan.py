@@ -168,6 +168,7 @@ def test_cli_plan_prints_table(capsys):
 @pytest.mark.parametrize("args, says", [
     (["--vram-budget", "banana"], "argument --vram-budget: not a size: 'banana'"),
     (["--vram-budget", "0"], "argument --vram-budget: a budget must be positive"),
+    (["--vram-budget", "inf"], "argument --vram-budget: not a size: 'inf'"),
     (["--context", "-5"], "argument --context: must be at least 1"),
     (["--concurrency", "0"], "argument --concurrency: must be at least 1"),
     (["--spec", "-1"], "speculative_window must be in 0..15"),

@@ -16,7 +16,7 @@ def parse_bytes(s: str) -> int:
         t, scale = t[:-1], units[t[-1]]
     try:
         n = int(float(t) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number, or nan / inf
         raise argparse.ArgumentTypeError(f"not a size: {s!r} (e.g. 24GiB, 22.5G, 25769803776)") from None
     if n <= 0:
         raise argparse.ArgumentTypeError(f"a budget must be positive: {s!r}")
