@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
         else:
             reason = self.controller.send(text, attachments, thinking)
         if reason:
-            self._banner("warning", reason, "", "")
+            self._refused(reason)
             return
         self.editing_message_id = None
         self.composer.clear()
@@ -151,6 +151,14 @@ class MainWindow(QMainWindow):
     def regenerate(self, message_id: int) -> None:
         reason = self.controller.regenerate(message_id, self.composer.thinking_box.isChecked())
         if reason:
+            self._refused(reason)
+
+    def _refused(self, reason: str) -> None:
+        """A send the controller refused. With the engine down, the banner keeps its Restart button (the reason
+        says to restart from the banner; a plain warning would have replaced the crash banner's button)."""
+        if not self.controller.client.alive:
+            self._banner("error", reason, "restart", tr("Restart engine"))
+        else:
             self._banner("warning", reason, "", "")
 
     def begin_edit(self, message_id: int) -> None:
@@ -240,7 +248,7 @@ class MainWindow(QMainWindow):
     def _model_changed(self, info) -> None:
         if info is None:
             self.model_label.setText(tr("No model loaded"))
-            self.composer.set_vision(False)
+            self.composer.set_vision(None)  # not known until a model loads: images may wait in the composer
             return
         name = info.name + (" " + tr("(random weights)") if info.random_weights else "")
         self.model_label.setText(f"<b>{name}</b> · {info.backend}")

@@ -58,3 +58,18 @@ def test_new_search_rename_delete_export(qtbot, tmp_path, monkeypatch):
         assert w.controller.conversation_id is None
     finally:
         close_window(w)
+
+
+def test_a_long_title_is_elided_in_the_sidebar_not_scrolled(qtbot, tmp_path, monkeypatch):
+    w = make_window(qtbot, tmp_path, monkeypatch, start=False)
+    try:
+        w.resize(1100, 700)
+        w.show()
+        title = "What does this chart show? Answer briefly, and name every series in the legend " * 2
+        c = w.controller.store.create_conversation(title)
+        w.sidebar.set_conversations(w.controller.store.conversations(), c.id)
+        qtbot.wait(50)
+        assert not w.sidebar.list.horizontalScrollBar().isVisible()
+        assert w.sidebar.list.item(0).toolTip() == title            # the whole title is a hover away
+    finally:
+        close_window(w)

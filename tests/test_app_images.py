@@ -115,6 +115,22 @@ def test_model_without_vision_refuses_images(qtbot, window, tmp_path):
     assert "no vision" in refusal and c.conversation_id is None      # nothing stored, nothing sent
 
 
+def test_images_dropped_while_no_model_is_loaded_wait_in_the_composer(qtbot, window, tmp_path):
+    """A screenshot dragged in while no model is loaded (a 27B load takes a while) is kept, not refused as if the
+    model had no vision; a model that then loads without vision refuses the send and disables the button."""
+    from engine import protocol as P
+
+    c = window.controller
+    c.unload_model()
+    assert c.model is None and window.composer.attach_button.isEnabled()
+    window.composer.add_images([str(_png(tmp_path / "early.png"))])
+    assert len(window.composer.attachments) == 1 and "no vision" not in window.banner.label.text()
+    assert "No model is loaded" in c.send("look", list(window.composer.attachments), True)
+    c._on_event(P.ModelLoaded(c.load_request, "text-only", False, 4096, False, "fake"))
+    assert c.model is not None and not window.composer.attach_button.isEnabled()
+    assert "no vision" in c.send("look", list(window.composer.attachments), True) and c.conversation_id is None
+
+
 def test_image_token_count_follows_the_model_formula():
     from engine.image import image_token_count
 

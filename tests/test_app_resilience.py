@@ -32,6 +32,13 @@ def test_worker_crash_shows_restart_and_keeps_conversation(qtbot, tmp_path, monk
         assert crashed.reasoning.startswith("Let me think")          # partial text streamed before the crash is kept
         assert "worker stopped" in w.chat.widgets[crashed.id].status_label.text()
 
+        w.composer.set_text("are you there?")                       # refused: the banner keeps its Restart button
+        qtbot.keyClick(w.composer.edit, Qt.Key.Key_Return)
+        assert "not running" in w.banner.label.text() and "Restart it from the banner" in w.banner.label.text()
+        assert w.banner.button.isVisibleTo(w) and w.banner.button.text() == "Restart engine"
+        assert w.composer.text() == "are you there?"                # the text stays for the retry
+        assert len(w.controller.store.messages(w.controller.conversation_id)) == 4
+
         w.banner.button.click()                                     # restart
         qtbot.waitUntil(lambda: w.controller.model is not None, timeout=30000)
         assert w.controller.client.pid != old_pid

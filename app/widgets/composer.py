@@ -93,7 +93,7 @@ class Composer(QFrame):
         super().__init__(parent)
         self.setObjectName("composer")
         self.setAcceptDrops(True)
-        self.vision = True
+        self.vision: bool | None = None  # set_vision: unknown until a model loads
         self.busy = False
         self.attachments: list[Attachment] = []
         lay = QVBoxLayout(self)
@@ -143,10 +143,13 @@ class Composer(QFrame):
         self.send_button.setVisible(not busy)
         self.stop_button.setVisible(busy)
 
-    def set_vision(self, has_vision: bool) -> None:
+    def set_vision(self, has_vision: bool | None) -> None:
+        """True / False: the loaded model reads images or not. None: no model loaded (yet): images are accepted
+        and wait here, since a drop during a long load is the common case; sending checks the model then."""
         self.vision = has_vision
-        self.attach_button.setEnabled(has_vision)
-        self.attach_button.setToolTip("" if has_vision else tr("This model has no vision tower: it cannot read images."))
+        refuses = has_vision is False
+        self.attach_button.setEnabled(not refuses)
+        self.attach_button.setToolTip(tr("This model has no vision tower: it cannot read images.") if refuses else "")
 
     def set_editing(self, note: str) -> None:
         self.edit_note.setText(note)
@@ -190,7 +193,7 @@ class Composer(QFrame):
 
     def add_images(self, sources: list) -> None:
         """Files (paths) or QImages; each is validated, refusals are reported, the rest attached."""
-        if not self.vision:
+        if self.vision is False:
             self.message.emit(tr("This model has no vision tower: it cannot read images. Pick a model with vision "
                                  "in Settings."))
             return

@@ -38,6 +38,9 @@ class Sidebar(QWidget):
         lay.addWidget(self.search)
         self.list = QListWidget()
         self.list.setObjectName("conversationList")
+        # long titles end in an ellipsis (the tooltip has the whole title) instead of a horizontal scroll bar
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.list.customContextMenuRequested.connect(self._menu)
         self.list.currentItemChanged.connect(self._current_changed)
