@@ -157,6 +157,8 @@ ZH_CN: dict[str, str] = {
     "Model unloaded. Reload it from the File menu (Ctrl+R).": "模型已卸载。可在“文件”菜单中重新加载（Ctrl+R）。",
     "last {m:.1f} min · {lo:.{d}f}–{hi:.{d}f} {unit}": "最近 {m:.1f} 分钟 · {lo:.{d}f}–{hi:.{d}f} {unit}",
     "{n} recent replies": "最近 {n} 条回复",
+    "1 recent reply": "最近 1 条回复",
+    "Needs the GPU's power readings.": "需要 GPU 的功率读数。",
     "Engine: {msg}": "引擎：{msg}",
     "The engine worker has not reported yet.": "引擎进程尚未报告。",
     "{rss} resident": "常驻内存 {rss}",

@@ -65,8 +65,11 @@ def test_dashboard_without_gpu_says_so_and_shows_engine_stats(qtbot, store):
     assert tel._thread is None
     assert "No NVIDIA GPU" in dash.gpu_label.text()
     assert dash.power.value.text() == "n/a"
+    assert dash.energy_today.value.text() == dash.energy_month.value.text() == "n/a"   # not "0.0000 kWh"
+    assert "power readings" in dash.energy_today.detail.text()
     tel.engine_event(P.Finished("g", "stop", 5, 20, 0.2, 100.0, 12.5))
     assert dash.speed.value.text() == "12.5 tok/s"
+    assert dash.speed.plot.caption == "1 recent reply"
     assert dash.engine.value.text() == "n/a"
     tel.engine_event(P.WorkerStats("s", 4321, 3 << 30, "demo", "reference", True))
     assert dash.engine.value.text() == "3.00 GiB resident"

@@ -83,13 +83,14 @@ class Card(QFrame):
         self.detail.setObjectName("cardTitle")
         self.detail.setWordWrap(True)
         self.lay.addWidget(self.detail)
+        self.lay.addStretch(1)  # a card in a row of taller cards keeps its lines at the top, as they do
 
 
 class PlotCard(Card):
     def __init__(self, title: str, color: str, parent: QWidget | None = None) -> None:
         super().__init__(title, parent)
         self.plot = Sparkline(color)
-        self.lay.addWidget(self.plot)
+        self.lay.insertWidget(self.lay.count() - 1, self.plot)  # above Card's closing stretch
 
 
 class Dashboard(QScrollArea):
@@ -187,8 +188,9 @@ class Dashboard(QScrollArea):
         accept = fmt(None if st.spec_accept_rate is None else 100 * st.spec_accept_rate, ".0f", " %")
         self.speed.detail.setText(tr("Speculative acceptance: {a} · TTFT {t}").format(
             a=accept, t=fmt(st.ttft_s, ".2f", " s")))
-        self.speed.plot.set_values(self.telemetry.history.values("decode_tok_s"),
-                                   tr("{n} recent replies").format(n=len(self.telemetry.history.values("decode_tok_s"))))
+        speeds = self.telemetry.history.values("decode_tok_s")
+        self.speed.plot.set_values(speeds, tr("1 recent reply") if len(speeds) == 1
+                                   else tr("{n} recent replies").format(n=len(speeds)))
         self.prefill.value.setText(fmt(st.prefill_tok_s, ".0f", " tok/s"))
         if st.last_reply_joules is not None and st.last_reply_tokens:
             self.energy_reply.value.setText(f"{st.last_reply_joules / st.last_reply_tokens:.2f} J")
@@ -228,7 +230,12 @@ class Dashboard(QScrollArea):
     def update_energy(self) -> None:
         today, month = self.telemetry.energy_today_j(), self.telemetry.energy_month_j()
         tariff, cur = self.settings.tariff_per_kwh, self.settings.currency
+        measured = self.telemetry.source.available
         for card, joules in ((self.energy_today, today), (self.energy_month, month)):
+            if not measured and not joules:  # no power readings: 0 kWh would be a claim, not a measurement
+                card.value.setText(NA)
+                card.detail.setText(tr("Needs the GPU's power readings."))
+                continue
             kwh = joules / 3.6e6
             card.value.setText(f"{kwh:.4f} kWh")
             card.detail.setText(tr("{cost} at {tariff} per kWh").format(
