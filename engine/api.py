@@ -186,7 +186,8 @@ class Engine:
         st = native_status()
         if not st.gpu_usable:
             raise BackendUnavailableError(f"The native backend needs a CUDA GPU: {st.reason}. "
-                                          "Use the reference backend (--backend reference).")
+                                          "Use the reference backend instead (`--backend reference` in the terminal, "
+                                          "Settings → Engine backend in the app).")
         from engine.native_backend import NativeModel
 
         report(0.1, "Planning device memory")
