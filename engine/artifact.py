@@ -26,13 +26,13 @@ from typing import Callable, Iterator
 import torch
 
 from engine.artifact_format import DTYPES, Header, SafetensorsFormatError, TensorEntry, digest_bytes, read_header
-from engine.config import ModelConfig, parse_config
+from engine.config import ConfigError, ModelConfig, parse_config
 from engine.convert import ARTIFACT_VERSION, META, header_digest
 from engine.errors import ModelLoadError
 from engine.loader import LM_HEAD, MTP_PREFIX
 from engine.quant import QuantFormat, QuantizedTensor
 from engine.recipe import FLOAT_FORMATS
-from engine.registry import identify
+from engine.registry import RegistryError, identify
 
 
 class ArtifactError(ModelLoadError, ValueError):
@@ -134,6 +134,8 @@ class Artifact:
                                 "it is truncated or has trailing data. Re-run `monorail convert`.")
         try:
             return cls(path, header, verify, allow_test_shapes)
+        except (RegistryError, ConfigError) as exc:  # a config this Monorail does not serve (or test shapes unswitched)
+            raise ArtifactError(f"{path}: {exc}") from exc
         except (KeyError, json.JSONDecodeError, TypeError) as exc:
             raise ArtifactError(f"{path}: Monorail metadata is incomplete or malformed ({exc}); re-convert it") \
                 from exc

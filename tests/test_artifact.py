@@ -120,10 +120,18 @@ def test_not_an_artifact(tmp_path):
         Artifact.open(junk)
 
 
-def test_test_shapes_need_the_switch_to_load(artifact_path, monkeypatch):
+def test_test_shapes_need_the_switch_to_load(artifact_path, monkeypatch, capsys):
+    """Refused as a model-load error (what the app and `monorail chat` report in one line), not a bare ValueError
+    that `monorail chat` printed as a traceback."""
+    from engine.cli import main
+    from engine.errors import ModelLoadError
+
     monkeypatch.delenv("MONORAIL_ALLOW_TEST_SHAPES", raising=False)
-    with pytest.raises(ValueError, match="unsupported model size"):
+    with pytest.raises(ModelLoadError, match="unsupported model size"):
         Artifact.open(artifact_path)
+    assert main(["chat", "--model", str(artifact_path), "--prompt", "hi"]) == 2
+    err = capsys.readouterr().err
+    assert "error: " in err and "MONORAIL_ALLOW_TEST_SHAPES" in err and "Traceback" not in err
 
 
 def test_cli_inspect_and_convert(tiny_checkpoint, artifact_path, tmp_path, capsys):
