@@ -63,3 +63,14 @@ def test_chat_refuses_bad_sampling_settings_before_loading_a_model(capsys, args,
     err = capsys.readouterr().err
     assert rc == 2 and f"monorail chat: error: {says}" in err, err
     assert "Opening" not in err and "Traceback" not in err
+
+
+def test_chat_says_when_mtp_cannot_draft(capsys):
+    """--mtp with sampling (the default temperature) decodes without drafting: the terminal says so up front."""
+    from engine.cli import main
+
+    assert main(["chat", "--mtp", "--model", "/nonexistent-monorail-model", "--prompt", "hi"]) == 2
+    assert "--mtp drafts only for greedy replies" in capsys.readouterr().err
+    assert main(["chat", "--mtp", "--temperature", "0", "--model", "/nonexistent-monorail-model",
+                 "--prompt", "hi"]) == 2
+    assert "--mtp drafts only" not in capsys.readouterr().err

@@ -57,6 +57,9 @@ def _run(args: argparse.Namespace) -> int:
     except SamplingParamsError as exc:
         print(f"monorail chat: error: {exc}", file=sys.stderr)
         return 2
+    if args.mtp and (not sampling.greedy or args.backend != "reference"):
+        print("note: --mtp drafts only for greedy replies on the reference backend (--temperature 0); "
+              "these replies decode without it.", file=sys.stderr)
     opts = EngineOptions(backend=args.backend, max_context=args.max_context, kv_dtype=args.kv,
                          mtp_speculation=args.mtp)
     try:
