@@ -86,6 +86,13 @@ class _ResolvedModel:
     chat_template: str      # the checkpoint's own template, else the default one
 
 
+def mtp_can_draft(backend: str, sampling: SamplingParams) -> bool:
+    """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation): only
+    the reference backend drafts, and only greedy choices are exact. The model must also have an MTP head and the
+    prompt no images (Engine._can_speculate)."""
+    return backend == "reference" and sampling.greedy
+
+
 def _resolve_model(model: str) -> _ResolvedModel:
     """Open "demo", a Hugging Face checkpoint folder or a Monorail artifact file."""
     from engine import demo
@@ -345,7 +352,7 @@ class Engine:
 
     def _can_speculate(self, sampling: SamplingParams, prompt: _Prompt) -> bool:
         """MTP drafting is exact for greedy choices; images would need 3-axis positions in the MTP pass."""
-        return (self.options.mtp_speculation and self.options.backend == "reference" and sampling.greedy
+        return (self.options.mtp_speculation and mtp_can_draft(self.options.backend, sampling)
                 and self.info.has_mtp and not prompt.images)
 
     def _plain_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:

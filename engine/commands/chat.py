@@ -47,7 +47,7 @@ def _stats_line(fin) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from engine.api import Engine, EngineOptions
+    from engine.api import Engine, EngineOptions, mtp_can_draft
     from engine.errors import EngineError
     from engine.sampling import SamplingParams, SamplingParamsError
 
@@ -57,7 +57,7 @@ def _run(args: argparse.Namespace) -> int:
     except SamplingParamsError as exc:
         print(f"monorail chat: error: {exc}", file=sys.stderr)
         return 2
-    if args.mtp and (not sampling.greedy or args.backend != "reference"):
+    if args.mtp and not mtp_can_draft(args.backend, sampling):
         print("note: --mtp drafts only for greedy replies on the reference backend (--temperature 0); "
               "these replies decode without it.", file=sys.stderr)
     opts = EngineOptions(backend=args.backend, max_context=args.max_context, kv_dtype=args.kv,
