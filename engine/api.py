@@ -39,11 +39,12 @@ class ModelInfo:
     path: str
     random_weights: bool
     context_limit: int
-    has_vision: bool
+    has_vision: bool                  # images can be sent: a vision tower this backend runs
     has_mtp: bool
     backend: str
     device: str
     plan: dict | None = None
+    vision_tower: bool = False        # the checkpoint has a vision tower (even where this backend cannot run it)
 
 
 @dataclass
@@ -160,13 +161,13 @@ class Engine:
             raise EngineError(f"Unknown backend {options.backend!r}: use 'reference' or 'native'.")
         from engine.reference.vision import has_vision_weights
 
+        vision_tower = bool(cfg.has_vision and has_vision_weights(ckpt))
         info = ModelInfo(name=resolved.name, path=str(resolved.path), random_weights=resolved.random_weights,
                          context_limit=context_limit,
                          # images run through the reference vision tower; the native engine has no vision path yet
-                         has_vision=(cfg.has_vision and has_vision_weights(ckpt)
-                                     and options.backend == "reference"),
+                         has_vision=vision_tower and options.backend == "reference",
                          has_mtp=cfg.has_mtp,
-                         backend=options.backend, device=device, plan=plan)
+                         backend=options.backend, device=device, plan=plan, vision_tower=vision_tower)
         report(1.0, "Ready")
         return cls(model_obj, ckpt, info, options, resolved.chat_template)
 

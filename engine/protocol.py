@@ -98,6 +98,7 @@ class ModelLoaded:
     has_vision: bool
     backend: str
     plan: dict[str, Any] | None = None
+    vision_tower: bool = False      # the model has one, even where this backend cannot run it (has_vision False)
 
 
 @dataclass
@@ -147,7 +148,6 @@ class WorkerStats:
     model: str | None               # None: nothing loaded
     backend: str | None
     generating: bool
-    device_bytes: int | None = None  # device memory the engine holds, when it can say
 
 
 @dataclass

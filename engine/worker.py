@@ -101,7 +101,7 @@ def _default_budget() -> int | None:
 
 def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str]:
     """The static memory plan of the native engine for (model, options), computed in the worker so
-    the GUI never imports the engine. Returns (rows for the dashboard, the plan's own table)."""
+    the GUI never imports the engine. Returns (Plan.as_dict() for the dashboard, the plan's own table)."""
     from engine.plan import PlanRequest, make_plan
 
     cfg = _model_config(model)
@@ -113,9 +113,7 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
     if budget:
         fields["vram_budget"] = int(budget)
     plan = make_plan(cfg, PlanRequest(**fields))
-    rows = {"lines": [{"name": ln.label, "bytes": ln.bytes} for ln in plan.lines],
-            "budget_bytes": plan.budget, "total": plan.total, "fits": plan.fits}
-    return rows, plan.format_table()
+    return plan.as_dict(), plan.format_table()
 
 
 def _convert(source: str, destination: str, progress: Callable[[float, str], None]) -> None:
@@ -143,7 +141,7 @@ def _info_event(request_id: str, info: Any) -> P.ModelLoaded:
                          random_weights=bool(get("random_weights", False)),
                          context_limit=int(get("context_limit", 0) or 0),
                          has_vision=bool(get("has_vision", False)), backend=str(get("backend", "")),
-                         plan=get("plan", None))
+                         plan=get("plan", None), vision_tower=bool(get("vision_tower", False)))
 
 
 def _rss_bytes() -> int | None:
@@ -256,11 +254,9 @@ class _Worker:
 
     def _stats(self, request_id: str) -> P.WorkerStats:
         info = getattr(self.engine, "info", None)
-        device = getattr(self.engine, "device_bytes", None)
         return P.WorkerStats(request_id=request_id, pid=os.getpid(), rss_bytes=_rss_bytes(),
                              model=getattr(info, "name", None), backend=getattr(info, "backend", None),
-                             generating=self.gen_thread is not None and self.gen_thread.is_alive(),
-                             device_bytes=device() if callable(device) else device)
+                             generating=self.gen_thread is not None and self.gen_thread.is_alive())
 
     def _unload(self) -> None:
         if self.engine is not None:

@@ -49,11 +49,12 @@ def test_dashboard_shows_live_readings_energy_and_plan(qtbot, store):
     assert dash.speed.value.text() == "42.0 tok/s" and "80 %" in dash.speed.detail.text()
     assert dash.prefill.value.text() == "900 tok/s"
 
-    tel.engine_event(P.ModelLoaded("l", "m", False, 262144, True, "native",
-                                   {"weights": 14 << 30, "kv_pool": 5 << 30, "gdn_state": 1 << 30,
-                                    "workspaces": 512 << 20, "budget_bytes": 24 << 30}))
+    plan = {"lines": [{"label": "weights embed", "bytes": 10 << 30}, {"label": "weights mlp_down", "bytes": 4 << 30},
+                      {"label": "KV pool", "bytes": 5 << 30}, {"label": "GDN recurrent state", "bytes": 1 << 30},
+                      {"label": "workspace (prefill)", "bytes": 512 << 20}], "budget": 24 << 30}
+    tel.engine_event(P.ModelLoaded("l", "m", False, 262144, True, "native", plan))
     names = [n for n, _ in dash.plan_bar.segments]
-    assert names == ["weights", "kv pool", "gdn state", "workspaces", "free"]
+    assert names == ["weights", "KV pool", "state", "workspaces", "free"]
     assert "20.50 GiB planned of 24.00 GiB" == dash.plan_card.value.text()
 
 
@@ -97,13 +98,18 @@ def test_sampler_thread_reads_nvml_in_background(qtbot, store):
     assert tel.latest is not None and tel.latest.name == "Fake RTX 4090"
 
 
-def test_plan_rows_accepts_list_form():
-    rows, budget = plan_rows({"lines": [{"name": "weights embed", "bytes": 10}, {"name": "KV pool", "bytes": 5},
-                                        {"name": "weights mlp_down", "bytes": 7}, {"name": "weights vision", "bytes": 2},
-                                        {"name": "workspace (vision)", "bytes": 1}, {"name": "margin", "bytes": 3},
-                                        {"name": "GDN recurrent state", "bytes": 4}], "budget_bytes": 40})
-    assert rows == [("weights", 17.0), ("KV pool", 5.0), ("vision", 3.0), ("graphs + margin", 3.0),
-                    ("state", 4.0)] and budget == 40
+def test_plan_rows_group_the_engines_own_plan():
+    """The shape the worker really sends (engine.plan.Plan.as_dict()): every line lands in a group, the
+    groups add up to the plan's total, and the budget is the plan's."""
+    from engine.plan import PlanRequest, make_plan
+    from engine.registry import config_27b
+
+    plan = make_plan(config_27b(vision=True), PlanRequest(max_context=262144, kv_dtype="int8", vision=True,
+                                                          vram_budget=24 << 30))
+    rows, budget = plan_rows(plan.as_dict())
+    assert [name for name, _ in rows] == ["weights", "vision", "KV pool", "state", "graphs + margin"]
+    assert sum(b for _, b in rows) == plan.total and budget == plan.budget == 24 << 30
+    assert plan_rows(None) == ([], None)
 
 
 def test_throttle_bits_decode():

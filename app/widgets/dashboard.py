@@ -10,7 +10,6 @@ from app.telemetry import EngineStats, GpuSample, Telemetry
 from app.widgets.sparkline import Sparkline, StackedBar
 
 NA = "n/a"
-_SKIP_PLAN_KEYS = {"total", "budget", "total_bytes", "budget_bytes", "kv_capacity", "context", "free"}
 
 
 def gib(n: float | None) -> str:
@@ -37,19 +36,12 @@ def group_plan_rows(rows: list[tuple[str, float]]) -> list[tuple[str, float]]:
 
 
 def plan_rows(plan: dict | None) -> tuple[list[tuple[str, float]], float | None]:
-    """(label, bytes) rows and the budget from the engine's plan dict, whatever its exact shape:
-    a flat {name: bytes} mapping or a list of {name/label, bytes/size} entries (grouped by kind)."""
+    """(group, bytes) rows and the budget from the engine's plan (engine.plan.Plan.as_dict(), as the
+    worker sends it in ModelLoaded and PlanResult); no rows when the backend has no plan."""
     if not plan:
         return [], None
-    budget = plan.get("budget_bytes") or plan.get("budget")
-    for key in ("rows", "lines", "allocations", "entries"):
-        if isinstance(plan.get(key), list):
-            rows = [(str(e.get("name") or e.get("label")), float(e.get("bytes") or e.get("size") or 0))
-                    for e in plan[key] if isinstance(e, dict)]
-            return group_plan_rows([r for r in rows if r[1] > 0]), budget
-    rows = [(k.replace("_", " "), float(v)) for k, v in plan.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in _SKIP_PLAN_KEYS and v > 0]
-    return rows, budget
+    rows = [(str(line["label"]), float(line["bytes"])) for line in plan.get("lines", ())]
+    return group_plan_rows([r for r in rows if r[1] > 0]), plan.get("budget")
 
 
 def format_plan(plan: dict | None) -> str:
