@@ -27,6 +27,18 @@ class AttachmentError(ValueError):
     """An image the composer refuses; the message is shown to the user."""
 
 
+def image_refusal(model) -> str:
+    """Why the loaded model cannot take images, or "" when it can. ``model`` is the worker's ModelLoaded.
+    A checkpoint whose vision tower the chosen backend does not run (the native engine has no vision
+    path yet) is told apart from one that has none: the first is fixed in Settings, the second is not."""
+    if model.has_vision:
+        return ""
+    if getattr(model, "vision_tower", False):
+        return tr("The {backend} backend cannot read images yet. To send images, switch the engine backend to "
+                  "reference in Settings.").format(backend=model.backend)
+    return tr("This model has no vision tower, so it cannot read images. Pick a model with vision in Settings.")
+
+
 def image_tokens(width: int, height: int) -> int:
     """LLM tokens one image costs (plus its two vision start/end markers), by the engine's own formula."""
     from engine.image import image_token_count  # no torch at import (tests/test_app_isolation.py)

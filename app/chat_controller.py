@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
-from app.attachments import image_tokens
+from app.attachments import image_refusal, image_tokens
 from app.i18n import tr
 from app.keystore import get_api_key
 from app.settings import Settings
@@ -266,8 +266,8 @@ class ChatController(QObject):
         reason = self.can_send()
         if reason:
             return reason
-        if attachments and not self.model.has_vision:
-            return tr("This model has no vision tower: it cannot read images. Remove them or pick a model with vision.")
+        if attachments and image_refusal(self.model):
+            return image_refusal(self.model)
         if self.conversation_id is None:
             title = " ".join(text.split())[:60] or tr("Image")
             self.conversation_id = self.store.create_conversation(title).id

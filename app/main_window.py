@@ -9,6 +9,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMessageBox, QProgressBar, QSplitter,
                                QTabWidget, QVBoxLayout, QWidget)
 
+from app.attachments import image_refusal
 from app.chat_controller import ChatController
 from app.i18n import tr
 from app.settings import Settings, save_settings
@@ -248,11 +249,11 @@ class MainWindow(QMainWindow):
     def _model_changed(self, info) -> None:
         if info is None:
             self.model_label.setText(tr("No model loaded"))
-            self.composer.set_vision(None)  # not known until a model loads: images may wait in the composer
+            self.composer.set_image_refusal(None)  # not known until a model loads: images may wait in the composer
             return
         name = info.name + (" " + tr("(random weights)") if info.random_weights else "")
         self.model_label.setText(f"<b>{name}</b> · {info.backend}")
-        self.composer.set_vision(info.has_vision)
+        self.composer.set_image_refusal(image_refusal(info))
         if self.banner.kind == "info":
             self.banner.hide()
 

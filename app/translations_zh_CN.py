@@ -23,8 +23,6 @@ ZH_CN: dict[str, str] = {
     "Wait for the reply to finish, or stop it.": "请等待回复完成，或先停止它。",
     "The engine is not running. Restart it from the banner.": "引擎未在运行。请通过顶部提示条重启。",
     "The model is still loading.": "模型仍在加载中。",
-    "This model has no vision tower: it cannot read images. Remove them or pick a model with vision.":
-        "此模型没有视觉模块，无法读取图片。请移除图片或选择支持视觉的模型。",
     "Image": "图片",
     "Loading {model}…": "正在加载 {model}…",
     "The engine stopped unexpectedly ({cause}). Your conversation is saved.": "引擎意外停止（{cause}）。您的对话已保存。",
@@ -53,9 +51,10 @@ ZH_CN: dict[str, str] = {
     "Stop": "停止",
     "Stop generating (Esc)": "停止生成（Esc）",
     "Attach images": "添加图片",
-    "This model has no vision tower: it cannot read images.": "此模型没有视觉模块，无法读取图片。",
-    "This model has no vision tower: it cannot read images. Pick a model with vision in Settings.":
+    "This model has no vision tower, so it cannot read images. Pick a model with vision in Settings.":
         "此模型没有视觉模块，无法读取图片。请在设置中选择支持视觉的模型。",
+    "The {backend} backend cannot read images yet. To send images, switch the engine backend to reference in "
+    "Settings.": "{backend} 后端暂不支持读取图片。如需发送图片，请在设置中将引擎后端切换为 reference。",
     "Remove {name}": "移除 {name}",
     "Copy": "复制",
     "Edit": "编辑",

@@ -115,6 +115,24 @@ def test_model_without_vision_refuses_images(qtbot, window, tmp_path):
     assert "no vision" in refusal and c.conversation_id is None      # nothing stored, nothing sent
 
 
+def test_a_vision_model_on_the_native_backend_points_to_the_setting_that_fixes_it(qtbot, window, tmp_path):
+    """The native engine has no vision path yet: the model has a tower, the backend cannot run it. The refusal must
+    say that (and where to switch), not that the model has no vision tower."""
+    from engine import protocol as P
+
+    c = window.controller
+    c._on_event(P.ModelLoaded(c.load_request, "demo", True, 4096, False, "native", vision_tower=True))
+    assert not window.composer.attach_button.isEnabled()
+    assert "native backend cannot read images" in window.composer.attach_button.toolTip()
+    window.composer.add_images([str(_png(tmp_path / "x.png"))])
+    assert window.composer.attachments == []
+    assert "switch the engine backend to reference" in window.banner.label.text()
+    assert "no vision tower" not in window.banner.label.text()
+    from app.store import Attachment
+    refusal = c.send("look", [Attachment("x.png", "image/png", 8, 8, b"")], True)
+    assert "native backend cannot read images" in refusal and c.conversation_id is None
+
+
 def test_images_dropped_while_no_model_is_loaded_wait_in_the_composer(qtbot, window, tmp_path):
     """A screenshot dragged in while no model is loaded (a 27B load takes a while) is kept, not refused as if the
     model had no vision; a model that then loads without vision refuses the send and disables the button."""

@@ -6,7 +6,7 @@ NVIDIA GPU does from the app, without Qt (GPU machines here have no display stac
 the GPU through app.nvml_source, the module behind the dashboard, before and after a reply.
 
 With MONORAIL_NVML_SAMPLES_OUT set, the NVML samples taken during a reply are written there as
-JSON (scripts/screenshots.py can replay them into the dashboard)."""
+JSON, a record of what the dashboard would have shown (bench/results/nvml-samples-*.json)."""
 
 from __future__ import annotations
 

@@ -93,7 +93,7 @@ class Composer(QFrame):
         super().__init__(parent)
         self.setObjectName("composer")
         self.setAcceptDrops(True)
-        self.vision: bool | None = None  # set_vision: unknown until a model loads
+        self.image_refusal: str | None = None  # set_image_refusal: unknown until a model loads
         self.busy = False
         self.attachments: list[Attachment] = []
         lay = QVBoxLayout(self)
@@ -143,13 +143,13 @@ class Composer(QFrame):
         self.send_button.setVisible(not busy)
         self.stop_button.setVisible(busy)
 
-    def set_vision(self, has_vision: bool | None) -> None:
-        """True / False: the loaded model reads images or not. None: no model loaded (yet): images are accepted
-        and wait here, since a drop during a long load is the common case; sending checks the model then."""
-        self.vision = has_vision
-        refuses = has_vision is False
-        self.attach_button.setEnabled(not refuses)
-        self.attach_button.setToolTip(tr("This model has no vision tower: it cannot read images.") if refuses else "")
+    def set_image_refusal(self, refusal: str | None) -> None:
+        """"": the loaded model reads images; a sentence: why it cannot (app.attachments.image_refusal). None: no
+        model loaded (yet): images are accepted and wait here, since a drop during a long load is the common case;
+        sending checks the model then."""
+        self.image_refusal = refusal
+        self.attach_button.setEnabled(not refusal)
+        self.attach_button.setToolTip(refusal or "")
 
     def set_editing(self, note: str) -> None:
         self.edit_note.setText(note)
@@ -193,9 +193,8 @@ class Composer(QFrame):
 
     def add_images(self, sources: list) -> None:
         """Files (paths) or QImages; each is validated, refusals are reported, the rest attached."""
-        if self.vision is False:
-            self.message.emit(tr("This model has no vision tower: it cannot read images. Pick a model with vision "
-                                 "in Settings."))
+        if self.image_refusal:
+            self.message.emit(self.image_refusal)
             return
         for src in sources:
             try:
