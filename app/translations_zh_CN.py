@@ -20,6 +20,8 @@ ZH_CN: dict[str, str] = {
     "Delete “{title}” and all its messages?": "删除“{title}”及其全部消息？",
     "Restarting the engine…": "正在重启引擎…",
     "Restart engine": "重启引擎",
+    "Details…": "详情…",
+    "Details": "详情",
     "Wait for the reply to finish, or stop it.": "请等待回复完成，或先停止它。",
     "The engine is not running. Restart it from the banner.": "引擎未在运行。请通过顶部提示条重启。",
     "The model is still loading.": "模型仍在加载中。",

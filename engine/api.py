@@ -204,7 +204,9 @@ class Engine:
                                                 vram_budget_bytes=options.vram_budget_bytes, progress=report)
         except EngineError:
             raise
-        except (MemoryError, RuntimeError, ValueError) as exc:  # BudgetError, CudaError, NativeBackendError
+        except MemoryError as exc:  # BudgetError: the plan's shortfall sentence, then its table
+            raise ModelLoadError(str(exc)) from exc
+        except (RuntimeError, ValueError) as exc:  # CudaError, NativeBackendError
             raise ModelLoadError(f"The native engine could not load this model: {exc}") from exc
         plan = model.plan.as_dict() if hasattr(model, "plan") and hasattr(model.plan, "as_dict") else None
         return model, "cuda", plan

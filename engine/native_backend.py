@@ -40,6 +40,32 @@ STEP_TOKENS = 16  # tokens per engine step (the verify width)
 DEFAULT_PREFILL_CHUNK = None
 
 
+def launch_plan(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_budget_bytes: int | None,
+                free_bytes: int | None, recipe: Recipe = DEFAULT_RECIPE, lanes: int = 1,
+                step_tokens: int = STEP_TOKENS, margin: int = DEFAULT_MARGIN,
+                prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK):
+    """The plan the native engine launches with, as (PlanRequest, MemoryPlan); one function so that the app's
+    "Show memory plan" (engine/worker.py) shows the very plan a load would use.
+
+    With a budget, the margin is a line of the plan; without one, the budget is the device's free memory less
+    the margin (``free_bytes``: cudaMemGetInfo in the engine, NVML in the worker, which makes no CUDA
+    context), or PlanRequest's default card when neither is known. The vision tower is not planned: the
+    native engine does not run it yet."""
+    if vram_budget_bytes:
+        budget, planned_margin = vram_budget_bytes, margin
+    elif free_bytes is not None:
+        budget, planned_margin = max(0, free_bytes - margin), 0
+    else:
+        budget, planned_margin = PlanRequest.vram_budget, margin
+    req = PlanRequest(max_context=max_context, kv_dtype=kv_dtype, max_concurrency=lanes,
+                      speculative_window=step_tokens - 1, vram_budget=budget, recipe=recipe,
+                      margin=planned_margin,
+                      prefill_chunk=PREFILL_CHUNK_CHOICES[-1] if prefill_chunk is None else prefill_chunk)
+    if prefill_chunk is None:
+        req = fit_prefill_chunk(config, req)
+    return req, make_plan(config, req)
+
+
 class NativeBackendError(RuntimeError):
     """The native engine cannot serve this request (shape, capacity or lane misuse)."""
 
@@ -249,21 +275,16 @@ class NativeModel:
             raise NativeBackendError(f"the native backend needs a CUDA GPU: {st.reason}")
         native = load_native()
         free, _total = native.device_memory()
-        budget = vram_budget_bytes if vram_budget_bytes else max(0, free - margin)
-        req = PlanRequest(max_context=max_context, kv_dtype=kv_dtype, max_concurrency=lanes,
-                          speculative_window=step_tokens - 1, vram_budget=budget, recipe=recipe,
-                          margin=margin if vram_budget_bytes else 0,
-                          prefill_chunk=PREFILL_CHUNK_CHOICES[-1] if prefill_chunk is None else prefill_chunk)
-        if prefill_chunk is None:
-            req = fit_prefill_chunk(config, req)
-        plan = make_plan(config, req)
+        req, plan = launch_plan(config, kv_dtype=kv_dtype, max_context=max_context,
+                                vram_budget_bytes=vram_budget_bytes, free_bytes=free, recipe=recipe, lanes=lanes,
+                                step_tokens=step_tokens, margin=margin, prefill_chunk=prefill_chunk)
         if not plan.fits:  # refuse before the engine touches the device
-            raise native.BudgetError(plan.format_table())
+            raise native.BudgetError(f"{plan.shortfall()}\n\n{plan.format_table()}")
         t = config.text
         from engine.reference.rope import inverse_frequencies  # same fp32 frequencies as the reference
         inv = inverse_frequencies(t.rotary_dim, t.rope_theta).tolist()
-        engine = native.NativeEngine(model_dims(config), req.shape_dict(), budget, t.rms_norm_eps, t.rope_theta,
-                                     list(t.mrope_section), inv)
+        engine = native.NativeEngine(model_dims(config), req.shape_dict(), req.vram_budget, t.rms_norm_eps,
+                                     t.rope_theta, list(t.mrope_section), inv)
         return engine, plan
 
     @classmethod

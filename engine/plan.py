@@ -235,6 +235,17 @@ class MemoryPlan:
     def deficit(self) -> int:
         return max(0, self.total - self.budget)
 
+    def shortfall(self) -> str:
+        """One sentence for an error message: by how much the plan misses its budget and what would fit;
+        "" when it fits. (format_table has the lines behind it.)"""
+        if self.fits:
+            return ""
+        text = (f"The memory plan needs {self.total / GiB:.2f} GiB, {self.deficit / GiB:.2f} GiB more than the "
+                f"VRAM budget of {self.budget / GiB:.2f} GiB")
+        if self.largest_context:
+            return text + f"; the largest context that fits is {self.largest_context:,} tokens."
+        return text + "; even a 256-token context does not fit: raise the budget or pick a smaller model or recipe."
+
     def line(self, label: str) -> PlanLine:
         for ln in self.lines:
             if ln.label == label:

@@ -71,26 +71,27 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
 
 
 # ----------------------------------------------------------------------------- plan and convert
-def _model_config(model: str):
-    """The typed config of "demo", a checkpoint folder, or an artifact, without reading weights."""
+def _model_source(model: str):
+    """(typed config, the artifact or None) of "demo", a checkpoint folder, or an artifact, without reading weights."""
     from pathlib import Path
 
     from engine.config import load_config, parse_config
 
     if model == "demo":
         from engine.demo import demo_config
-        return parse_config(demo_config())
+        return parse_config(demo_config()), None
     path = Path(model).expanduser()
     if path.is_dir():
-        return load_config(path)
+        return load_config(path), None
     if path.is_file():
         from engine.artifact import Artifact
-        return Artifact.open(path, verify=False).config
+        artifact = Artifact.open(path, verify=False)
+        return artifact.config, artifact
     raise FileNotFoundError(f"No model at {path}: pick a Hugging Face checkpoint folder or a Monorail artifact.")
 
 
-def _default_budget() -> int | None:
-    """Free device memory as NVML reports it (the engine subtracts its own margin), if there is a GPU."""
+def _free_device_bytes() -> int | None:
+    """Free device memory as NVML reports it, if there is a GPU (NVML makes no CUDA context in this process)."""
     try:
         import pynvml
         pynvml.nvmlInit()
@@ -100,19 +101,18 @@ def _default_budget() -> int | None:
 
 
 def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str]:
-    """The static memory plan of the native engine for (model, options), computed in the worker so
-    the GUI never imports the engine. Returns (Plan.as_dict() for the dashboard, the plan's own table)."""
-    from engine.plan import PlanRequest, make_plan
+    """The memory plan the native engine would launch with for (model, options): the same function as a load
+    (engine.native_backend.launch_plan), computed in the worker so the GUI never imports the engine.
+    Returns (Plan.as_dict() for the dashboard, the plan's own table)."""
+    from engine.native_backend import DEFAULT_RECIPE, launch_plan, recipe_from_artifact
 
-    cfg = _model_config(model)
-    text_cfg = getattr(cfg, "text", cfg)
-    fields: dict[str, Any] = {"max_context": int(options.get("max_context") or text_cfg.max_position_embeddings),
-                              "kv_dtype": options.get("kv_dtype", "int8"),
-                              "vision": bool(getattr(cfg, "has_vision", False))}
-    budget = options.get("vram_budget_bytes") or _default_budget()
-    if budget:
-        fields["vram_budget"] = int(budget)
-    plan = make_plan(cfg, PlanRequest(**fields))
+    cfg, artifact = _model_source(model)
+    context = cfg.text.max_position_embeddings
+    if options.get("max_context"):
+        context = min(context, int(options["max_context"]))
+    _, plan = launch_plan(cfg, kv_dtype=options.get("kv_dtype", "int8"), max_context=context,
+                          vram_budget_bytes=options.get("vram_budget_bytes") or None, free_bytes=_free_device_bytes(),
+                          recipe=recipe_from_artifact(artifact) if artifact is not None else DEFAULT_RECIPE)
     return plan.as_dict(), plan.format_table()
 
 

@@ -168,3 +168,27 @@ def test_ctrl_enter_sends_when_enter_is_set_to_add_lines(qtbot, window):
     assert window.controller.conversation_id is not None
     _wait_idle(qtbot, window)
     assert window.controller.store.messages(window.controller.conversation_id)[0].content == "a"
+
+
+def test_a_load_error_with_the_plan_shows_its_sentence_and_the_table_on_demand(qtbot, window):
+    """An over-budget load answers with one sentence and the plan's table under it: the banner shows the sentence and
+    keeps its Open settings action; Details opens the whole text in a fixed-width window."""
+    from engine import protocol as P
+
+    c = window.controller
+    table = "memory plan: recipe q4g64, context 262,144, KV bf16\nKV pool    17,179,869,184    16.000\nDOES NOT FIT"
+    message = ("The memory plan needs 31.34 GiB, 7.34 GiB more than the VRAM budget of 24.00 GiB; the largest context "
+               "that fits is 141,824 tokens.\n\n" + table)
+    c.load_request = "L"
+    c._on_event(P.WorkerError("L", "ModelLoadError", message))
+    banner = window.banner
+    assert banner.kind == "error" and "largest context that fits is 141,824" in banner.label.text()
+    assert "KV pool" not in banner.label.text() and banner.button.isVisibleTo(window)
+    assert banner.details_button.isVisibleTo(window)
+    banner.details_button.click()
+    from PySide6.QtWidgets import QPlainTextEdit
+    shown = banner.details_dialog.findChild(QPlainTextEdit)
+    assert table in shown.toPlainText() and shown.isReadOnly()
+    banner.details_dialog.close()
+    banner.show_message("warning", "One line only.")
+    assert not banner.details_button.isVisibleTo(window) and banner.label.text() == "One line only."

@@ -78,6 +78,12 @@ def test_worker_loads_the_native_engine_within_its_plan(worker):
     assert plan and plan["fits"] and plan["total"] <= plan["budget"]
     assert sum(line["bytes"] for line in plan["lines"]) == plan["total"]
     assert any(line["label"] == "KV pool" for line in plan["lines"])
+    # Settings' "Show memory plan" computes, for the same options and an explicit budget, the very plan a load uses
+    opts = {"backend": "native", "kv_dtype": "int8", "max_context": 4096, "vram_budget_bytes": 6 << 30}
+    loaded = _request(worker, P.LoadModel("load-budget", "demo", opts), (P.ModelLoaded, P.WorkerError))[-1]
+    shown = _request(worker, P.ComputePlan("plan", "demo", opts), (P.PlanResult, P.WorkerError))[-1]
+    assert isinstance(loaded, P.ModelLoaded) and isinstance(shown, P.PlanResult), (loaded, shown)
+    assert shown.plan == loaded.plan and loaded.plan["budget"] == 6 << 30
 
 
 def test_worker_replies_cancels_and_refuses_images_on_the_native_backend(worker):
@@ -111,7 +117,7 @@ def test_an_impossible_budget_is_a_clear_error_and_the_worker_serves_on(worker):
     got = _load_native(worker, "tiny-budget", vram_budget_bytes=64 << 20)
     err = got[-1]
     assert isinstance(err, P.WorkerError), err
-    assert "budget" in err.message.lower() or "does not fit" in err.message.lower(), err.message
+    assert err.message.startswith("The memory plan needs") and "DOES NOT FIT" in err.message, err.message
     _, fin, errors = _reply(worker, "after")
     assert fin.reason == "error" and "No model" in errors[0].message
     assert isinstance(_load_native(worker, "again")[-1], P.ModelLoaded)

@@ -147,6 +147,12 @@ def test_262k_int8_fits_24_gib_and_deficit_reported():
     assert make_plan(CFG, replace(bad.request, max_context=ctx)).fits
     assert not make_plan(CFG, replace(bad.request, max_context=ctx + 256)).fits
     assert "DOES NOT FIT" in bad.format_table()
+    # the one sentence an error message leads with (the app's banner shows it above the table)
+    assert bad.shortfall() == (f"The memory plan needs {bad.total / GiB:.2f} GiB, {bad.deficit / GiB:.2f} GiB more "
+                               f"than the VRAM budget of 24.00 GiB; the largest context that fits is {ctx:,} tokens.")
+    assert make_plan(CFG, replace(bad.request, max_context=ctx)).shortfall() == ""
+    hopeless = make_plan(CFG, replace(bad.request, vram_budget=4 * GiB))
+    assert hopeless.largest_context is None and "even a 256-token context does not fit" in hopeless.shortfall()
 
 
 def test_impossible_request_is_refused_with_reason():

@@ -34,6 +34,9 @@ def test_worker_converts_a_checkpoint_with_progress_then_plans_it(tiny_checkpoin
         plan = collect_events(events, lambda e: isinstance(e, (P.PlanResult, P.WorkerError)), 120)[-1]
         assert isinstance(plan, P.PlanResult), plan
         assert "KV bf16" in plan.text
+        # the plan a native load of this artifact would use: its stored formats, and no vision tower (not run yet)
+        assert plan.plan["recipe"].startswith("artifact:") and plan.plan["kv_dtype"] == "bf16"
+        assert not any("vision" in line["label"] for line in plan.plan["lines"])
         requests.put(P.Convert("bad", str(tmp_path / "nowhere"), str(tmp_path / "x.monorail")))
         err = collect_events(events, lambda e: isinstance(e, (P.Converted, P.WorkerError)), 60)[-1]
         assert isinstance(err, P.WorkerError) and "not a folder" in err.message

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QWidget
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFrame, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar,
+                               QPushButton, QVBoxLayout, QWidget)
 
 from app.i18n import tr
 
 
 class Banner(QFrame):
-    """A one-line message with an optional action (e.g. "Restart engine"); kinds: info, warning, error."""
+    """A short message with an optional action (e.g. "Restart engine"); kinds: info, warning, error.
+
+    A message of several paragraphs (an engine error with the memory plan's table under its first sentence)
+    shows its first paragraph; "Details…" opens the whole text in a fixed-width window."""
 
     action_triggered = Signal(str)
 
@@ -24,6 +29,10 @@ class Banner(QFrame):
         self.button = QPushButton()
         self.button.clicked.connect(lambda: self.action_triggered.emit(self._action))
         lay.addWidget(self.button)
+        self.details_button = QPushButton(tr("Details…"))
+        self.details_button.setFlat(True)
+        self.details_button.clicked.connect(self.show_details)
+        lay.addWidget(self.details_button)
         self.close_button = QPushButton("✕")
         self.close_button.setFlat(True)
         self.close_button.setFixedWidth(28)
@@ -31,6 +40,8 @@ class Banner(QFrame):
         lay.addWidget(self.close_button)
         self._action = ""
         self.kind = ""
+        self.details = ""
+        self.details_dialog: QDialog | None = None
         self.hide()
 
     def show_message(self, kind: str, text: str, action: str = "", action_label: str = "") -> None:
@@ -38,11 +49,31 @@ class Banner(QFrame):
         self.setProperty("kind", kind)
         self.style().unpolish(self)
         self.style().polish(self)
-        self.label.setText(text)
+        head, sep, _ = text.strip().partition("\n\n")
+        self.details = text.strip() if sep else ""
+        self.label.setText(head)
+        self.details_button.setVisible(bool(self.details))
         self._action = action
         self.button.setText(action_label)
         self.button.setVisible(bool(action))
         self.show()
+
+
+    def show_details(self) -> None:
+        dialog = QDialog(self.window())
+        dialog.setWindowTitle(tr("Details"))
+        lay = QVBoxLayout(dialog)
+        text = QPlainTextEdit(self.details)
+        text.setReadOnly(True)
+        text.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        lay.addWidget(text)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
+        buttons.rejected.connect(dialog.reject)
+        lay.addWidget(buttons)
+        dialog.resize(760, 520)
+        self.details_dialog = dialog
+        dialog.open()
 
 
 class ContextMeter(QWidget):
