@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from app.i18n import set_language
-from app.settings import load_settings
+from app.i18n import set_language, tr
+from app.settings import load_settings_report
 
 
 def _app_icon():
@@ -35,7 +35,8 @@ def build(factory: str | None = None, nvml_source=None, argv: list[str] | None =
     qapp.setApplicationName("Monorail")
     qapp.setDesktopFileName("io.github.monorail.Monorail")
     qapp.setWindowIcon(_app_icon())
-    settings = load_settings()
+    loaded = load_settings_report()
+    settings = loaded.settings
     set_language(settings.language)
     dark = apply_theme(qapp, settings.theme)
     store = Store()
@@ -43,7 +44,26 @@ def build(factory: str | None = None, nvml_source=None, argv: list[str] | None =
     controller = ChatController(store, settings, client)
     telemetry = Telemetry(store, source=nvml_source)
     window = MainWindow(controller, settings, telemetry, dark=dark)
+    notes = start_notes(loaded, store)
+    if notes:
+        window.tell_at_start(notes)
     return qapp, window
+
+
+def start_notes(loaded, store) -> list[str]:
+    """What the user must hear about at start: files that could not be read (kept under another name) and
+    settings that were reset. Nothing is ever dropped silently."""
+    notes = []
+    if store.set_aside is not None:
+        notes.append(tr("Your chat history file could not be read ({reason}). It was kept, unchanged, as {path}, "
+                        "and a new history was started.").format(reason=store.set_aside_reason, path=store.set_aside))
+    if loaded.set_aside is not None:
+        notes.append(tr("Your settings file could not be read ({reason}). It was kept as {path}; the defaults are "
+                        "in use.").format(reason=loaded.reason, path=loaded.set_aside))
+    if loaded.reset:
+        notes.append(tr("Some saved settings were not valid and are back at their defaults: {names}.").format(
+            names=", ".join(loaded.reset)))
+    return notes
 
 
 def no_display_reason() -> str:
@@ -67,7 +87,14 @@ def run(argv: list[str] | None = None) -> int:
         return 1
 
     multiprocessing.freeze_support()   # a frozen bundle re-enters here to become the engine worker
-    qapp, window = build(argv=argv)
+    from app.store import StoreError
+    try:
+        qapp, window = build(argv=argv)
+    except StoreError as exc:          # a history from a newer Monorail: refuse, and leave it untouched
+        from PySide6.QtWidgets import QMessageBox
+        print(f"monorail: {exc}", file=sys.stderr)
+        QMessageBox.critical(None, "Monorail", str(exc))
+        return 1
     window.show()
     window.telemetry.start()
     window.controller.start()

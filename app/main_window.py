@@ -246,6 +246,15 @@ class MainWindow(QMainWindow):
         elif action == "settings":
             self.open_settings()
 
+    def tell_at_start(self, notes: list[str]) -> QMessageBox:
+        """Once, at start: what the app could not read and kept or reset (app.main.start_notes)."""
+        box = QMessageBox(QMessageBox.Icon.Warning, tr("Monorail"), "\n\n".join(notes),
+                          QMessageBox.StandardButton.Ok, self)
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.start_notice = box
+        box.open()
+        return box
+
     def _model_changed(self, info) -> None:
         if info is None:
             self.model_label.setText(tr("No model loaded"))

@@ -7,7 +7,9 @@ live beside the data so one temporary folder isolates a whole test run.
 from __future__ import annotations
 
 import json
+import math
 import os
+import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -91,16 +93,78 @@ def settings_path() -> Path:
     return config_dir() / "settings.json"
 
 
-def load_settings() -> Settings:
+@dataclass
+class LoadedSettings:
+    settings: Settings
+    reset: list[str] = field(default_factory=list)   # fields whose stored values were unusable: back at defaults
+    set_aside: Path | None = None                    # an unreadable file, kept under this name
+    reason: str = ""                                 # why it was unreadable
+
+
+_CHOICES = {"backend": ("local", "remote"), "local_backend": ("reference", "native"), "kv_dtype": KV_FORMATS,
+            "theme": THEMES, "language": LANGUAGES}
+_MINIMUM = {"max_context": 0, "vram_budget_gib": 0.0, "max_tokens": 1, "tariff_per_kwh": 0.0}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _usable(name: str, value, default) -> bool:
+    """Whether a stored value can stand in for ``default``: same type, a known choice, within range."""
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = _is_number(value)
+    elif isinstance(default, str):
+        ok = isinstance(value, str)
+    elif name == "sampling":
+        ok = isinstance(value, dict) and all(isinstance(k, str) and _is_number(v) for k, v in value.items())
+    elif isinstance(default, dict):
+        ok = isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    else:
+        ok = False
+    if ok and name in _CHOICES:
+        ok = value in _CHOICES[name]
+    if ok and name in _MINIMUM:
+        ok = value >= _MINIMUM[name]
+    return ok
+
+
+def load_settings_report() -> LoadedSettings:
+    """The saved settings, and what could not be used. A file that is not a JSON object is kept as
+    ``settings.json.damaged-<time>`` (the next save would overwrite it) and defaults are used; a value of
+    the wrong type, an unknown choice or one out of range falls back to its default, by name."""
     path = settings_path()
     if not path.exists():
-        return Settings()
+        return LoadedSettings(Settings())
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return Settings()   # a damaged file must not stop the app; it is rewritten on the next save
-    known = {f.name for f in fields(Settings)}
-    return Settings(**{k: v for k, v in raw.items() if k in known})
+        if not isinstance(raw, dict):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+    except (OSError, ValueError) as exc:   # a damaged file must not stop the app, nor be lost
+        kept = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            path.replace(kept)
+        except OSError:
+            kept = None
+        return LoadedSettings(Settings(), set_aside=kept, reason=str(exc))
+    defaults = Settings()
+    values, reset = {}, []
+    for f in fields(Settings):
+        if f.name not in raw:
+            continue
+        if _usable(f.name, raw[f.name], getattr(defaults, f.name)):
+            values[f.name] = raw[f.name]
+        else:
+            reset.append(f.name)
+    return LoadedSettings(Settings(**values), reset=reset)
+
+
+def load_settings() -> Settings:
+    return load_settings_report().settings
 
 
 def save_settings(settings: Settings) -> None:

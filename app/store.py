@@ -125,27 +125,77 @@ def default_db_path() -> Path:
     return data_dir() / "history.sqlite3"
 
 
+def _is_damage(exc: sqlite3.DatabaseError) -> bool:
+    """SQLITE_CORRUPT or SQLITE_NOTADB: the file's content is unusable (not a locked, read-only or full disk)."""
+    code = getattr(exc, "sqlite_errorcode", None)   # Python 3.11+
+    if code is not None:
+        return code & 0xFF in (11, 26)
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text
+
+
+class StoreError(RuntimeError):
+    """The history file cannot be used by this version (written by a newer Monorail)."""
+
+
 class Store:
+    """The history database. A file SQLite cannot read ("not a database", a malformed image) is not deleted: it
+    is renamed to ``<name>.damaged-<time>`` beside itself, with its -wal / -shm files, and a fresh history is
+    started; ``set_aside`` then names the kept file so the app can tell the user where it is."""
+
     def __init__(self, path: Path | str | None = None) -> None:
         self.path = Path(path) if path else default_db_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.set_aside: Path | None = None
+        self.set_aside_reason = ""
+        try:
+            self._open()
+        except sqlite3.DatabaseError as exc:
+            if not _is_damage(exc):   # locked, read-only, no space: the file is fine, so say so and touch nothing
+                raise
+            # move first, close after: closing the last connection deletes the -wal file, whose pages may be the
+            # newest part of the history
+            self.set_aside, self.set_aside_reason = self._move_aside(), str(exc)
+            self.db.close()
+            self._open()
+
+    def _open(self) -> None:
         self.db = sqlite3.connect(self.path, isolation_level=None)   # autocommit; explicit transactions below
         self.db.row_factory = sqlite3.Row
+        self._refuse_newer_schema()   # before anything writes: a newer Monorail's file is left byte for byte
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA foreign_keys=ON")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self._migrate()
+        self.db.execute("SELECT COUNT(*) FROM conversations").fetchone()   # the main table must be readable
+
+    def _move_aside(self) -> Path:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
+        n = 1
+        while kept.exists():
+            n += 1
+            kept = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
+        for suffix in ("-wal", "-shm"):
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                side.replace(kept.with_name(kept.name + suffix))
+        self.path.replace(kept)
+        return kept
 
     # -- schema ---------------------------------------------------------------
     @property
     def schema_version(self) -> int:
         return int(self.db.execute("PRAGMA user_version").fetchone()[0])
 
-    def _migrate(self) -> None:
+    def _refuse_newer_schema(self) -> None:
         current = self.schema_version
         if current > len(MIGRATIONS):
-            raise RuntimeError(f"{self.path} was written by a newer Monorail (schema {current}); "
-                               f"this version understands up to {len(MIGRATIONS)}. Update Monorail.")
+            raise StoreError(f"{self.path} was written by a newer Monorail (schema {current}); "
+                             f"this version understands up to {len(MIGRATIONS)}. Update Monorail.")
+
+    def _migrate(self) -> None:
+        current = self.schema_version
         for version in range(current + 1, len(MIGRATIONS) + 1):
             self.db.executescript("BEGIN;" + MIGRATIONS[version - 1] + f"; PRAGMA user_version={version}; COMMIT;")
 

@@ -22,6 +22,13 @@ ZH_CN: dict[str, str] = {
     "Restart engine": "重启引擎",
     "Details…": "详情…",
     "Details": "详情",
+    "Monorail": "Monorail",
+    "Your settings file could not be read ({reason}). It was kept as {path}; the defaults are in use.":
+        "无法读取设置文件（{reason}）。该文件已保留为 {path}，当前使用默认设置。",
+    "Some saved settings were not valid and are back at their defaults: {names}.":
+        "部分已保存的设置无效，已恢复为默认值：{names}。",
+    "Your chat history file could not be read ({reason}). It was kept, unchanged, as {path}, and a new history was "
+    "started.": "无法读取聊天记录文件（{reason}）。该文件已原样保留为 {path}，并已新建一份聊天记录。",
     "Wait for the reply to finish, or stop it.": "请等待回复完成，或先停止它。",
     "The engine is not running. Restart it from the banner.": "引擎未在运行。请通过顶部提示条重启。",
     "The model is still loading.": "模型仍在加载中。",

@@ -112,3 +112,49 @@ def test_protocol_mismatch_is_refused_with_a_message(qtbot, tmp_path, monkeypatc
         assert w.controller.model is None and w.controller.load_request is None   # nothing was loaded
     finally:
         close_window(w)
+
+
+def test_an_unreadable_history_file_is_kept_and_the_app_opens_with_a_fresh_one(qtbot, tmp_path, monkeypatch):
+    damaged = b"this was never an SQLite file" * 100
+    (tmp_path / "history.sqlite3").write_bytes(damaged)
+    w = make_window(qtbot, tmp_path, monkeypatch, start=False)
+    try:
+        kept = w.controller.store.set_aside
+        assert kept is not None and kept.read_bytes() == damaged
+        notice = w.start_notice
+        assert notice.isVisible() and str(kept) in notice.text() and "not a database" in notice.text()
+        assert w.controller.store.conversations() == []
+    finally:
+        close_window(w)
+
+
+def test_a_history_from_a_newer_monorail_is_refused_and_left_alone(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    from app import main
+    from app.store import MIGRATIONS
+
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    path = tmp_path / "history.sqlite3"
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA user_version={len(MIGRATIONS) + 1}")
+    con.close()
+    before = path.read_bytes()
+    shown = []
+    monkeypatch.setattr("PySide6.QtWidgets.QMessageBox.critical", lambda parent, title, text: shown.append(text))
+    assert main.run([]) == 1
+    assert "newer Monorail" in capsys.readouterr().err and "newer Monorail" in shown[0]
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir() if "damaged" in p.name] == []
+
+
+def test_bad_settings_are_reported_at_start_and_the_dialog_opens(qtbot, tmp_path, monkeypatch):
+    import json
+
+    (tmp_path / "settings.json").write_text(json.dumps({"sampling": {"temperature": "hot"}, "theme": "neon"}))
+    w = make_window(qtbot, tmp_path, monkeypatch, start=False)
+    try:
+        assert "back at their defaults: sampling, theme." in w.start_notice.text()
+        from app.widgets.settings_dialog import SettingsDialog
+        qtbot.addWidget(SettingsDialog(w.controller.settings))      # crashed on the string temperature before
+    finally:
+        close_window(w)

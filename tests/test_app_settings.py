@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import os
 import stat
 
@@ -116,9 +118,33 @@ def test_keyring_fallback_is_visible_and_private(qtbot, data_dir):
     assert keystore.get_api_key("http://x/v1") == ""
 
 
-def test_damaged_settings_file_falls_back_to_defaults(data_dir):
-    (data_dir / "settings.json").write_text("{not json")
-    assert load_settings() == Settings()
+def test_damaged_settings_file_is_kept_aside_and_defaults_used(data_dir):
+    from app.settings import load_settings_report
+
+    for text in ("{not json", "[1, 2]", '"a string"'):
+        (data_dir / "settings.json").write_text(text)
+        loaded = load_settings_report()
+        assert loaded.settings == Settings() and loaded.set_aside is not None and loaded.reason
+        assert loaded.set_aside.read_text() == text and not (data_dir / "settings.json").exists()
+        loaded.set_aside.unlink()
+
+
+def test_unusable_saved_values_fall_back_one_by_one(data_dir):
+    """Hand-edited or foreign values (the wrong type, an unknown choice, out of range) are reset by name and the
+    rest is kept; before, a string temperature crashed the settings dialog and a JSON list crashed the start."""
+    from app.settings import load_settings_report
+
+    (data_dir / "settings.json").write_text(json.dumps({
+        "max_tokens": "lots", "theme": "neon", "kv_dtype": "fp4", "sampling": {"temperature": "hot"},
+        "vram_budget_gib": -3, "enter_sends": 1, "tariff_per_kwh": float("nan"), "system_prompts": {"x": 5},
+        "language": "zh_CN", "max_context": 65536, "local_backend": "native", "sampling_preset": "Mine",
+        "not_a_setting": True}))
+    loaded = load_settings_report()
+    assert sorted(loaded.reset) == sorted(["max_tokens", "theme", "kv_dtype", "sampling", "vram_budget_gib",
+                                           "enter_sends", "tariff_per_kwh", "system_prompts"])
+    s = loaded.settings
+    assert (s.language, s.max_context, s.local_backend, s.sampling_preset) == ("zh_CN", 65536, "native", "Mine")
+    assert s.max_tokens == Settings().max_tokens and s.sampling == Settings().sampling and loaded.set_aside is None
 
 
 def test_memory_plan_is_shown_before_applying_and_apply_reloads(qtbot, tmp_path, monkeypatch):

@@ -83,3 +83,40 @@ def test_update_refuses_unknown_fields(store):
     m = store.add_message(c.id, "user", "x")
     with pytest.raises(ValueError, match="cannot update"):
         store.update_message(m.id, role="assistant")
+
+
+def test_a_damaged_history_file_is_kept_aside_and_a_fresh_one_started(tmp_path):
+    path = tmp_path / "history.sqlite3"
+    s = Store(path)
+    s.create_conversation("before the damage")
+    s.close()
+    data = bytearray(path.read_bytes())
+    data[:100] = b"\x00garbage" * 12 + b"gone"       # the SQLite header: the file no longer reads as a database
+    path.write_bytes(bytes(data))
+    (tmp_path / "history.sqlite3-wal").write_bytes(b"wal bytes")
+    fresh = Store(path)
+    assert fresh.set_aside is not None and fresh.set_aside.read_bytes() == bytes(data)   # kept byte for byte
+    assert fresh.set_aside.name.startswith("history.sqlite3.damaged-")
+    assert (tmp_path / (fresh.set_aside.name + "-wal")).read_bytes() == b"wal bytes"
+    assert "not a database" in fresh.set_aside_reason
+    assert fresh.conversations() == [] and fresh.create_conversation("after").id == 1
+    fresh.close()
+    again = Store(path)                                # the fresh file is healthy: nothing more is set aside
+    assert again.set_aside is None and [c.title for c in again.conversations()] == ["after"]
+    again.close()
+
+
+def test_a_locked_history_is_refused_not_set_aside(tmp_path):
+    """A lock (another Monorail writing) is not damage: the file must stay where it is."""
+    path = tmp_path / "history.sqlite3"
+    Store(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            Store(path)
+        assert sorted(p.name for p in tmp_path.iterdir() if "damaged" in p.name) == []
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
