@@ -40,10 +40,14 @@ def fallback_path() -> Path:
 
 
 def _read_fallback() -> dict:
+    """endpoint -> key from the fallback file; {} when it is missing, unreadable or not an object of strings."""
     try:
-        return json.loads(fallback_path().read_text(encoding="utf-8"))
+        data = json.loads(fallback_path().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _write_fallback(data: dict) -> None:

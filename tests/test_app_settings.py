@@ -118,6 +118,13 @@ def test_keyring_fallback_is_visible_and_private(qtbot, data_dir):
     assert keystore.get_api_key("http://x/v1") == ""
 
 
+def test_a_foreign_fallback_key_file_reads_as_no_keys(data_dir):
+    keyring.set_keyring(fail.Keyring())
+    for text in ("[1, 2]", '{"http://x/v1": 7}', "{broken"):
+        keystore.fallback_path().write_text(text)
+        assert keystore.get_api_key("http://x/v1") == ""
+
+
 def test_damaged_settings_file_is_kept_aside_and_defaults_used(data_dir):
     from app.settings import load_settings_report
 
