@@ -110,10 +110,17 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
     context = cfg.text.max_position_embeddings
     if options.get("max_context"):
         context = min(context, int(options["max_context"]))
+    budget, free = options.get("vram_budget_bytes") or None, _free_device_bytes()
     _, plan = launch_plan(cfg, kv_dtype=options.get("kv_dtype", "int8"), max_context=context,
-                          vram_budget_bytes=options.get("vram_budget_bytes") or None, free_bytes=_free_device_bytes(),
+                          vram_budget_bytes=budget, free_bytes=free,
                           recipe=recipe_from_artifact(artifact) if artifact is not None else DEFAULT_RECIPE)
-    return plan.as_dict(), plan.format_table()
+    if budget:
+        source = "the VRAM budget set in Settings"
+    elif free is not None:
+        source = f"the GPU's free memory now ({free / 2**30:.2f} GiB) less the engine's margin"
+    else:
+        source = f"no GPU found here, so a {plan.budget / 2**30:.0f} GiB card is assumed"
+    return plan.as_dict(), f"budget: {source}\n{plan.format_table()}"
 
 
 def _convert(source: str, destination: str, progress: Callable[[float, str], None]) -> None:
