@@ -258,10 +258,12 @@ class MainWindow(QMainWindow):
     def _model_changed(self, info) -> None:
         if info is None:
             self.model_label.setText(tr("No model loaded"))
+            self.model_label.setToolTip("")
             self.composer.set_image_refusal(None)  # not known until a model loads: images may wait in the composer
             return
         name = info.name + (" " + tr("(random weights)") if info.random_weights else "")
         self.model_label.setText(f"<b>{name}</b> · {info.backend}")
+        self.model_label.setToolTip(getattr(info, "backend_note", ""))   # why, when Settings asked for "auto"
         self.composer.set_image_refusal(image_refusal(info))
         if self.banner.kind == "info":
             self.banner.hide()

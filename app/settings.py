@@ -45,7 +45,7 @@ class Settings:
     # model and backend
     model: str = ""                     # "" = first run: the demo model is loaded
     backend: str = "local"              # "local" | "remote"
-    local_backend: str = "reference"    # engine.api backend: "reference" | "native"
+    local_backend: str = "auto"         # engine.api backend: "auto" (native where a CUDA GPU is usable) | "native" | "reference"
     remote_url: str = "http://localhost:8000/v1"
     remote_model: str = ""
     # engine
@@ -101,7 +101,8 @@ class LoadedSettings:
     reason: str = ""                                 # why it was unreadable
 
 
-_CHOICES = {"backend": ("local", "remote"), "local_backend": ("reference", "native"), "kv_dtype": KV_FORMATS,
+LOCAL_BACKENDS = ("auto", "native", "reference")   # engine.api.BACKENDS (the app does not import the engine)
+_CHOICES = {"backend": ("local", "remote"), "local_backend": LOCAL_BACKENDS, "kv_dtype": KV_FORMATS,
             "theme": THEMES, "language": LANGUAGES}
 _MINIMUM = {"max_context": 0, "vram_budget_gib": 0.0, "max_tokens": 1, "tariff_per_kwh": 0.0}
 

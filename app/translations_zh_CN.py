@@ -189,4 +189,7 @@ ZH_CN: dict[str, str] = {
     "hardware thermal": "硬件温控",
     "power brake": "功率制动",
     "display clocks": "显示时钟",
+    "auto: native where a CUDA GPU is usable, else reference": "自动：有可用的 CUDA GPU 时用 native，否则用 reference",
+    "native (the CUDA engine)": "native（CUDA 引擎）",
+    "reference (torch, slow: for checking)": "reference（torch，较慢：用于核对）",
 }

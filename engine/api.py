@@ -2,6 +2,7 @@
 
 ``reference``: the pure-torch model (CPU or GPU), the oracle and the fallback without a GPU.
 ``native``: the CUDA engine (engine/native_backend.py), when built and a GPU is usable.
+``auto`` loads on the first of these that can run here (choose_backend).
 
 A request goes: messages -> chat template -> token ids (image pads expanded to the vision grid)
 -> chunked prefill -> decode loop (sampler, stop checks, streaming detokenizer, channel parser)
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -24,7 +25,9 @@ ProgressFn = Callable[[float, str], None]
 
 @dataclass
 class EngineOptions:
-    backend: str = "reference"        # "reference" or "native"
+    # "reference", "native", or "auto" (native where a CUDA GPU is usable, else reference: choose_backend). The
+    # library's default stays the explicit oracle; the app and `monorail chat` default to "auto".
+    backend: str = "reference"
     max_context: int | None = None    # None: the model's limit
     kv_dtype: str = "int8"            # native only: "bf16" | "int8" | "int4" (engine.plan.KV_DTYPES)
     vram_budget_bytes: int | None = None
@@ -45,6 +48,28 @@ class ModelInfo:
     device: str
     plan: dict | None = None
     vision_tower: bool = False        # the checkpoint has a vision tower (even where this backend cannot run it)
+    backend_note: str = ""            # why this backend, when "auto" chose it
+
+
+BACKENDS = ("auto", "native", "reference")
+
+
+def choose_backend(requested: str) -> tuple[str, str]:
+    """The backend a request for ``requested`` loads on, and why when "auto" chose it.
+
+    "auto" is the native engine wherever it can run (a CUDA build and a usable GPU) and the reference
+    elsewhere (DESIGN.md: the reference is the backend on machines without a usable GPU). The note says which
+    reason decided, so a user whose GPU was passed over (a CPU-only build, an old driver) can see why."""
+    if requested != "auto":
+        if requested not in BACKENDS:
+            raise EngineError(f"Unknown backend {requested!r}: use 'auto', 'native' or 'reference'.")
+        return requested, ""
+    from engine.native import native_status
+
+    st = native_status()
+    if st.gpu_usable:
+        return "native", f"chosen automatically: {st.gpu_name} is usable by the native engine"
+    return "reference", f"chosen automatically: the native engine cannot run here ({st.reason})"
 
 
 @dataclass
@@ -152,22 +177,22 @@ class Engine:
             if options.max_context < 16:
                 raise EngineError(f"max_context {options.max_context} is too small (at least 16 tokens).")
             context_limit = min(context_limit, options.max_context)
-        if options.backend == "reference":
+        backend, backend_note = choose_backend(options.backend)
+        options = replace(options, backend=backend)
+        if backend == "reference":
             model_obj, device = cls._load_reference(ckpt, options, report)
             plan = None
-        elif options.backend == "native":
-            model_obj, device, plan = cls._load_native(ckpt, options, context_limit, report)
         else:
-            raise EngineError(f"Unknown backend {options.backend!r}: use 'reference' or 'native'.")
+            model_obj, device, plan = cls._load_native(ckpt, options, context_limit, report)
         from engine.reference.vision import has_vision_weights
 
         vision_tower = bool(cfg.has_vision and has_vision_weights(ckpt))
         info = ModelInfo(name=resolved.name, path=str(resolved.path), random_weights=resolved.random_weights,
                          context_limit=context_limit,
                          # images run through the reference vision tower; the native engine has no vision path yet
-                         has_vision=vision_tower and options.backend == "reference",
-                         has_mtp=cfg.has_mtp,
-                         backend=options.backend, device=device, plan=plan, vision_tower=vision_tower)
+                         has_vision=vision_tower and backend == "reference",
+                         has_mtp=cfg.has_mtp, backend=backend, device=device, plan=plan,
+                         vision_tower=vision_tower, backend_note=backend_note)
         report(1.0, "Ready")
         return cls(model_obj, ckpt, info, options, resolved.chat_template)
 

@@ -99,6 +99,7 @@ class ModelLoaded:
     backend: str
     plan: dict[str, Any] | None = None
     vision_tower: bool = False      # the model has one, even where this backend cannot run it (has_vision False)
+    backend_note: str = ""          # why this backend, when the settings asked for "auto"
 
 
 @dataclass

@@ -148,7 +148,8 @@ def _info_event(request_id: str, info: Any) -> P.ModelLoaded:
                          random_weights=bool(get("random_weights", False)),
                          context_limit=int(get("context_limit", 0) or 0),
                          has_vision=bool(get("has_vision", False)), backend=str(get("backend", "")),
-                         plan=get("plan", None), vision_tower=bool(get("vision_tower", False)))
+                         plan=get("plan", None), vision_tower=bool(get("vision_tower", False)),
+                         backend_note=str(get("backend_note", "") or ""))
 
 
 def _rss_bytes() -> int | None:

@@ -162,6 +162,47 @@ def test_native_backend_without_a_gpu_is_a_clear_error(tmp_path, monkeypatch):
         Engine.load("demo", EngineOptions(backend="native"))
 
 
+def test_auto_backend_is_native_where_a_gpu_is_usable_else_reference(monkeypatch):
+    """DESIGN.md: the reference is the backend on machines without a usable GPU; "auto" (the app's and the CLI's
+    default) picks the native engine wherever it can run, and says why it chose."""
+    import engine.native as native
+    from engine.api import choose_backend
+    from engine.errors import EngineError
+
+    here = native.native_status()
+    backend, note = choose_backend("auto")
+    assert backend == ("native" if here.gpu_usable else "reference") and note.startswith("chosen automatically")
+    if not here.gpu_usable:
+        assert here.reason in note                          # the user sees why their GPU was passed over
+
+    usable = native.NativeStatus(importable=True, cuda_built=True, cuda_version="13.0", cuda_archs="89",
+                                 gpu_usable=True, gpu_name="NVIDIA GeForce RTX 4090", compute_capability=89,
+                                 total_memory=24 << 30, reason="")
+    monkeypatch.setattr(native, "native_status", lambda: usable)
+    assert choose_backend("auto") == ("native", "chosen automatically: NVIDIA GeForce RTX 4090 is usable by the "
+                                                "native engine")
+    unusable = native.NativeStatus(importable=True, cuda_built=False, cuda_version=None, cuda_archs="",
+                                   gpu_usable=False, gpu_name="", compute_capability=0, total_memory=0,
+                                   reason="this build has no CUDA")
+    monkeypatch.setattr(native, "native_status", lambda: unusable)
+    assert choose_backend("auto") == ("reference", "chosen automatically: the native engine cannot run here "
+                                                   "(this build has no CUDA)")
+    assert choose_backend("native") == ("native", "") and choose_backend("reference") == ("reference", "")
+    with pytest.raises(EngineError, match="Unknown backend 'cuda'"):
+        choose_backend("cuda")
+
+
+def test_auto_backend_loads_and_reports_its_choice(tmp_path, monkeypatch):
+    from engine.native import native_status
+
+    if native_status().gpu_usable:
+        pytest.skip("a usable GPU is present: auto loads the native engine (tests/test_native_engine.py)")
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    eng = Engine.load("demo", EngineOptions(backend="auto", max_context=256))
+    assert eng.info.backend == "reference" and eng.options.backend == "reference"
+    assert eng.info.backend_note.startswith("chosen automatically: the native engine cannot run here")
+
+
 def test_mtp_speculation_gives_the_same_greedy_reply_and_reports_acceptance(demo_engine):
     spec_engine = Engine.load("demo", EngineOptions(max_context=4096, mtp_speculation=True))
     msgs = [{"role": "user", "content": "List three colours."}]

@@ -88,6 +88,17 @@ def test_settings_round_trip_through_dialog(qtbot, data_dir):
     assert "OS keyring" in d.key_status.text()
 
 
+def test_engine_backend_choice_in_the_dialog(qtbot, data_dir):
+    keyring.set_keyring(MemoryKeyring())
+    d = SettingsDialog(Settings(local_backend="native"))
+    qtbot.addWidget(d)
+    assert d.local_backend.currentData() == "native"
+    assert [d.local_backend.itemData(i) for i in range(d.local_backend.count())] == ["auto", "native", "reference"]
+    d.local_backend.setCurrentIndex(0)
+    d.accept()
+    assert d.needs_reload() and d.result_settings().local_backend == "auto"
+
+
 def test_unchanged_settings_do_not_reload(qtbot, data_dir):
     keyring.set_keyring(MemoryKeyring())
     d = SettingsDialog(Settings(theme="dark"))
@@ -97,6 +108,7 @@ def test_unchanged_settings_do_not_reload(qtbot, data_dir):
 
 
 def test_local_engine_options():
+    assert Settings().engine_options()["backend"] == "auto"    # native where a CUDA GPU is usable (engine.api)
     s = Settings(model="/m/q.monorail", max_context=65536, vram_budget_gib=20.0, local_backend="native")
     assert s.engine_options() == {"backend": "native", "kv_dtype": "int8", "max_context": 65536,
                                   "vram_budget_bytes": 20 * 2**30}

@@ -36,6 +36,7 @@ def test_chat_streams_a_reply_from_the_demo_model(data_dir):
     r = _monorail("chat", "--prompt", "Hello!", "--max-tokens", "6", "--no-think", data_dir=data_dir)
     assert r.returncode == 0, r.stderr
     assert "RANDOM WEIGHTS" in r.stderr
+    assert "backend: " in r.stderr and "chosen automatically" in r.stderr   # --backend auto, the default
     assert "prompt + 6 output tokens" in r.stderr or "finish: stop" in r.stderr
     assert r.stdout.strip()  # some (meaningless) text was streamed
 
@@ -74,3 +75,49 @@ def test_chat_says_when_mtp_cannot_draft(capsys):
     assert main(["chat", "--mtp", "--temperature", "0", "--model", "/nonexistent-monorail-model",
                  "--prompt", "hi"]) == 2
     assert "--mtp drafts only" not in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_a_reply_and_keeps_the_chat_going(data_dir):
+    """Ctrl+C while a reply streams stops that reply (the session and its history stay); at the prompt it leaves."""
+    import signal
+    import threading
+    import time
+
+    env = {**os.environ, "MONORAIL_DATA_DIR": str(data_dir)}
+    p = subprocess.Popen([sys.executable, "-m", "engine.cli", "chat", "--max-tokens", "100000", "--temperature", "0",
+                          "--no-think", "--max-context", "200000"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(iter(lambda: p.stdout.read(1), "")), daemon=True)
+    reader.start()
+    try:
+        def stop_after_80_more_chars():
+            start = len("".join(out))
+            deadline = time.monotonic() + 180
+            while len("".join(out)) - start < 80 and time.monotonic() < deadline:   # the reply is streaming
+                time.sleep(0.05)
+            assert len("".join(out)) - start >= 80, "".join(out)
+            p.send_signal(signal.SIGINT)
+
+        p.stdin.write("Tell me a very long story.\n")
+        p.stdin.flush()
+        stop_after_80_more_chars()
+        deadline = time.monotonic() + 60                 # back at the prompt: the session survived the first stop
+        while "".join(out).count("you> ") < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "".join(out).count("you> ") >= 2, "".join(out)
+        p.stdin.write("And another one.\n")
+        p.stdin.flush()
+        stop_after_80_more_chars()                       # the second reply streams and stops the same way
+        deadline = time.monotonic() + 60
+        while "".join(out).count("you> ") < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        p.stdin.close()                                  # EOF at the prompt: a normal exit
+        rc = p.wait(timeout=120)
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert rc == 0, err[-2000:]
+    assert "finish: cancelled" in err and "stopped with Ctrl+C" in err and "Traceback" not in err
+    assert err.count("finish: cancelled") == 2           # the second message was answered in the same session

@@ -67,3 +67,11 @@ def test_monorail_chat_native_backend_cli():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "output tokens" in r.stdout + r.stderr
+
+
+def test_monorail_chat_picks_the_native_engine_by_default_on_a_gpu():
+    """`--backend auto` (the default of the CLI and the app) loads the native engine where a CUDA GPU is usable."""
+    r = subprocess.run([sys.executable, "-m", "engine.cli", "chat", "--prompt", "Say hello to the trains.",
+                        "--temperature", "0", "--max-tokens", "8"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "on native/cuda" in r.stderr and "backend: native, chosen automatically:" in r.stderr, r.stderr[-2000:]

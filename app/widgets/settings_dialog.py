@@ -80,9 +80,10 @@ class SettingsDialog(QDialog):
         self.local_rows = [row]
         f.addRow(tr("Model"), row)
         self.local_backend = QComboBox()
-        for b in ("reference", "native"):
-            self.local_backend.addItem(b, b)
-        self.local_backend.setCurrentText(self.s.local_backend)
+        for label, b in ((tr("auto: native where a CUDA GPU is usable, else reference"), "auto"),
+                         (tr("native (the CUDA engine)"), "native"), (tr("reference (torch, slow: for checking)"), "reference")):
+            self.local_backend.addItem(label, b)
+        self.local_backend.setCurrentIndex(max(0, self.local_backend.findData(self.s.local_backend)))
         f.addRow(tr("Engine backend"), self.local_backend)
         self.convert_button = QPushButton(tr("Convert this Hugging Face folder"))
         self.convert_button.clicked.connect(self._convert)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 
 
 def _print_stream(events, out) -> tuple[object, str, str]:
@@ -35,6 +38,26 @@ def _print_stream(events, out) -> tuple[object, str, str]:
     return finished, "".join(texts["reasoning"]), "".join(texts["content"])
 
 
+@contextmanager
+def _ctrl_c_stops(cancel: threading.Event):
+    """While a reply streams, Ctrl+C sets ``cancel`` (the engine stops between tokens and the partial reply is
+    kept) instead of killing the session; a second Ctrl+C during the same reply interrupts as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _stats_line(fin) -> str:
     parts = [f"{fin.prompt_tokens} prompt + {fin.completion_tokens} output tokens", f"finish: {fin.reason}"]
     if fin.ttft_s is not None:
@@ -47,7 +70,7 @@ def _stats_line(fin) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from engine.api import Engine, EngineOptions, mtp_can_draft
+    from engine.api import Engine, EngineOptions, choose_backend, mtp_can_draft
     from engine.errors import EngineError
     from engine.sampling import SamplingParams, SamplingParamsError
 
@@ -57,10 +80,11 @@ def _run(args: argparse.Namespace) -> int:
     except SamplingParamsError as exc:
         print(f"monorail chat: error: {exc}", file=sys.stderr)
         return 2
-    if args.mtp and not mtp_can_draft(args.backend, sampling):
+    backend, backend_note = choose_backend(args.backend)
+    if args.mtp and not mtp_can_draft(backend, sampling):
         print("note: --mtp drafts only for greedy replies on the reference backend (--temperature 0); "
               "these replies decode without it.", file=sys.stderr)
-    opts = EngineOptions(backend=args.backend, max_context=args.max_context, kv_dtype=args.kv,
+    opts = EngineOptions(backend=backend, max_context=args.max_context, kv_dtype=args.kv,
                          mtp_speculation=args.mtp)
     try:
         engine = Engine.load(args.model, opts,
@@ -70,6 +94,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     info = engine.info
     print(f"Model: {info.name} on {info.backend}/{info.device}, context {info.context_limit:,} tokens", file=sys.stderr)
+    if backend_note:
+        print(f"backend: {backend}, {backend_note} (--backend picks one)", file=sys.stderr)
     if info.random_weights:
         print("NOTE: this is the built-in demo model with RANDOM WEIGHTS: its replies are meaningless text.",
               file=sys.stderr)
@@ -85,21 +111,28 @@ def _run(args: argparse.Namespace) -> int:
         else:
             try:
                 text = input("you> ")
-            except EOFError:
+            except (EOFError, KeyboardInterrupt):   # Ctrl+D or Ctrl+C at the prompt: leave quietly
                 print()
                 return 0
             if text.strip() in ("/exit", "/quit"):
                 return 0
         messages.append({"role": "user", "content": text})
+        cancel = threading.Event()
         try:
-            fin, reasoning, content = _print_stream(engine.generate(messages, sampling, enable_thinking=not args.no_think), sys.stdout)
+            with _ctrl_c_stops(cancel):
+                fin, reasoning, content = _print_stream(
+                    engine.generate(messages, sampling, enable_thinking=not args.no_think, cancel=cancel), sys.stdout)
+        except KeyboardInterrupt:   # a second Ctrl+C while the engine did not reach a token boundary
+            print("\n(interrupted)", file=sys.stderr)
+            return 130
         except EngineError as exc:
             print(f"error: {exc}", file=sys.stderr)
             messages.pop()
             if prompts is not None:
                 return 2
             continue
-        print(_stats_line(fin), file=sys.stderr)
+        print(_stats_line(fin) + (" (stopped with Ctrl+C; the partial reply is kept)" if fin.reason == "cancelled"
+                                  else ""), file=sys.stderr)
         # The template drops earlier turns' reasoning unless preserve_thinking; keep it for fidelity.
         messages.append({"role": "assistant", "content": content, "reasoning_content": reasoning})
 
@@ -107,9 +140,11 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser("chat", help="chat in the terminal (streams the reply)",
                               description="Chat with a model in the terminal. Without --prompt it reads lines "
-                                          "from standard input until EOF or /exit.")
+                                          "from standard input until EOF or /exit; Ctrl+C stops a reply, and "
+                                          "at the prompt leaves.")
     p.add_argument("--model", default="demo", help="'demo' (built-in, random weights), an HF folder or an artifact")
-    p.add_argument("--backend", choices=["reference", "native"], default="reference")
+    p.add_argument("--backend", choices=["auto", "native", "reference"], default="auto",
+                   help="auto (default): native where a CUDA GPU is usable, else reference")
     p.add_argument("--kv", choices=["bf16", "int8", "int4"], default="int8", help="KV cache format (native backend)")
     p.add_argument("--max-context", type=int, default=None)
     p.add_argument("--prompt", help="send one message, print the reply and exit")

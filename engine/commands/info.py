@@ -35,9 +35,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"monorail {__version__}")
     print(st.summary())
     if st.gpu_usable:
-        print("backend: native (CUDA engine) available; reference (torch) also available")
+        print("backend: auto picks native (the CUDA engine); reference (torch) also available")
     else:
-        print("backend: reference (torch on the CPU); the native backend needs a CUDA GPU and a CUDA build")
+        print("backend: auto picks reference (torch on the CPU); the native backend needs a CUDA GPU and a CUDA build")
     print(_model_line(args.model))
     return 0
 
