@@ -19,8 +19,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from PySide6.QtCore import QBuffer, QIODevice, QRectF, Qt  # noqa: E402
-from PySide6.QtGui import QColor, QFont, QImage, QPainter  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from engine import protocol as P  # noqa: E402
@@ -53,38 +51,20 @@ class ScriptedGpu:
                          throttle_reasons=["software power cap"] if load > 0.9 else [])
 
 
-def real_plan() -> dict:
-    """The memory plan the native engine computes for the 27B at 262,144 tokens of int8 KV on a 24 GiB
-    card (a pure function, no GPU): the one figure in these screenshots that is not illustrative."""
-    from engine.plan import PlanRequest, make_plan
+def real_plan():
+    """The memory plan a native load of the 27B computes at 262,144 tokens of int8 KV with a 24 GiB budget
+    (engine.native_backend.launch_plan, the function a load and Settings' "Show memory plan" use; a pure
+    function, no GPU): the one figure in these screenshots that is not illustrative."""
+    from engine.native_backend import launch_plan
     from engine.registry import config_27b
 
-    req = PlanRequest(max_context=262_144, kv_dtype="int8", vision=True, vram_budget=24 << 30)
-    return make_plan(config_27b(), req).as_dict()
-
-
-def chart_png() -> bytes:
-    """A small bar chart, standing in for a screenshot the user dropped into the chat."""
-    img = QImage(480, 300, QImage.Format.Format_RGB32)
-    img.fill(QColor("white"))
-    p = QPainter(img)
-    p.setRenderHint(QPainter.RenderHint.Antialiasing)
-    p.setFont(QFont("DejaVu Sans", 12))
-    p.drawText(QRectF(0, 8, 480, 24), Qt.AlignmentFlag.AlignCenter, "Decode tok/s by context")
-    values = [77.6, 70.1, 63.4, 58.8, 54.8]
-    for i, v in enumerate(values):
-        h = v * 3
-        p.fillRect(QRectF(50 + i * 85, 270 - h, 55, h), QColor("#2f6feb"))
-        p.drawText(QRectF(40 + i * 85, 272, 75, 20), Qt.AlignmentFlag.AlignCenter, ["8K", "32K", "64K", "128K", "256K"][i])
-    p.end()
-    buf = QBuffer()
-    buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    img.save(buf, "PNG")
-    return bytes(buf.data().data())
+    _, plan = launch_plan(config_27b(), kv_dtype="int8", max_context=262_144, vram_budget_bytes=24 << 30,
+                          free_bytes=None, prefill_chunk=None)
+    return plan
 
 
 ANSWER = """Decode speed falls as the context grows because every token reads the whole KV cache.
-A quick fit of the chart:
+A quick fit of your figures:
 
 ```python
 import numpy as np
@@ -101,30 +81,32 @@ print(f"{slope * 1e9:.2f} ns per cached token")
 | 256K | 54.8 |
 """
 
-THINKING = ("The user attached a chart of decode speed against context length. The bars fall from about 78 "
-            "to 55 tok/s. Time per token should be roughly linear in context: weights are read once, the KV "
-            "cache grows. Let me check the ratio between the first and last bars")
+THINKING = ("The user gave decode speed against context length: from 77.6 tok/s at 8K down to 54.8 at 256K. "
+            "Time per token should be roughly linear in context: weights are read once, the KV "
+            "cache grows. Let me check the ratio between the first and last figures")
 
 
 def populate(window) -> None:
     from app.chat_controller import ActiveReply
-    from app.store import Attachment
 
     c = window.controller
     c.load_request = "load"
-    c._on_event(P.ModelLoaded("load", "Qwen3.6-27B (4.1 bpw)", False, 262_144, True, "native", real_plan()))
+    # the native engine has no vision path yet: images are refused there (the reference backend reads them)
+    c._on_event(P.ModelLoaded("load", "Qwen3.6-27B (4.1 bpw)", False, 262_144, False, "native", real_plan().as_dict(),
+                              vision_tower=True, backend_note="chosen automatically: NVIDIA GeForce RTX 4090 is usable "
+                                                              "by the native engine"))
     window.banner.hide()
     store = c.store
     for title in ("Rust borrow checker question", "Trip to Kyoto: 4 days", "GDN rollback notes"):
         store.create_conversation(title)
     conv = store.create_conversation("Decode speed vs context")
     c.conversation_id = conv.id
-    u = store.add_message(conv.id, "user", "Here is my benchmark. Why does decode slow down at long context?",
-                          attachments=[Attachment("decode-vs-context.png", "image/png", 480, 300, chart_png())])
+    store.add_message(conv.id, "user", "My benchmark, decode tok/s at 8K, 32K, 64K, 128K and 256K of context: 77.6, "
+                      "70.1, 63.4, 58.8, 54.8. Why does decode slow down at long context?")
     a = store.add_message(conv.id, "assistant", ANSWER, model="Qwen3.6-27B (4.1 bpw)")
     store.update_message(a.id, reasoning="Bars: 77.6 at 8K down to 54.8 at 256K ...", reasoning_started_at=100.0,
                          reasoning_ended_at=104.2, finished_at=112.0, prompt_tokens=1394, completion_tokens=412,
-                         ttft_s=0.41, prefill_tok_s=3150.0, decode_tok_s=74.8, spec_accept_rate=0.78, energy_j=1310.0)
+                         ttft_s=0.41, prefill_tok_s=3150.0, decode_tok_s=55.3, energy_j=1310.0)
     store.add_message(conv.id, "user", "And with MTP speculative decoding, what should I expect?")
     reply = store.add_message(conv.id, "assistant", "", status="streaming", model="Qwen3.6-27B (4.1 bpw)")
     c.conversation_opened.emit(conv.id)
@@ -135,17 +117,15 @@ def populate(window) -> None:
     for word in THINKING.split(" "):
         c._on_reply_event(P.Delta("shot", "reasoning", word + " "))
     window.composer.set_text("Can you also plot")
-    window.composer.add_attachment(Attachment("throughput.png", "image/png", 480, 300, chart_png()))
     c.update_context()
-    del u
 
 
 def feed_dashboard(window) -> None:
     tel = window.telemetry
     for _ in range(150):
         tel.ingest(tel.source.read())
-    for rate in (71.2, 74.8, 73.9, 148.3, 152.0):
-        tel.engine_event(P.Finished("x", "stop", 1394, 412, 0.41, 3150.0, rate, 0.78 if rate > 100 else None))
+    for rate in (53.9, 55.3, 54.6, 55.0, 54.8):   # ~72 % of a 4090's 76 tok/s roofline at 13.2 GB a token
+        tel.engine_event(P.Finished("x", "stop", 1394, 412, 0.41, 3150.0, rate, None))
     tel.engine_event(P.WorkerStats("stats", 48213, int(3.1 * 2**30), "Qwen3.6-27B (4.1 bpw)", "native", True))
     tel.reply_started("x")
     tel.source.mj += 1_310_000
@@ -156,7 +136,7 @@ def shoot(theme: str) -> list[Path]:
     data = Path(tempfile.mkdtemp(prefix=f"monorail-shot-{theme}-"))
     os.environ["MONORAIL_DATA_DIR"] = str(data)
     from app.settings import Settings, save_settings
-    save_settings(Settings(theme=theme))
+    save_settings(Settings(theme=theme, vram_budget_gib=24.0))
     from app.main import build
     qapp, window = build(nvml_source=ScriptedGpu())
     window.resize(1360, 1010)
@@ -183,8 +163,8 @@ def shoot(theme: str) -> list[Path]:
     dialog = SettingsDialog(window.settings, window.controller, window)
     dialog.show()
     dialog.tabs.setCurrentIndex(1)
-    from app.widgets.dashboard import format_plan
-    dialog.plan_view.setPlainText(format_plan(window.telemetry.stats.plan))
+    # the text the worker sends for "Show memory plan" (engine/worker.py _compute_plan) with this budget
+    dialog.plan_view.setPlainText("budget: the VRAM budget set in Settings\n" + real_plan().format_table())
     qapp.processEvents()
     sett = OUT / f"settings-{theme}.png"
     dialog.grab().save(str(sett))
