@@ -195,10 +195,14 @@ def test_cli_plan_refuses_bad_input_in_one_line(capsys, args, says):
 
 
 def test_plan_sizes_take_binary_units():
+    import argparse
+
     from engine.commands.plan import parse_bytes
     assert parse_bytes("24GiB") == parse_bytes("24G") == parse_bytes("24 gb") == 24 << 30
     assert parse_bytes("22.5G") == int(22.5 * 2**30) and parse_bytes("512MiB") == 512 << 20
     assert parse_bytes("25769803776") == 25769803776
+    with pytest.raises(argparse.ArgumentTypeError, match="did you mean 16GiB"):   # a bare 16 is not 16 bytes' plan
+        parse_bytes("16")
 
 
 # ---- split roles: a fused role's tail rows (GDN b|a, attention k|v) in a format of their own ----

@@ -20,6 +20,8 @@ def parse_bytes(s: str) -> int:
         raise argparse.ArgumentTypeError(f"not a size: {s!r} (e.g. 24GiB, 22.5G, 25769803776)") from None
     if n <= 0:
         raise argparse.ArgumentTypeError(f"a budget must be positive: {s!r}")
+    if n < 1 << 20:   # no model plans into less than a MiB: a bare "16" meant gibibytes, not 16 bytes
+        raise argparse.ArgumentTypeError(f"{s!r} is {n} bytes, too small for a VRAM budget; did you mean {s.strip()}GiB?")
     return n
 
 
