@@ -120,7 +120,15 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
         source = f"the GPU's free memory now ({free / 2**30:.2f} GiB) less the engine's margin"
     else:
         source = f"no GPU found here, so a {plan.budget / 2**30:.0f} GiB card is assumed"
-    return plan.as_dict(), f"budget: {source}\n{plan.format_table()}"
+    text = f"budget: {source}\n{plan.format_table()}"
+    from engine.api import choose_backend
+
+    backend, note = choose_backend(options.get("backend") or "auto")
+    if backend == "reference":   # say so: a plan shown for a backend that does not use it would mislead
+        why = f": {note.removeprefix('chosen automatically: ')}" if note else " (chosen in Settings)"
+        text += (f"\n\nThis is the native engine's plan. Loads with these settings use the reference backend{why}. "
+                 "The reference allocates as it goes and has no fixed plan.")
+    return plan.as_dict(), text
 
 
 def _convert(source: str, destination: str, progress: Callable[[float, str], None]) -> None:

@@ -37,6 +37,9 @@ def test_worker_converts_a_checkpoint_with_progress_then_plans_it(tiny_checkpoin
         assert "KV bf16" in plan.text                   # the first line says where the budget came from
         assert plan.text.startswith("budget: no GPU found here, so a 24 GiB card" if _free_device_bytes() is None
                                     else "budget: the GPU's free memory now")
+        from engine.api import choose_backend
+        # no backend in the options: "auto"; where that is the reference, the text says the plan is not its own
+        assert ("use the reference backend" in plan.text) == (choose_backend("auto")[0] == "reference")
         # the plan a native load of this artifact would use: its stored formats, and no vision tower (not run yet)
         assert plan.plan["recipe"].startswith("artifact:") and plan.plan["kv_dtype"] == "bf16"
         assert not any("vision" in line["label"] for line in plan.plan["lines"])
