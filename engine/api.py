@@ -34,6 +34,11 @@ class EngineOptions:
     device: str | None = None         # reference only: None picks cuda when available, else cpu
     prefill_chunk: int = 512
     mtp_speculation: bool = False     # reference only: greedy requests draft one token per round with the MTP head
+    # Prefix reuse: the state where a prompt's history ends (before its last "<|im_start|>") is kept, and the next
+    # prompt that starts with those tokens (the same conversation's next turn, a regenerated reply) prefills only
+    # what follows. One snapshot per engine; histories shorter than the minimum are simply recomputed.
+    prefix_reuse: bool = True
+    prefix_reuse_min_tokens: int = 512
 
 
 @dataclass
@@ -91,6 +96,13 @@ class Finished:
     tool_calls: list[dict] = field(default_factory=list)
     spec_accept_rate: float | None = None
     error: str | None = None
+    cached_tokens: int = 0            # prompt tokens resumed from the previous turn's snapshot, not recomputed
+
+
+@dataclass(eq=False)
+class _PrefixSnapshot:
+    ids: list[int]                    # the prompt tokens the snapshot has consumed
+    state: object                     # the backend's snapshot (model.snapshot)
 
 
 GenEvent = TextDelta | Finished
@@ -162,6 +174,8 @@ class Engine:
         self.tokenizer = load_tokenizer()
         self.chat_template = chat_template
         self._lock = threading.Lock()  # one generation at a time on one model
+        self._prefix: _PrefixSnapshot | None = None   # where the last prompt's history ended (prefix reuse)
+        self._im_start = self.tokenizer.encode("<|im_start|>", allow_special=True)
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -317,7 +331,8 @@ class Engine:
 
         t0 = time.perf_counter()
         speculate = self._can_speculate(sampling, prompt)
-        state, logits, prompt_hidden = self._prefill(prompt, n_prompt + budget + 1, cancel, keep_hidden=speculate)
+        state, logits, prompt_hidden, cached = self._prefill(prompt, n_prompt + budget + 1, cancel,
+                                                             keep_hidden=speculate)
         t_prefill = time.perf_counter() - t0
         generated: list[int] = []
         reason = "length"  # the context limit, unless the stop checker says otherwise
@@ -372,10 +387,11 @@ class Engine:
             prompt_tokens=n_prompt,
             completion_tokens=n_gen,
             ttft_s=ttft,
-            prefill_tok_s=n_prompt / t_prefill if t_prefill > 0 else None,
+            prefill_tok_s=(n_prompt - cached) / t_prefill if t_prefill > 0 and n_prompt > cached else None,
             decode_tok_s=(n_gen - 1) / decode_s if n_gen > 1 and decode_s > 0 else None,
             tool_calls=[{"name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
             spec_accept_rate=spec_stats.accept_rate if spec_stats is not None else None,
+            cached_tokens=cached,
         )
 
     def _can_speculate(self, sampling: SamplingParams, prompt: _Prompt) -> bool:
@@ -401,35 +417,67 @@ class Engine:
             logits = self._step(token, state)
 
     def _prefill(self, prompt: _Prompt, max_tokens: int, cancel: threading.Event | None, *, keep_hidden: bool = False):
-        """Run the prompt through the model in chunks; return (state, logits of the last position, hidden).
+        """Run the prompt through the model in chunks; return (state, logits of the last position, hidden, the
+        number of prompt tokens resumed from the previous prompt's snapshot instead of computed).
 
         ``hidden`` is the trunk output at every prompt position when ``keep_hidden`` (the MTP head
-        needs it), else None. Returns (None, None, None) when cancelled between chunks."""
+        needs it), else None. Returns (None, None, None, 0) when cancelled between chunks."""
         import torch
 
         model = self._model
-        state = model.new_state(max_tokens)
         ids = torch.tensor(prompt.ids, dtype=torch.long)
+        cut = self._history_end(prompt, keep_hidden)
+        previous, self._prefix = self._prefix, None   # a fresh sequence below may overwrite what it describes
+        state, start = None, 0
+        if cut is not None and previous is not None and len(previous.ids) < len(prompt.ids) \
+                and prompt.ids[:len(previous.ids)] == previous.ids:
+            state = model.resume(previous.state, max_tokens)
+            if state is not None:
+                start, self._prefix = len(previous.ids), previous   # still valid: only later slots get written
+        if state is None:
+            state = model.new_state(max_tokens)
         embeds = positions = None
         rope_delta = 0
         if prompt.images:
             embeds, positions, rope_delta = model.embed_multimodal(ids, prompt.images)
         # the native engine prefers longer calls (it chunks internally for its workspace)
         chunk = max(1, getattr(model, "preferred_prefill_call", 0) or self.options.prefill_chunk)
+        # chunks end at the history's end (the snapshot point), then run on to the prompt's end
+        stops = [e for e in (cut, len(prompt.ids)) if e is not None and e > start]
         logits = None
         hiddens = []
-        for s in range(0, len(prompt.ids), chunk):
-            if cancel is not None and cancel.is_set():
-                return None, None, None
-            e = min(s + chunk, len(prompt.ids))
-            out = model.forward(ids[s:e], state,
-                                position_ids=None if positions is None else positions[:, s:e],
-                                inputs_embeds=None if embeds is None else embeds[s:e], last_only=True)
-            logits = out.logits[-1]
-            if keep_hidden:
-                hiddens.append(out.hidden)
+        s = start
+        for stop in stops:
+            while s < stop:
+                if cancel is not None and cancel.is_set():
+                    return None, None, None, 0
+                e = min(s + chunk, stop)
+                out = model.forward(ids[s:e], state,
+                                    position_ids=None if positions is None else positions[:, s:e],
+                                    inputs_embeds=None if embeds is None else embeds[s:e], last_only=True)
+                logits = out.logits[-1]
+                if keep_hidden:
+                    hiddens.append(out.hidden)
+                s = e
+            if stop == cut and cut - start >= max(1, self.options.prefix_reuse_min_tokens):
+                self._prefix = _PrefixSnapshot(list(prompt.ids[:cut]), model.snapshot(state))
         state.rope_delta += rope_delta  # decode positions continue after the images' compressed span
-        return state, logits, (torch.cat(hiddens) if keep_hidden else None)
+        return state, logits, (torch.cat(hiddens) if keep_hidden else None), start
+
+    def _history_end(self, prompt: _Prompt, keep_hidden: bool) -> int | None:
+        """Where the prompt's history ends: before its last ``<|im_start|>`` (the generation prompt begins
+        there, and a special token, it is never merged with the text before it, so the next turn's prompt
+        repeats these tokens exactly). None where no snapshot is taken or used: the option is off, the backend
+        cannot snapshot, the prompt has images (their positions would need carrying) or the MTP head needs
+        every prompt position's hidden state."""
+        if not self.options.prefix_reuse or prompt.images or keep_hidden or len(self._im_start) != 1 \
+                or not (hasattr(self._model, "snapshot") and hasattr(self._model, "resume")):
+            return None
+        marker = self._im_start[0]
+        for i in range(len(prompt.ids) - 1, 0, -1):
+            if prompt.ids[i] == marker:
+                return i
+        return None
 
     def _step(self, token: int, state):
         import torch

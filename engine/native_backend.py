@@ -85,6 +85,19 @@ class NativeState:
     _model: "NativeModel | None" = field(default=None, repr=False)
 
 
+@dataclass(eq=False)
+class NativeSnapshot:
+    """A sequence's state at a prompt position, to resume a later prompt that starts with the same tokens
+    (engine.api's prefix reuse): the lane's recurrent state in host memory (GDN + conv rings: 151 MB for the
+    27B), and the lane's KV slots below ``seq_len``, left on the device. Those stay valid while the lane is not
+    given to a fresh sequence: ``epoch`` is the lane's claim count when the snapshot was taken."""
+    lane: int
+    epoch: int
+    seq_len: int
+    rope_delta: int
+    recurrent: "object" = field(repr=False)  # numpy float32 [engine.lane_state_floats()]
+
+
 @dataclass
 class NativeOutput:
     logits: "object"  # torch.Tensor [T, V] fp32 on the CPU
@@ -259,6 +272,7 @@ class NativeModel:
         self.kv_dtype = kv_dtype
         self._free_lanes = list(range(lanes))
         self._owners: dict[int, "weakref.ref[NativeState]"] = {}  # lane -> state, oldest first
+        self._lane_epoch = [0] * lanes  # fresh claims of each lane (a snapshot is valid within one)
         self.device = "cuda"
 
     # ---- construction ------------------------------------------------------------------------
@@ -413,12 +427,44 @@ class NativeModel:
             lane = self._free_lanes.pop(0)
         else:  # every lane taken: the oldest sequence gives its lane up
             lane = next(iter(self._owners))
-            old = self._owners.pop(lane)()
-            if old is not None:
-                old.revoked = True
+            self._revoke_owner(lane)
+        self._lane_epoch[lane] += 1   # a fresh sequence overwrites the lane's KV from slot 0
+        return self._claim(lane, max_tokens)
+
+    def _revoke_owner(self, lane: int) -> None:
+        ref = self._owners.pop(lane, None)
+        old = ref() if ref is not None else None
+        if old is not None:
+            old.revoked = True
+
+    def _claim(self, lane: int, max_tokens: int) -> NativeState:
         self.engine.reset_lane(lane)
         state = NativeState(lane=lane, max_tokens=max_tokens, _model=self)
         self._owners[lane] = weakref.ref(state, lambda _ref, lane=lane: self._lane_dropped(lane, _ref))
+        return state
+
+    def snapshot(self, state: NativeState) -> NativeSnapshot:
+        """The state as it stands (engine.api takes one where the prompt's history ends)."""
+        if state.revoked:
+            raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
+        return NativeSnapshot(lane=state.lane, epoch=self._lane_epoch[state.lane], seq_len=state.seq_len,
+                              rope_delta=state.rope_delta, recurrent=self.engine.save_lane_state(state.lane))
+
+    def resume(self, snap: NativeSnapshot, max_tokens: int) -> NativeState | None:
+        """A sequence continuing from ``snap`` on its lane, or None when the lane has served a fresh sequence
+        since (its KV slots were overwritten). A sequence still holding the lane is revoked, as by new_state."""
+        if max_tokens > self.max_context:
+            raise NativeBackendError(f"max_tokens {max_tokens} exceeds the planned context {self.max_context}")
+        if not isinstance(snap, NativeSnapshot) or self._lane_epoch[snap.lane] != snap.epoch \
+                or not snap.seq_len < max_tokens:
+            return None
+        if snap.lane in self._free_lanes:
+            self._free_lanes.remove(snap.lane)
+        else:
+            self._revoke_owner(snap.lane)
+        state = self._claim(snap.lane, max_tokens)   # zeroes the penalty counts; the caller counts its prompt
+        self.engine.load_lane_state(snap.lane, snap.recurrent)
+        state.seq_len, state.rope_delta = snap.seq_len, snap.rope_delta
         return state
 
     def _lane_dropped(self, lane: int, ref) -> None:

@@ -106,6 +106,15 @@ void register_cuda_bindings(py::module_& m) {
            })
       .def("randomize", &NativeEngine::randomize)
       .def("reset_lane", &NativeEngine::reset_lane)
+      .def("lane_state_floats", &NativeEngine::lane_state_floats)
+      .def("save_lane_state", [](NativeEngine& e, int lane) {
+             py::array_t<float> a((py::ssize_t)e.lane_state_floats());
+             e.save_lane_state(lane, a.mutable_data(), a.size());
+             return a;
+           })
+      .def("load_lane_state", [](NativeEngine& e, int lane, py::array_t<float, py::array::c_style | py::array::forcecast> a) {
+             e.load_lane_state(lane, a.data(), a.size());
+           })
       .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false)
       .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
       .def("prefill", &NativeEngine::prefill, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"),

@@ -276,6 +276,37 @@ void NativeEngine::reset_lane(int lane) {
   synchronize();
 }
 
+int64_t NativeEngine::lane_state_floats() const {
+  const int64_t nl = dims_.n_linear();
+  return nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim + nl * dims_.conv_dim() * dims_.conv_kernel;
+}
+
+void NativeEngine::save_lane_state(int lane, float* host, int64_t n) {
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (n != lane_state_floats()) throw std::invalid_argument("save_lane_state: the buffer must hold lane_state_floats()");
+  refuse_while_looping("save_lane_state");
+  const int64_t nl = dims_.n_linear();
+  const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
+  const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;
+  MR_CHECK(cudaMemcpyAsync(host, buf_.gdn_state + lane * gs, gs * 4, cudaMemcpyDeviceToHost, stream_), "save_lane_state");
+  MR_CHECK(cudaMemcpyAsync(host + gs, buf_.conv_state + lane * cs, cs * 4, cudaMemcpyDeviceToHost, stream_),
+           "save_lane_state");
+  synchronize();
+}
+
+void NativeEngine::load_lane_state(int lane, const float* host, int64_t n) {
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (n != lane_state_floats()) throw std::invalid_argument("load_lane_state: the buffer must hold lane_state_floats()");
+  refuse_while_looping("load_lane_state");
+  const int64_t nl = dims_.n_linear();
+  const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
+  const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;
+  MR_CHECK(cudaMemcpyAsync(buf_.gdn_state + lane * gs, host, gs * 4, cudaMemcpyHostToDevice, stream_), "load_lane_state");
+  MR_CHECK(cudaMemcpyAsync(buf_.conv_state + lane * cs, host + gs, cs * 4, cudaMemcpyHostToDevice, stream_),
+           "load_lane_state");
+  synchronize();
+}
+
 void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   refuse_while_looping("count_tokens");

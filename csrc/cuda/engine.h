@@ -40,6 +40,12 @@ class NativeEngine {
   void randomize(uint64_t seed);
 
   void reset_lane(int lane);
+  // A lane's recurrent state (every GDN layer's state, then every conv ring) copied to or from host memory:
+  // the snapshot a continuing conversation resumes from. The KV cache needs no copy: the slots below the
+  // snapshot's position stay as written until the lane is reset for another sequence (the caller's rule).
+  int64_t lane_state_floats() const;
+  void save_lane_state(int lane, float* host, int64_t n);
+  void load_lane_state(int lane, const float* host, int64_t n);
   // The sampler's penalty counts: generated ids (+1 each), or prompt ids (marked seen; in_prompt).
   void count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt = false);
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.

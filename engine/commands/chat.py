@@ -59,7 +59,10 @@ def _ctrl_c_stops(cancel: threading.Event):
 
 
 def _stats_line(fin) -> str:
-    parts = [f"{fin.prompt_tokens} prompt + {fin.completion_tokens} output tokens", f"finish: {fin.reason}"]
+    prompt = f"{fin.prompt_tokens} prompt"
+    if getattr(fin, "cached_tokens", 0):
+        prompt += f" ({fin.cached_tokens} resumed from the last turn)"
+    parts = [f"{prompt} + {fin.completion_tokens} output tokens", f"finish: {fin.reason}"]
     if fin.ttft_s is not None:
         parts.append(f"TTFT {fin.ttft_s * 1000:.0f} ms")
     if fin.decode_tok_s:

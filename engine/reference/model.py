@@ -165,6 +165,28 @@ class ReferenceModel:
                   if self.has_mtp else None)
         return ModelState(kv=kv, gdn=gdn, mtp_kv=mtp_kv, max_tokens=max_tokens)
 
+    def snapshot(self, state: ModelState) -> ModelState:
+        """A copy of the trunk's state as it stands, trimmed to its filled positions (engine.api's prefix
+        reuse). The MTP layer's cache is left out: a prompt that speculates is prefilled whole."""
+        n = state.seq_len
+        return ModelState(kv=[KVCache(c.k[:, :n].clone(), c.v[:, :n].clone(), n) for c in state.kv],
+                          gdn=[g.clone() for g in state.gdn], mtp_kv=None, seq_len=n, rope_delta=state.rope_delta,
+                          max_tokens=n)
+
+    def resume(self, snap: ModelState, max_tokens: int) -> ModelState | None:
+        """A new state for ``max_tokens`` that continues from ``snap`` (None if it would not fit)."""
+        n = snap.seq_len
+        if not n < max_tokens:
+            return None
+        state = self.new_state(max_tokens)
+        for dst, src in zip(state.kv, snap.kv):
+            dst.k[:, :n], dst.v[:, :n], dst.length = src.k, src.v, n
+        for dst, src in zip(state.gdn, snap.gdn):
+            dst.conv.copy_(src.conv)
+            dst.recurrent.copy_(src.recurrent)
+        state.seq_len, state.rope_delta = n, snap.rope_delta
+        return state
+
     # ---- forward ---------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         vocab = self.weights.embed_tokens.shape[0]

@@ -1,0 +1,119 @@
+"""Prefix reuse on the native engine (GPU): a lane's recurrent state saved to host memory and loaded back
+(NativeEngine.save_lane_state / load_lane_state) continues the sequence as if it had never stopped, a lane given
+to a fresh sequence invalidates its snapshots, the cycle allocates no device memory, and engine.api resumes a
+conversation's next turn from where the previous prompt's history ended."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from native_helpers import requires_gpu
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    from engine.api import Engine, EngineOptions
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    try:
+        reusing = Engine.load("demo", EngineOptions(backend="native", max_context=2048, prefix_reuse_min_tokens=0))
+        fresh = Engine.load("demo", EngineOptions(backend="native", max_context=2048, prefix_reuse=False))
+        yield reusing, fresh
+    finally:
+        mp.undo()
+
+
+def _ids(n, seed):
+    return torch.randint(0, 2000, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def test_a_resumed_lane_continues_exactly(engines):
+    m = engines[0]._model
+    prefix, suffix = _ids(40, 1), _ids(23, 2)      # 40: the prefill path; 23: prefill again after the resume
+    s = m.new_state(512)
+    m.forward(prefix, s, last_only=True)
+    snap = m.snapshot(s)
+    assert snap.seq_len == 40 and snap.recurrent.size == m.engine.lane_state_floats()
+    straight = m.forward(suffix, s, last_only=True).logits.clone()
+    m.release(s)
+    resumed_state = m.resume(snap, 512)
+    assert resumed_state is not None and resumed_state.seq_len == 40
+    resumed = m.forward(suffix, resumed_state, last_only=True).logits
+    assert torch.allclose(resumed, straight, rtol=1e-5, atol=1e-5), float((resumed - straight).abs().max())
+    # and a resume that did not restore the recurrent state would not: the check can fail
+    m.release(resumed_state)
+    zeroed = m.resume(snap, 512)
+    m.engine.reset_lane(zeroed.lane)               # GDN state and conv rings back to zero, KV slots kept
+    broken = m.forward(suffix, zeroed, last_only=True).logits
+    assert not torch.allclose(broken, straight, rtol=1e-3, atol=1e-3)
+    m.release(zeroed)
+
+
+def test_a_fresh_sequence_on_the_lane_invalidates_its_snapshots(engines):
+    m = engines[0]._model
+    s = m.new_state(256)
+    m.forward(_ids(20, 3), s, last_only=True)
+    snap = m.snapshot(s)
+    m.release(s)
+    t = m.new_state(256)                            # the same lane (one lane), from slot 0: KV overwritten
+    assert t.lane == snap.lane and m.resume(snap, 256) is None
+    m.release(t)
+    assert m.resume(snap, 256) is None
+
+
+def test_snapshot_and_resume_allocate_no_device_memory(engines):
+    from engine.native import load_native
+    nat = load_native()
+    m = engines[0]._model
+    s = m.new_state(256)
+    m.forward(_ids(30, 4), s, last_only=True)
+    m.resume(m.snapshot(s), 256)                    # first use
+    torch.cuda.synchronize()
+    free = nat.device_memory()[0]
+    for seed in range(5):
+        s = m.new_state(256)
+        m.forward(_ids(17 + seed, seed), s, last_only=True)
+        r = m.resume(m.snapshot(s), 256)
+        m.forward(_ids(5, seed), r, last_only=True)
+        m.release(r)
+    assert nat.device_memory()[0] == free
+
+
+def test_the_next_turn_resumes_on_the_native_engine(engines):
+    from engine.api import Finished, TextDelta
+    from engine.sampling import SamplingParams
+    reusing, fresh = engines
+    greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+
+    def reply(engine, messages):
+        text, fin = [], None
+        for ev in engine.generate(messages, greedy, enable_thinking=False):
+            if isinstance(ev, TextDelta):
+                text.append(ev.text)
+            elif isinstance(ev, Finished):
+                fin = ev
+        return "".join(text), fin
+
+    system = {"role": "system", "content": "You are a careful assistant. " * 12}
+    turn1 = [system, {"role": "user", "content": "Name a long railway."}]
+    text1, fin1 = reply(reusing, turn1)
+    assert fin1.cached_tokens == 0 and fin1.completion_tokens == 6
+    turn2 = turn1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "And a short one?"}]
+    prompt1 = reusing._build_prompt(turn1, False, None).ids
+    history_end = max(i for i, t in enumerate(prompt1) if t == reusing._im_start[0])
+    text2, fin2 = reply(reusing, turn2)
+    assert fin2.cached_tokens == history_end and fin2.completion_tokens == 6 and text2
+    prompt2_ids = reusing._build_prompt(turn2, False, None).ids
+    history2_end = max(i for i, t in enumerate(prompt2_ids) if t == reusing._im_start[0])
+    again, fin3 = reply(reusing, turn2)             # regenerate: the same history, the same greedy reply
+    assert fin3.cached_tokens == history2_end and again == text2
+    # the resumed prompt's logits against a whole prefill on an engine that does not reuse (chunked differently)
+    prompt2 = reusing._build_prompt(turn2, False, None)
+    _, resumed, _, cached = reusing._prefill(prompt2, len(prompt2.ids) + 8, None)
+    _, whole, _, none = fresh._prefill(fresh._build_prompt(turn2, False, None), len(prompt2.ids) + 8, None)
+    assert cached > 0 and none == 0
+    rel = float((resumed - whole).norm() / whole.norm())
+    assert rel < 1e-2, rel

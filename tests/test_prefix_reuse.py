@@ -1,0 +1,125 @@
+"""Prefix reuse (engine.api): a conversation's next turn resumes from the state where the previous prompt's
+history ended instead of prefilling the whole conversation again. Checked on the demo model (reference backend)
+against an engine that recomputes everything: the same logits and the same greedy reply, and the count of
+resumed tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.api import Engine, EngineOptions, Finished, TextDelta
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 12}
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    try:
+        reusing = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse_min_tokens=0))
+        fresh = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse=False))
+        yield reusing, fresh
+    finally:
+        mp.undo()
+
+
+def _reply(engine, messages):
+    text, fin = [], None
+    for ev in engine.generate(messages, GREEDY, enable_thinking=False):
+        if isinstance(ev, TextDelta):
+            text.append(ev.text)
+        else:
+            assert isinstance(ev, Finished)
+            fin = ev
+    return "".join(text), fin
+
+
+def _history_end(engine, messages) -> int:
+    ids = engine._build_prompt(messages, False, None).ids
+    return max(i for i, t in enumerate(ids) if t == engine._im_start[0])
+
+
+def _last_logits(engine, messages):
+    """The logits the reply's first token is drawn from, through the same prefill as generate."""
+    prompt = engine._build_prompt(messages, False, None)
+    state, logits, _, cached = engine._prefill(prompt, len(prompt.ids) + 8, None)
+    return logits, cached
+
+
+def test_the_next_turn_resumes_where_the_history_ended_and_answers_the_same(engines):
+    reusing, fresh = engines
+    turn1 = [SYSTEM, {"role": "user", "content": "Name a long railway."}]
+    text1, fin1 = _reply(reusing, turn1)
+    assert fin1.cached_tokens == 0                                   # nothing to resume from yet
+    assert text1 == _reply(fresh, turn1)[0]
+    turn2 = turn1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "And a short one?"}]
+    text2, fin2 = _reply(reusing, turn2)
+    # resumed from the end of turn 1's history: the system prompt and the first question
+    assert fin2.cached_tokens == _history_end(reusing, turn1) > 50
+    assert fin2.prompt_tokens == _reply(fresh, turn2)[1].prompt_tokens
+    assert text2 == _reply(fresh, turn2)[0]
+    # the state it resumed gives the logits a full prefill gives (a recurrent state not restored would not)
+    resumed, cached = _last_logits(reusing, turn2 + [{"role": "assistant", "content": text2},
+                                                     {"role": "user", "content": "Thanks."}])
+    whole, none = _last_logits(fresh, turn2 + [{"role": "assistant", "content": text2},
+                                               {"role": "user", "content": "Thanks."}])
+    assert cached == _history_end(reusing, turn2) and none == 0
+    assert torch.allclose(resumed, whole, rtol=1e-4, atol=1e-4), float((resumed - whole).abs().max())
+
+
+def test_regenerating_reuses_the_same_history_and_gives_the_same_reply(engines):
+    reusing, _ = engines
+    msgs = [SYSTEM, {"role": "user", "content": "Pick a colour."}]
+    first, fin_a = _reply(reusing, msgs)
+    again, fin_b = _reply(reusing, msgs)
+    assert fin_b.cached_tokens == _history_end(reusing, msgs) and again == first
+
+
+def test_another_conversation_or_an_edited_history_starts_over(engines):
+    reusing, fresh = engines
+    a = [SYSTEM, {"role": "user", "content": "Question A?"}]
+    _reply(reusing, a)
+    b = [{"role": "system", "content": "Another system prompt. " * 10}, {"role": "user", "content": "Question B?"}]
+    text_b, fin_b = _reply(reusing, b)
+    assert fin_b.cached_tokens == 0 and text_b == _reply(fresh, b)[0]
+    # conversation A again: its snapshot was replaced by B's, so it is recomputed, and still right
+    a2 = a + [{"role": "assistant", "content": "Answer A."}, {"role": "user", "content": "More?"}]
+    text_a2, fin_a2 = _reply(reusing, a2)
+    assert fin_a2.cached_tokens == 0 and text_a2 == _reply(fresh, a2)[0]
+    # an edited earlier message: the prompt no longer starts with the snapshot's tokens
+    edited = [SYSTEM, {"role": "user", "content": "Question A, edited?"}, {"role": "assistant", "content": "Answer A."},
+              {"role": "user", "content": "More?"}]
+    assert _reply(reusing, edited)[1].cached_tokens == 0
+
+
+def test_short_histories_are_recomputed_and_the_switch_turns_it_off(engines, tmp_path, monkeypatch):
+    _, fresh = engines
+    msgs = [SYSTEM, {"role": "user", "content": "One?"}]
+    _reply(fresh, msgs)
+    assert _reply(fresh, msgs)[1].cached_tokens == 0                 # prefix_reuse=False
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    default = Engine.load("demo", EngineOptions(max_context=4096))   # snapshots from 512 tokens of history
+    _reply(default, msgs)
+    assert _history_end(default, msgs) < 512 and _reply(default, msgs)[1].cached_tokens == 0
+
+
+def test_a_prompt_with_an_image_is_prefilled_whole(engines):
+    import io
+
+    from PIL import Image
+
+    reusing, fresh = engines
+    msgs = [SYSTEM, {"role": "user", "content": "Hello."}]
+    _reply(reusing, msgs)
+    buf = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 40, 40)).save(buf, format="PNG")
+    img = buf.getvalue()
+    with_image = msgs + [{"role": "assistant", "content": "Hi."},
+                         {"role": "user", "content": [{"type": "image", "image": img},
+                                                      {"type": "text", "text": "What colour?"}]}]
+    text, fin = _reply(reusing, with_image)
+    assert fin.cached_tokens == 0 and text == _reply(fresh, with_image)[0]
