@@ -106,12 +106,11 @@ def test_the_next_turn_resumes_on_the_native_engine(engines):
     history_end = max(i for i, t in enumerate(prompt1) if t == reusing._im_start[0])
     text2, fin2 = reply(reusing, turn2)
     assert fin2.cached_tokens == history_end and fin2.completion_tokens == 6 and text2
-    prompt2_ids = reusing._build_prompt(turn2, False, None).ids
-    history2_end = max(i for i, t in enumerate(prompt2_ids) if t == reusing._im_start[0])
+    prompt2 = reusing._build_prompt(turn2, False, None)
+    history2_end = max(i for i, t in enumerate(prompt2.ids) if t == reusing._im_start[0])
     again, fin3 = reply(reusing, turn2)             # regenerate: the same history, the same greedy reply
     assert fin3.cached_tokens == history2_end and again == text2
     # the resumed prompt's logits against a whole prefill on an engine that does not reuse (chunked differently)
-    prompt2 = reusing._build_prompt(turn2, False, None)
     _, resumed, _, cached = reusing._prefill(prompt2, len(prompt2.ids) + 8, None)
     _, whole, _, none = fresh._prefill(fresh._build_prompt(turn2, False, None), len(prompt2.ids) + 8, None)
     assert cached > 0 and none == 0

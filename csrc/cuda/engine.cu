@@ -267,42 +267,45 @@ void NativeEngine::randomize(uint64_t seed) {
 void NativeEngine::reset_lane(int lane) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   refuse_while_looping("reset_lane");
-  const int64_t nl = dims_.n_linear();
-  const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
-  const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;  // a ring of conv_kernel slots per channel (gdn.cu)
-  MR_CHECK(cudaMemsetAsync(buf_.gdn_state + lane * gs, 0, gs * 4, stream_), "reset_lane");
-  MR_CHECK(cudaMemsetAsync(buf_.conv_state + lane * cs, 0, cs * 4, stream_), "reset_lane");
+  const LaneStateRegions r = lane_state_regions(lane);
+  MR_CHECK(cudaMemsetAsync(r.gdn, 0, r.gdn_floats * 4, stream_), "reset_lane");
+  MR_CHECK(cudaMemsetAsync(r.conv, 0, r.conv_floats * 4, stream_), "reset_lane");
   MR_CHECK(cudaMemsetAsync(buf_.token_counts + lane * dims_.vocab, 0, dims_.vocab * 4, stream_), "reset_lane");
   synchronize();
 }
 
-int64_t NativeEngine::lane_state_floats() const {
+NativeEngine::LaneStateRegions NativeEngine::lane_state_regions(int lane) const {
   const int64_t nl = dims_.n_linear();
-  return nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim + nl * dims_.conv_dim() * dims_.conv_kernel;
+  const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
+  const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;  // a ring of conv_kernel slots per channel (gdn.cu)
+  return {buf_.gdn_state + lane * gs, gs, buf_.conv_state + lane * cs, cs};
+}
+
+int64_t NativeEngine::lane_state_floats() const {
+  const LaneStateRegions r = lane_state_regions(0);
+  return r.gdn_floats + r.conv_floats;
+}
+
+// The checks both copies make; the regions of a valid lane.
+NativeEngine::LaneStateRegions NativeEngine::lane_state_for_copy(int lane, int64_t n, const char* op) const {
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (n != lane_state_floats()) throw std::invalid_argument(std::string(op) + ": the buffer must hold lane_state_floats()");
+  refuse_while_looping(op);
+  return lane_state_regions(lane);
 }
 
 void NativeEngine::save_lane_state(int lane, float* host, int64_t n) {
-  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
-  if (n != lane_state_floats()) throw std::invalid_argument("save_lane_state: the buffer must hold lane_state_floats()");
-  refuse_while_looping("save_lane_state");
-  const int64_t nl = dims_.n_linear();
-  const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
-  const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;
-  MR_CHECK(cudaMemcpyAsync(host, buf_.gdn_state + lane * gs, gs * 4, cudaMemcpyDeviceToHost, stream_), "save_lane_state");
-  MR_CHECK(cudaMemcpyAsync(host + gs, buf_.conv_state + lane * cs, cs * 4, cudaMemcpyDeviceToHost, stream_),
+  const LaneStateRegions r = lane_state_for_copy(lane, n, "save_lane_state");
+  MR_CHECK(cudaMemcpyAsync(host, r.gdn, r.gdn_floats * 4, cudaMemcpyDeviceToHost, stream_), "save_lane_state");
+  MR_CHECK(cudaMemcpyAsync(host + r.gdn_floats, r.conv, r.conv_floats * 4, cudaMemcpyDeviceToHost, stream_),
            "save_lane_state");
   synchronize();
 }
 
 void NativeEngine::load_lane_state(int lane, const float* host, int64_t n) {
-  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
-  if (n != lane_state_floats()) throw std::invalid_argument("load_lane_state: the buffer must hold lane_state_floats()");
-  refuse_while_looping("load_lane_state");
-  const int64_t nl = dims_.n_linear();
-  const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
-  const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;
-  MR_CHECK(cudaMemcpyAsync(buf_.gdn_state + lane * gs, host, gs * 4, cudaMemcpyHostToDevice, stream_), "load_lane_state");
-  MR_CHECK(cudaMemcpyAsync(buf_.conv_state + lane * cs, host + gs, cs * 4, cudaMemcpyHostToDevice, stream_),
+  const LaneStateRegions r = lane_state_for_copy(lane, n, "load_lane_state");
+  MR_CHECK(cudaMemcpyAsync(r.gdn, host, r.gdn_floats * 4, cudaMemcpyHostToDevice, stream_), "load_lane_state");
+  MR_CHECK(cudaMemcpyAsync(r.conv, host + r.gdn_floats, r.conv_floats * 4, cudaMemcpyHostToDevice, stream_),
            "load_lane_state");
   synchronize();
 }

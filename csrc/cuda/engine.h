@@ -104,6 +104,15 @@ class NativeEngine {
     char *k_cache = nullptr, *v_cache = nullptr, *k_scales = nullptr, *v_scales = nullptr;
   };
   LaneLayer lane_layer(const LayerBuffers& L, int lane) const;
+  // A lane's recurrent state: every GDN layer's state, then every conv ring (save/load_lane_state).
+  struct LaneStateRegions {
+    float* gdn;
+    int64_t gdn_floats;
+    float* conv;
+    int64_t conv_floats;
+  };
+  LaneStateRegions lane_state_regions(int lane) const;
+  LaneStateRegions lane_state_for_copy(int lane, int64_t n, const char* op) const;
   GdnDims gdn_dims() const;
   AttnDims attn_dims() const;
   void enqueue_step(int lane, int T);
