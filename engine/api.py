@@ -459,7 +459,10 @@ class Engine:
                 if keep_hidden:
                     hiddens.append(out.hidden)
                 s = e
-            if stop == cut and cut - start >= max(1, self.options.prefix_reuse_min_tokens):
+            # The snapshot advances whenever this prompt computed part of a long enough history, however short
+            # that part (a turn of a few dozen tokens): were it kept where it was, every later turn would recompute
+            # all the turns since, a cost that grows through the session; the copy costs the same every turn.
+            if stop == cut and cut > start and cut >= self.options.prefix_reuse_min_tokens:
                 self._prefix = _PrefixSnapshot(list(prompt.ids[:cut]), model.snapshot(state))
         state.rope_delta += rope_delta  # decode positions continue after the images' compressed span
         return state, logits, (torch.cat(hiddens) if keep_hidden else None), start

@@ -107,6 +107,24 @@ def test_short_histories_are_recomputed_and_the_switch_turns_it_off(engines, tmp
     assert _history_end(default, msgs) < 512 and _reply(default, msgs)[1].cached_tokens == 0
 
 
+def test_the_snapshot_follows_a_long_conversation_turn_by_turn(tmp_path, monkeypatch):
+    """With the default minimum (histories of 512 tokens and more), a turn that adds only a few dozen tokens still
+    moves the snapshot to its own history's end: the third turn resumes after the second's question, not after the
+    first's, so a session's later turns never recompute the turns since its first long prompt."""
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    default = Engine.load("demo", EngineOptions(max_context=4096))
+    long_system = {"role": "system", "content": "You are a careful assistant who checks every step. " * 60}
+    turn1 = [long_system, {"role": "user", "content": "First?"}]
+    assert _history_end(default, turn1) >= 512
+    text1, _ = _reply(default, turn1)
+    turn2 = turn1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "Second?"}]
+    text2, fin2 = _reply(default, turn2)
+    assert fin2.cached_tokens == _history_end(default, turn1)
+    assert _history_end(default, turn2) - fin2.cached_tokens < 512          # a short turn
+    turn3 = turn2 + [{"role": "assistant", "content": text2}, {"role": "user", "content": "Third?"}]
+    assert _reply(default, turn3)[1].cached_tokens == _history_end(default, turn2)
+
+
 def test_a_prompt_with_an_image_is_prefilled_whole(engines):
     import io
 
