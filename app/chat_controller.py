@@ -177,6 +177,7 @@ class ChatController(QObject):
         elif isinstance(ev, P.Finished):
             status = {"stop": "done", "length": "done", "cancelled": "cancelled"}.get(ev.reason, "error")
             m.prompt_tokens = ev.prompt_tokens
+            m.cached_tokens = ev.cached_tokens
             m.completion_tokens = ev.completion_tokens
             m.ttft_s, m.prefill_tok_s, m.decode_tok_s = ev.ttft_s, ev.prefill_tok_s, ev.decode_tok_s
             m.spec_accept_rate = ev.spec_accept_rate
@@ -200,7 +201,7 @@ class ChatController(QObject):
             m.error = error
         self.store.update_message(m.id, content=m.content, reasoning=m.reasoning, status=m.status, error=m.error,
                                   reasoning_started_at=m.reasoning_started_at, reasoning_ended_at=m.reasoning_ended_at,
-                                  finished_at=m.finished_at, prompt_tokens=m.prompt_tokens,
+                                  finished_at=m.finished_at, prompt_tokens=m.prompt_tokens, cached_tokens=m.cached_tokens,
                                   completion_tokens=m.completion_tokens, ttft_s=m.ttft_s,
                                   prefill_tok_s=m.prefill_tok_s, decode_tok_s=m.decode_tok_s,
                                   spec_accept_rate=m.spec_accept_rate)

@@ -65,6 +65,10 @@ MIGRATIONS: list[str] = [
         tokens INTEGER NOT NULL DEFAULT 0
     );
     """,
+    # 2: how many of a reply's prompt tokens were resumed from the previous turn instead of prefilled again
+    """
+    ALTER TABLE messages ADD COLUMN cached_tokens INTEGER;
+    """,
 ]
 
 
@@ -93,6 +97,7 @@ class Message:
     error: str = ""
     model: str = ""
     prompt_tokens: int | None = None
+    cached_tokens: int | None = None      # of the prompt tokens, those resumed from the previous turn's state
     completion_tokens: int | None = None
     ttft_s: float | None = None
     prefill_tok_s: float | None = None

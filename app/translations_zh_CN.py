@@ -72,6 +72,7 @@ ZH_CN: dict[str, str] = {
     "Thinking… {s:.1f} s": "思考中… {s:.1f} 秒",
     "Thought for {s:.1f} s": "已思考 {s:.1f} 秒",
     "{n} prompt tokens": "提示 {n} tokens",
+    "{n} prompt tokens ({c} resumed)": "提示 {n} tokens（{c} 沿用上一轮）",
     "{n} output tokens": "输出 {n} tokens",
     "TTFT {s:.2f} s": "首 token {s:.2f} 秒",
     "{r:.1f} tok/s": "{r:.1f} tok/s",

@@ -121,6 +121,7 @@ class Finished:
     reason: str                 # "stop" | "length" | "cancelled" | "error"
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0      # prompt tokens resumed from the previous turn (engine.api prefix reuse)
     ttft_s: float | None = None
     prefill_tok_s: float | None = None
     decode_tok_s: float | None = None

@@ -194,6 +194,7 @@ class _Worker:
                         request_id=req.request_id, reason=ev.reason,
                         prompt_tokens=int(getattr(ev, "prompt_tokens", 0) or 0),
                         completion_tokens=int(getattr(ev, "completion_tokens", 0) or 0),
+                        cached_tokens=int(getattr(ev, "cached_tokens", 0) or 0),
                         ttft_s=getattr(ev, "ttft_s", None), prefill_tok_s=getattr(ev, "prefill_tok_s", None),
                         decode_tok_s=getattr(ev, "decode_tok_s", None),
                         spec_accept_rate=getattr(ev, "spec_accept_rate", None),

@@ -66,6 +66,18 @@ def test_send_streams_thinking_then_content_and_saves(qtbot, window):
     assert "acceptance 75%" in widget.stats_label.text()
     assert window.context_meter.used == reply.prompt_tokens + reply.completion_tokens
     assert window.sidebar.list.count() == 1
+    assert reply.cached_tokens == 0 and "resumed" not in widget.stats_label.text()
+
+
+def test_a_later_turn_shows_and_keeps_the_prompt_tokens_resumed_from_the_last(qtbot, window):
+    _send(qtbot, window, "first")
+    _wait_idle(qtbot, window)
+    _send(qtbot, window, "second")
+    _wait_idle(qtbot, window)
+    reply = window.controller.store.messages(window.controller.conversation_id)[-1]
+    assert (reply.prompt_tokens, reply.cached_tokens) == (10 + 7 * 3, 10 + 7)   # the fake engine's counts
+    assert f"{reply.prompt_tokens} prompt tokens ({reply.cached_tokens} resumed)" in \
+        window.chat.widgets[reply.id].stats_label.text()
 
 
 def test_messages_are_on_disk_before_the_request_and_while_streaming(qtbot, window):

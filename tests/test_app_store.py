@@ -24,6 +24,26 @@ def test_fresh_database_is_migrated_with_wal_and_foreign_keys(store):
     assert store.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
+def test_a_version_1_history_gains_the_resumed_token_column_and_keeps_its_messages(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    con = sqlite3.connect(path)
+    con.executescript("BEGIN;" + MIGRATIONS[0] + "; PRAGMA user_version=1; COMMIT;")
+    con.execute("INSERT INTO conversations(title, created_at, updated_at) VALUES ('old', 1, 1)")
+    con.execute("INSERT INTO messages(conversation_id, role, content, created_at, prompt_tokens) "
+                "VALUES (1, 'assistant', 'kept', 2, 99)")
+    con.commit()
+    con.close()
+    s = Store(path)
+    try:
+        assert s.schema_version == len(MIGRATIONS) >= 2
+        (m,) = s.messages(1)
+        assert (m.content, m.prompt_tokens, m.cached_tokens) == ("kept", 99, None)
+        s.update_message(m.id, cached_tokens=80)
+        assert s.messages(1)[0].cached_tokens == 80
+    finally:
+        s.close()
+
+
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "future.sqlite3"
     con = sqlite3.connect(path)

@@ -44,6 +44,7 @@ class FakeFinished:
     decode_tok_s: float
     tool_calls: list = field(default_factory=list)
     spec_accept_rate: float | None = None
+    cached_tokens: int = 0
 
 
 def _last_user_text(messages: list[dict]) -> str:
@@ -88,8 +89,9 @@ class FakeEngine:
                 time.sleep(self.delay)
                 count += 1
                 yield FakeDelta(channel, piece)
+        # from the second turn on, the earlier turns' tokens count as resumed (as engine.api's prefix reuse reports)
         yield FakeFinished("stop", 10 + 7 * len(messages), count, 0.02, 1234.0, 56.7,
-                           spec_accept_rate=0.75)
+                           spec_accept_rate=0.75, cached_tokens=10 + 7 * (len(messages) - 2) if len(messages) > 2 else 0)
 
     def unload(self) -> None:
         self.unloaded = True

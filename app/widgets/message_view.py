@@ -58,7 +58,10 @@ class AutoHeightBrowser(QTextBrowser):
 def format_stats(m: Message) -> str:
     parts = []
     if m.prompt_tokens is not None:
-        parts.append(tr("{n} prompt tokens").format(n=m.prompt_tokens))
+        if m.cached_tokens:   # the previous turn's state was resumed: only the rest was prefilled
+            parts.append(tr("{n} prompt tokens ({c} resumed)").format(n=m.prompt_tokens, c=m.cached_tokens))
+        else:
+            parts.append(tr("{n} prompt tokens").format(n=m.prompt_tokens))
     if m.completion_tokens is not None:
         parts.append(tr("{n} output tokens").format(n=m.completion_tokens))
     if m.ttft_s is not None:
