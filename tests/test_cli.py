@@ -41,6 +41,14 @@ def test_chat_streams_a_reply_from_the_demo_model(data_dir):
     assert r.stdout.strip()  # some (meaningless) text was streamed
 
 
+def test_chat_says_when_max_context_is_above_the_models_limit(data_dir):
+    r = _monorail("chat", "--prompt", "Hi", "--max-tokens", "2", "--no-think", "--max-context", "300000",
+                  data_dir=data_dir)
+    assert r.returncode == 0, r.stderr
+    assert "--max-context 300,000 is above this model's limit; using 262,144 tokens" in r.stderr
+    assert "context 262,144 tokens" in r.stderr
+
+
 def test_chat_refuses_an_empty_prompt_and_a_missing_model(data_dir, tmp_path):
     r = _monorail("chat", "--prompt", "   ", data_dir=data_dir)
     assert r.returncode == 2 and "empty" in r.stderr

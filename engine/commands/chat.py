@@ -99,6 +99,9 @@ def _run(args: argparse.Namespace) -> int:
     print(f"Model: {info.name} on {info.backend}/{info.device}, context {info.context_limit:,} tokens", file=sys.stderr)
     if backend_note:
         print(f"backend: {backend}, {backend_note} (--backend picks one)", file=sys.stderr)
+    if args.max_context is not None and args.max_context > info.context_limit:
+        print(f"note: --max-context {args.max_context:,} is above this model's limit; "
+              f"using {info.context_limit:,} tokens.", file=sys.stderr)
     if info.random_weights:
         print("NOTE: this is the built-in demo model with RANDOM WEIGHTS: its replies are meaningless text.",
               file=sys.stderr)
