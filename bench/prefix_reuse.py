@@ -208,15 +208,13 @@ def main(argv=None) -> int:
     run_turn(engine, [{"role": "user", "content": filler(0, 300)}])   # warm: kernels, tokenizer, template
     engine._prefix = None
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    for h in histories:
+    for h in histories:   # the file is rewritten after every row: a cut-short run keeps what it measured
         row = time_history(engine, h)
         result["rows"].append(row)
+        result["median_speedup"] = statistics.median(r["ttft_speedup"] or 0 for r in result["rows"])
         print(json.dumps(row), flush=True)
-        with open(args.out, "w") as f:  # after every row: a cut-short run keeps what it measured
+        with open(args.out, "w") as f:
             json.dump(result, f, indent=1)
-    result["median_speedup"] = statistics.median(r["ttft_speedup"] for r in result["rows"] if r["ttft_speedup"])
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
     print(f"wrote {args.out}")
     return 0
 

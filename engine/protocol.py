@@ -121,12 +121,12 @@ class Finished:
     reason: str                 # "stop" | "length" | "cancelled" | "error"
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    cached_tokens: int = 0      # prompt tokens resumed from the previous turn (engine.api prefix reuse)
     ttft_s: float | None = None
     prefill_tok_s: float | None = None
     decode_tok_s: float | None = None
     spec_accept_rate: float | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    cached_tokens: int = 0  # prompt tokens resumed from the previous turn (engine.api prefix reuse)
 
 
 @dataclass
