@@ -14,11 +14,15 @@ the plan fitted to --budget-gib). Each history is timed in four turns:
      took where turn 1's history ended and prefills only what follows;
   3. the same messages again (a regenerated reply): the snapshot from turn 2's history end, only the generation
      prompt left to prefill;
-  4. turn 2's messages with prefix reuse switched off: the same prompt prefilled whole, the comparison for turn 2.
+  4. another, short conversation: the long one's snapshot is set aside into host memory first (its KV copied off
+     the GPU: NativeModel.detach), then
+  5. the long conversation's third turn: resumed from the snapshot set aside, its KV copied back;
+  6. turn 2's messages with prefix reuse switched off: the same prompt prefilled whole, the comparison for turn 2.
 
 Each turn's time to first token (Finished.ttft_s, measured by the engine from the call's start: rendering the
 template, tokenizing, prefill and the first draw) is recorded with the tokens resumed, and the time the model spent
-in snapshot() (the lane's recurrent state copied to host memory) and resume() (copied back). Replies are greedy and
+in snapshot() (the lane's recurrent state copied to host memory), detach() (the KV slots copied to host memory)
+and resume() (copied back). Replies are greedy and
 4 tokens long; the random weights make their text meaningless, and it is not used.
 """
 
@@ -115,7 +119,7 @@ def run_turn(engine, messages: list[dict]) -> dict:
 
 def time_history(engine, history_tokens: int) -> dict:
     model = engine._model
-    snap, resume = CallTimer(model, "snapshot"), CallTimer(model, "resume")
+    snap, resume, detach = CallTimer(model, "snapshot"), CallTimer(model, "resume"), CallTimer(model, "detach")
     try:
         history = build_history(engine, history_tokens)
         turn1_msgs = history + [{"role": "user", "content": "Summarise the list above in one line."}]
@@ -128,6 +132,12 @@ def time_history(engine, history_tokens: int) -> dict:
         regenerate = run_turn(engine, turn2_msgs)
         regenerate_resume_s = resume.take()
         snap.take()
+        other = run_turn(engine, [{"role": "user", "content": filler(99, 300)}])
+        detach_s, _ = detach.take(), snap.take()
+        turn3_msgs = turn2_msgs + [{"role": "assistant", "content": "Noted."},
+                                   {"role": "user", "content": "And which came up least often?"}]
+        back = run_turn(engine, turn3_msgs)
+        back_resume_s, _ = resume.take(), snap.take()
         t0 = time.perf_counter()
         engine._build_prompt(turn2_msgs, False, None)
         render_tokenize_s = time.perf_counter() - t0
@@ -137,10 +147,10 @@ def time_history(engine, history_tokens: int) -> dict:
             without = run_turn(engine, turn2_msgs)
         finally:
             engine.options = reuse_on
-        engine._prefix = None   # the next history starts clean
+        engine._prefixes = []   # the next history starts clean
     finally:
-        setattr(model, "snapshot", snap._original)
-        setattr(model, "resume", resume._original)
+        for timer in (snap, resume, detach):
+            setattr(model, timer.name, timer._original)
 
     def rounded(x):
         return None if x is None else round(x, 4)
@@ -152,6 +162,9 @@ def time_history(engine, history_tokens: int) -> dict:
             "turn2_resume_s": rounded(resume_s), "turn2_snapshot_s": rounded(turn2_snapshot_s),
             "regenerate_cached_tokens": regenerate["cached_tokens"], "regenerate_ttft_s": regenerate["ttft_s"],
             "regenerate_resume_s": rounded(regenerate_resume_s),
+            "other_conversation_ttft_s": other["ttft_s"], "set_aside_detach_s": rounded(detach_s),
+            "switch_back_prompt_tokens": back["prompt_tokens"], "switch_back_cached_tokens": back["cached_tokens"],
+            "switch_back_ttft_s": back["ttft_s"], "switch_back_resume_s": rounded(back_resume_s),
             "turn2_without_reuse_cached_tokens": without["cached_tokens"],
             "turn2_without_reuse_ttft_s": without["ttft_s"],
             "render_tokenize_s": round(render_tokenize_s, 4),
@@ -202,11 +215,13 @@ def main(argv=None) -> int:
               "budget_gib": None if args.demo else args.budget_gib, "max_context": max_context,
               "method": ("engine.api.Engine.generate as the app calls it; ttft_s is the engine's own time to first "
                          "token (template, tokenizer, prefill, first draw); greedy 4-token replies; turn 2 appends "
-                         "a reply and a question to turn 1's messages; regenerate repeats turn 2; "
+                         "a reply and a question to turn 1's messages; regenerate repeats turn 2; other_conversation "
+                         "is a short new conversation (the long one's snapshot set aside: detach), switch_back the "
+                         "long one's third turn after it; "
                          "turn2_without_reuse repeats turn 2 with prefix reuse off"),
               "rows": []}
     run_turn(engine, [{"role": "user", "content": filler(0, 300)}])   # warm: kernels, tokenizer, template
-    engine._prefix = None
+    engine._prefixes = []
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for h in histories:   # the file is rewritten after every row: a cut-short run keeps what it measured
         row = time_history(engine, h)

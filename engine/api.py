@@ -36,9 +36,13 @@ class EngineOptions:
     mtp_speculation: bool = False     # reference only: greedy requests draft one token per round with the MTP head
     # Prefix reuse: the state where a prompt's history ends (before its last "<|im_start|>") is kept, and the next
     # prompt that starts with those tokens (the same conversation's next turn, a regenerated reply) prefills only
-    # what follows. One snapshot per engine; histories shorter than the minimum are simply recomputed.
+    # what follows. Histories shorter than the minimum are simply recomputed. The newest snapshot costs little (the
+    # native engine's KV stays where it is on the GPU); when another conversation takes the GPU, the snapshots of
+    # those set aside are kept in host memory (their KV copied: ~34 KB a token for the 27B with int8 KV), the most
+    # recently used first, within prefix_cache_bytes (0: only the newest snapshot is kept).
     prefix_reuse: bool = True
     prefix_reuse_min_tokens: int = 512
+    prefix_cache_bytes: int = 8 << 30
 
 
 @dataclass
@@ -174,7 +178,7 @@ class Engine:
         self.tokenizer = load_tokenizer()
         self.chat_template = chat_template
         self._lock = threading.Lock()  # one generation at a time on one model
-        self._prefix: _PrefixSnapshot | None = None   # where the last prompt's history ended (prefix reuse)
+        self._prefixes: list[_PrefixSnapshot] = []   # prefix reuse: most recently used first (_prefill)
         self._im_start = self.tokenizer.encode("<|im_start|>", allow_special=True)
 
     # ----------------------------------------------------------------- loading
@@ -427,14 +431,18 @@ class Engine:
         model = self._model
         ids = torch.tensor(prompt.ids, dtype=torch.long)
         cut = self._history_end(prompt, keep_hidden)
-        previous, self._prefix = self._prefix, None   # a fresh sequence below may overwrite what it describes
         state, start = None, 0
-        if cut is not None and previous is not None and len(previous.ids) < len(prompt.ids) \
-                and prompt.ids[:len(previous.ids)] == previous.ids:
-            state = model.resume(previous.state, max_tokens)
-            if state is not None:
-                start, self._prefix = len(previous.ids), previous   # still valid: only later slots get written
+        match = self._longest_prefix(prompt.ids) if cut is not None else None
+        if match is not None:
+            if match is not self._prefixes[0]:
+                self._set_aside_newest(keep=match)  # the lane is about to serve another conversation
+            self._prefixes.remove(match)
+            state = model.resume(match.state, max_tokens)
+            if state is not None:                   # still valid: only later slots get written
+                start = len(match.ids)
+                self._prefixes.insert(0, match)
         if state is None:
+            self._set_aside_newest()
             state = model.new_state(max_tokens)
         embeds = positions = None
         rope_delta = 0
@@ -463,9 +471,42 @@ class Engine:
             # that part (a turn of a few dozen tokens): were it kept where it was, every later turn would recompute
             # all the turns since, a cost that grows through the session; the copy costs the same every turn.
             if stop == cut and cut > start and cut >= self.options.prefix_reuse_min_tokens:
-                self._prefix = _PrefixSnapshot(list(prompt.ids[:cut]), model.snapshot(state))
+                self._keep_newest(_PrefixSnapshot(list(prompt.ids[:cut]), model.snapshot(state)))
         state.rope_delta += rope_delta  # decode positions continue after the images' compressed span
         return state, logits, (torch.cat(hiddens) if keep_hidden else None), start
+
+    def _longest_prefix(self, ids: list[int]) -> _PrefixSnapshot | None:
+        """The kept snapshot covering the most of ``ids`` (its tokens start them, and some are left to prefill)."""
+        best = None
+        for p in self._prefixes:
+            if len(p.ids) < len(ids) and (best is None or len(p.ids) > len(best.ids)) and ids[:len(p.ids)] == p.ids:
+                best = p
+        return best
+
+    def _keep_newest(self, snap: _PrefixSnapshot) -> None:
+        """``snap`` becomes the newest; those it extends (the same conversation's earlier turns) are dropped."""
+        self._prefixes = [snap] + [p for p in self._prefixes if snap.ids[:len(p.ids)] != p.ids]
+
+    def _set_aside_newest(self, keep: _PrefixSnapshot | None = None) -> None:
+        """Before the model serves another sequence: the newest snapshot, which may still depend on the GPU lane
+        that sequence takes (native KV), is copied into host memory if the cache can hold it (the least recently
+        used ones, other than ``keep``, leave to make room), and dropped otherwise."""
+        if not self._prefixes:
+            return
+        model, newest, older = self._model, self._prefixes[0], self._prefixes[1:]
+        budget = self.options.prefix_cache_bytes
+        need = model.snapshot_bytes(newest.state, detached=True)
+        if need > budget:
+            self._prefixes = older
+            return
+        while need + sum(model.snapshot_bytes(p.state) for p in older) > budget:
+            evictable = [p for p in older if p is not keep]
+            if not evictable:
+                self._prefixes = older
+                return
+            older.remove(evictable[-1])              # the least recently used
+        detached = model.detach(newest.state)
+        self._prefixes = ([_PrefixSnapshot(newest.ids, detached)] if detached is not None else []) + older
 
     def _history_end(self, prompt: _Prompt, keep_hidden: bool) -> int | None:
         """Where the prompt's history ends: before its last ``<|im_start|>`` (the generation prompt begins

@@ -25,7 +25,7 @@ real 27B shapes with random weights generated on the GPU, for benchmarks.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 import numpy as np
@@ -90,12 +90,14 @@ class NativeSnapshot:
     """A sequence's state at a prompt position, to resume a later prompt that starts with the same tokens
     (engine.api's prefix reuse): the lane's recurrent state in host memory (GDN + conv rings: 151 MB for the
     27B), and the lane's KV slots below ``seq_len``, left on the device. Those stay valid while the lane is not
-    given to a fresh sequence: ``epoch`` is the lane's claim count when the snapshot was taken."""
+    given to a fresh sequence: ``epoch`` is the lane's claim count when the snapshot was taken. A detached
+    snapshot (NativeModel.detach) holds a host copy of those KV slots too and resumes on any lane, any time."""
     lane: int
     epoch: int
     seq_len: int
     rope_delta: int
     recurrent: "object" = field(repr=False)  # numpy float32 [engine.lane_state_floats()]
+    kv: "object | None" = field(default=None, repr=False)  # numpy uint8 [engine.lane_kv_bytes(seq_len)] once detached
 
 
 @dataclass
@@ -450,13 +452,36 @@ class NativeModel:
         return NativeSnapshot(lane=state.lane, epoch=self._lane_epoch[state.lane], seq_len=state.seq_len,
                               rope_delta=state.rope_delta, recurrent=self.engine.save_lane_state(state.lane))
 
+    def detach(self, snap: NativeSnapshot) -> NativeSnapshot | None:
+        """``snap`` with its KV slots copied to host memory, so that it survives the lane serving other
+        sequences (a conversation set aside while another one runs); None when the lane has already served a
+        fresh sequence (the slots are overwritten). The copy is snapshot_bytes(snap, detached=True) of host memory."""
+        if snap.kv is not None:
+            return snap
+        if self._lane_epoch[snap.lane] != snap.epoch:
+            return None
+        return replace(snap, kv=self.engine.save_lane_kv(snap.lane, snap.seq_len))
+
+    def snapshot_bytes(self, snap: NativeSnapshot, *, detached: bool = False) -> int:
+        """Host memory the snapshot holds, or would hold once detached."""
+        kv = snap.kv.nbytes if snap.kv is not None else self.engine.lane_kv_bytes(snap.seq_len) if detached else 0
+        return int(snap.recurrent.nbytes) + int(kv)
+
     def resume(self, snap: NativeSnapshot, max_tokens: int) -> NativeState | None:
-        """A sequence continuing from ``snap`` on its lane, or None when the lane has served a fresh sequence
-        since (its KV slots were overwritten). A sequence still holding the lane is revoked, as by new_state."""
+        """A sequence continuing from ``snap``: on its own lane, or None when that lane has served a fresh
+        sequence since (its KV slots were overwritten); a detached snapshot loads its KV into a lane taken as
+        new_state takes one. A sequence still holding the lane is revoked, as by new_state."""
         if max_tokens > self.max_context:
             raise NativeBackendError(f"max_tokens {max_tokens} exceeds the planned context {self.max_context}")
-        if not isinstance(snap, NativeSnapshot) or self._lane_epoch[snap.lane] != snap.epoch \
-                or not snap.seq_len < max_tokens:
+        if not isinstance(snap, NativeSnapshot) or not snap.seq_len < max_tokens:
+            return None
+        if snap.kv is not None:
+            state = self.new_state(max_tokens)            # a fresh claim: other snapshots of the lane lapse
+            self.engine.load_lane_kv(state.lane, snap.seq_len, snap.kv)
+            self.engine.load_lane_state(state.lane, snap.recurrent)
+            state.seq_len, state.rope_delta = snap.seq_len, snap.rope_delta
+            return state
+        if self._lane_epoch[snap.lane] != snap.epoch:
             return None
         if snap.lane in self._free_lanes:
             self._free_lanes.remove(snap.lane)

@@ -5,6 +5,9 @@ conversation's next turn from where the previous prompt's history ended."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import pytest
 import torch
 
@@ -64,6 +67,35 @@ def test_a_fresh_sequence_on_the_lane_invalidates_its_snapshots(engines):
     assert m.resume(snap, 256) is None
 
 
+def test_a_detached_snapshot_resumes_after_other_sequences_used_the_lane(engines):
+    m = engines[0]._model
+    prefix, suffix = _ids(70, 11), _ids(19, 12)
+    s = m.new_state(512)
+    m.forward(prefix, s, last_only=True)
+    snap = m.snapshot(s)
+    detached = m.detach(snap)
+    assert detached.kv.nbytes == m.engine.lane_kv_bytes(70) > 0
+    assert m.snapshot_bytes(detached) == m.snapshot_bytes(snap, detached=True) == detached.kv.nbytes + snap.recurrent.nbytes
+    straight = m.forward(suffix, s, last_only=True).logits.clone()
+    m.release(s)
+    other = m.new_state(512)                       # another conversation overwrites the lane's KV from slot 0
+    m.forward(_ids(120, 13), other, last_only=True)
+    assert m.resume(snap, 512) is None             # the snapshot that left its KV on the lane lapsed
+    resumed = m.resume(detached, 512)               # the detached one carries its KV back
+    assert resumed is not None and resumed.seq_len == 70 and other.revoked
+    out = m.forward(suffix, resumed, last_only=True).logits
+    assert torch.allclose(out, straight, rtol=1e-5, atol=1e-5), float((out - straight).abs().max())
+    assert m.detach(m.snapshot(resumed)).kv.nbytes == m.engine.lane_kv_bytes(89)
+    # the KV really came back from host memory: with the copy's bytes cleared the continuation differs
+    m.release(resumed)
+    wiped = m.resume(replace(detached, kv=np.zeros_like(detached.kv)), 512)
+    broken = m.forward(suffix, wiped, last_only=True).logits
+    assert not torch.allclose(broken, straight, rtol=1e-3, atol=1e-3)
+    m.release(wiped)
+    with pytest.raises((ValueError, IndexError)):
+        m.engine.load_lane_kv(0, 70, detached.kv[:-1])   # a buffer of the wrong size is refused
+
+
 def test_snapshot_and_resume_allocate_no_device_memory(engines):
     from engine.native import load_native
     nat = load_native()
@@ -78,7 +110,9 @@ def test_snapshot_and_resume_allocate_no_device_memory(engines):
         m.forward(_ids(17 + seed, seed), s, last_only=True)
         r = m.resume(m.snapshot(s), 256)
         m.forward(_ids(5, seed), r, last_only=True)
+        d = m.detach(m.snapshot(r))                 # a host copy of the KV, loaded back into a fresh claim
         m.release(r)
+        m.release(m.resume(d, 256))
     assert nat.device_memory()[0] == free
 
 
@@ -115,4 +149,14 @@ def test_the_next_turn_resumes_on_the_native_engine(engines):
     _, whole, _, none = fresh._prefill(fresh._build_prompt(turn2, False, None), len(prompt2.ids) + 8, None)
     assert cached > 0 and none == 0
     rel = float((resumed - whole).norm() / whole.norm())
+    assert rel < 1e-2, rel
+    # another conversation, then this one's next turn: resumed from the snapshot set aside in host memory
+    other = [{"role": "system", "content": "Another system prompt. " * 10}, {"role": "user", "content": "Hello?"}]
+    assert reply(reusing, other)[1].cached_tokens == 0
+    turn3 = turn2 + [{"role": "assistant", "content": text2}, {"role": "user", "content": "Thanks."}]
+    prompt3 = reusing._build_prompt(turn3, False, None)
+    _, resumed3, _, cached3 = reusing._prefill(prompt3, len(prompt3.ids) + 8, None)
+    _, whole3, _, _ = fresh._prefill(fresh._build_prompt(turn3, False, None), len(prompt3.ids) + 8, None)
+    assert cached3 == history2_end
+    rel = float((resumed3 - whole3).norm() / whole3.norm())
     assert rel < 1e-2, rel

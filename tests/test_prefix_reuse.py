@@ -22,7 +22,8 @@ def engines(tmp_path_factory):
     try:
         reusing = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse_min_tokens=0))
         fresh = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse=False))
-        yield reusing, fresh
+        single = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse_min_tokens=0, prefix_cache_bytes=0))
+        yield reusing, fresh, single
     finally:
         mp.undo()
 
@@ -51,7 +52,7 @@ def _last_logits(engine, messages):
 
 
 def test_the_next_turn_resumes_where_the_history_ended_and_answers_the_same(engines):
-    reusing, fresh = engines
+    reusing, fresh, _ = engines
     turn1 = [SYSTEM, {"role": "user", "content": "Name a long railway."}]
     text1, fin1 = _reply(reusing, turn1)
     assert fin1.cached_tokens == 0                                   # nothing to resume from yet
@@ -72,32 +73,66 @@ def test_the_next_turn_resumes_where_the_history_ended_and_answers_the_same(engi
 
 
 def test_regenerating_reuses_the_same_history_and_gives_the_same_reply(engines):
-    reusing, _ = engines
+    reusing, _, _ = engines
     msgs = [SYSTEM, {"role": "user", "content": "Pick a colour."}]
     first, fin_a = _reply(reusing, msgs)
     again, fin_b = _reply(reusing, msgs)
     assert fin_b.cached_tokens == _history_end(reusing, msgs) and again == first
 
 
-def test_another_conversation_or_an_edited_history_starts_over(engines):
-    reusing, fresh = engines
-    a = [SYSTEM, {"role": "user", "content": "Question A?"}]
-    _reply(reusing, a)
-    b = [{"role": "system", "content": "Another system prompt. " * 10}, {"role": "user", "content": "Question B?"}]
-    text_b, fin_b = _reply(reusing, b)
-    assert fin_b.cached_tokens == 0 and text_b == _reply(fresh, b)[0]
-    # conversation A again: its snapshot was replaced by B's, so it is recomputed, and still right
-    a2 = a + [{"role": "assistant", "content": "Answer A."}, {"role": "user", "content": "More?"}]
-    text_a2, fin_a2 = _reply(reusing, a2)
-    assert fin_a2.cached_tokens == 0 and text_a2 == _reply(fresh, a2)[0]
+A = [SYSTEM, {"role": "user", "content": "Question A?"}]
+A2 = A + [{"role": "assistant", "content": "Answer A."}, {"role": "user", "content": "More?"}]
+B = [{"role": "system", "content": "Another system prompt. " * 10}, {"role": "user", "content": "Question B?"}]
+
+
+def test_a_conversation_set_aside_resumes_where_it_was_left(engines):
+    reusing, fresh, _ = engines
+    _reply(reusing, A)
+    text_b, fin_b = _reply(reusing, B)
+    assert fin_b.cached_tokens == 0 and text_b == _reply(fresh, B)[0]
+    # back to conversation A: its snapshot was set aside (kept in memory) while B ran, so A resumes, and is right
+    text_a2, fin_a2 = _reply(reusing, A2)
+    assert fin_a2.cached_tokens == _history_end(reusing, A) and text_a2 == _reply(fresh, A2)[0]
+    # and B's snapshot was set aside in turn
+    b2 = B + [{"role": "assistant", "content": text_b}, {"role": "user", "content": "Go on."}]
+    text_b2, fin_b2 = _reply(reusing, b2)
+    assert fin_b2.cached_tokens == _history_end(reusing, B) and text_b2 == _reply(fresh, b2)[0]
+
+
+def test_without_a_cache_another_conversation_or_an_edited_history_starts_over(engines):
+    _, fresh, single = engines                     # prefix_cache_bytes=0: only the newest snapshot is kept
+    _reply(single, A)
+    assert _reply(single, B)[1].cached_tokens == 0
+    # conversation A again: its snapshot was dropped for B's, so it is recomputed, and still right
+    text_a2, fin_a2 = _reply(single, A2)
+    assert fin_a2.cached_tokens == 0 and text_a2 == _reply(fresh, A2)[0]
     # an edited earlier message: the prompt no longer starts with the snapshot's tokens
     edited = [SYSTEM, {"role": "user", "content": "Question A, edited?"}, {"role": "assistant", "content": "Answer A."},
               {"role": "user", "content": "More?"}]
-    assert _reply(reusing, edited)[1].cached_tokens == 0
+    assert _reply(single, edited)[1].cached_tokens == 0
+
+
+def test_the_cache_keeps_the_most_recently_used_conversations_within_its_budget(engines, tmp_path, monkeypatch):
+    reusing = engines[0]
+    convs = [[{"role": "system", "content": f"Conversation {i}. " * 30}, {"role": "user", "content": "Hi?"}]
+             for i in range(3)]
+    for c in convs:
+        _reply(reusing, c)
+    sizes = [reusing._model.snapshot_bytes(p.state) for p in reusing._prefixes]
+    assert len(sizes) >= 3 and all(s > 0 for s in sizes)
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    small = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse_min_tokens=0,
+                                              prefix_cache_bytes=int(1.5 * max(sizes))))   # room for one set aside
+    for c in convs:
+        _reply(small, c)
+    assert len(small._prefixes) == 2                # the newest, and the one set aside most recently
+    follow_up = [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Again?"}]
+    assert _reply(small, convs[1] + follow_up)[1].cached_tokens == _history_end(small, convs[1])
+    assert _reply(small, convs[0] + follow_up)[1].cached_tokens == 0      # left the cache for conversation 1's
 
 
 def test_short_histories_are_recomputed_and_the_switch_turns_it_off(engines, tmp_path, monkeypatch):
-    _, fresh = engines
+    _, fresh, _ = engines
     msgs = [SYSTEM, {"role": "user", "content": "One?"}]
     _reply(fresh, msgs)
     assert _reply(fresh, msgs)[1].cached_tokens == 0                 # prefix_reuse=False
@@ -130,7 +165,7 @@ def test_a_prompt_with_an_image_is_prefilled_whole(engines):
 
     from PIL import Image
 
-    reusing, fresh = engines
+    reusing, fresh, _ = engines
     msgs = [SYSTEM, {"role": "user", "content": "Hello."}]
     _reply(reusing, msgs)
     buf = io.BytesIO()

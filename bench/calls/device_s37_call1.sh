@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 37, call 1: prefix reuse timed on random 27B-shaped weights (bench/prefix_reuse.py: a 32K and a 128K
+# Session 37, call 1: prefix reuse (and conversations set aside into host memory, KV included) timed on random 27B-shaped weights (bench/prefix_reuse.py: a 32K and a 128K
 # history, the next turn resumed vs prefilled whole, 24 GiB plan, int8 KV), and the GPU prefix-reuse tests after the
 # snapshot was made to advance every turn (engine/api.py _prefill).
 #   bash bench/calls/device_s37_call1.sh     (carry .whl; ~4-5 minutes on a fresh machine)

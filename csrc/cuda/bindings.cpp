@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -115,6 +116,16 @@ void register_cuda_bindings(py::module_& m) {
       .def("load_lane_state", [](NativeEngine& e, int lane, py::array_t<float, py::array::c_style | py::array::forcecast> a) {
              e.load_lane_state(lane, a.data(), a.size());
            })
+      .def("lane_kv_bytes", &NativeEngine::lane_kv_bytes, py::arg("n_tokens"))
+      .def("save_lane_kv", [](NativeEngine& e, int lane, int n_tokens) {
+             py::array_t<uint8_t> a((py::ssize_t)e.lane_kv_bytes(std::max(n_tokens, 0)));
+             e.save_lane_kv(lane, n_tokens, a.mutable_data(), a.size());
+             return a;
+           }, py::arg("lane"), py::arg("n_tokens"))
+      .def("load_lane_kv", [](NativeEngine& e, int lane, int n_tokens,
+                              py::array_t<uint8_t, py::array::c_style | py::array::forcecast> a) {
+             e.load_lane_kv(lane, n_tokens, a.data(), a.size());
+           }, py::arg("lane"), py::arg("n_tokens"), py::arg("data"))
       .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false)
       .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
       .def("prefill", &NativeEngine::prefill, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"),

@@ -310,6 +310,54 @@ void NativeEngine::load_lane_state(int lane, const float* host, int64_t n) {
   synchronize();
 }
 
+int64_t NativeEngine::lane_kv_bytes(int n_tokens) const {
+  const int64_t elems = (int64_t)n_tokens * dims_.n_kv_heads * dims_.head_dim;
+  int64_t per_layer = 2 * (kv_code_bytes(shape_.kv, elems) + kv_scale_bytes(shape_.kv, elems));
+  int64_t layers = 0;
+  for (const auto& L : buf_.layers) layers += L.full ? 1 : 0;
+  return layers * per_layer;
+}
+
+// A lane's slots are consecutive within each layer (lane_layer), so its first n_tokens are one run per array.
+std::vector<NativeEngine::KvRegion> NativeEngine::lane_kv_regions(int lane, int n_tokens, int64_t nbytes,
+                                                                  const char* op) const {
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  if (n_tokens < 0 || n_tokens > shape_.max_context)
+    throw std::out_of_range(std::string(op) + ": n_tokens outside the lane's planned context");
+  if (nbytes != lane_kv_bytes(n_tokens)) throw std::invalid_argument(std::string(op) + ": the buffer must hold lane_kv_bytes(n_tokens)");
+  refuse_while_looping(op);
+  const int64_t elems = (int64_t)n_tokens * dims_.n_kv_heads * dims_.head_dim;
+  const int64_t codes = kv_code_bytes(shape_.kv, elems), scales = kv_scale_bytes(shape_.kv, elems);
+  std::vector<KvRegion> out;
+  for (const auto& L : buf_.layers) {
+    if (!L.full) continue;
+    const LaneLayer S = lane_layer(L, lane);
+    out.push_back({S.k_cache, codes});
+    out.push_back({S.v_cache, codes});
+    if (scales > 0) {
+      out.push_back({S.k_scales, scales});
+      out.push_back({S.v_scales, scales});
+    }
+  }
+  return out;
+}
+
+void NativeEngine::save_lane_kv(int lane, int n_tokens, uint8_t* host, int64_t nbytes) {
+  for (const KvRegion& r : lane_kv_regions(lane, n_tokens, nbytes, "save_lane_kv")) {
+    MR_CHECK(cudaMemcpyAsync(host, r.device, r.bytes, cudaMemcpyDeviceToHost, stream_), "save_lane_kv");
+    host += r.bytes;
+  }
+  synchronize();
+}
+
+void NativeEngine::load_lane_kv(int lane, int n_tokens, const uint8_t* host, int64_t nbytes) {
+  for (const KvRegion& r : lane_kv_regions(lane, n_tokens, nbytes, "load_lane_kv")) {
+    MR_CHECK(cudaMemcpyAsync(r.device, host, r.bytes, cudaMemcpyHostToDevice, stream_), "load_lane_kv");
+    host += r.bytes;
+  }
+  synchronize();
+}
+
 void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   refuse_while_looping("count_tokens");

@@ -46,6 +46,12 @@ class NativeEngine {
   int64_t lane_state_floats() const;
   void save_lane_state(int lane, float* host, int64_t n);
   void load_lane_state(int lane, const float* host, int64_t n);
+  // A lane's first n_tokens KV slots of every attention layer (per layer: K codes, V codes, then K and V scales
+  // where the format has them) copied to or from host memory, for a snapshot that must outlive the lane serving
+  // another sequence (a conversation the user left and comes back to).
+  int64_t lane_kv_bytes(int n_tokens) const;
+  void save_lane_kv(int lane, int n_tokens, uint8_t* host, int64_t nbytes);
+  void load_lane_kv(int lane, int n_tokens, const uint8_t* host, int64_t nbytes);
   // The sampler's penalty counts: generated ids (+1 each), or prompt ids (marked seen; in_prompt).
   void count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt = false);
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
@@ -104,6 +110,12 @@ class NativeEngine {
     char *k_cache = nullptr, *v_cache = nullptr, *k_scales = nullptr, *v_scales = nullptr;
   };
   LaneLayer lane_layer(const LayerBuffers& L, int lane) const;
+  // save_lane_kv / load_lane_kv: each attention layer's regions of a lane's first n_tokens slots, in copy order.
+  struct KvRegion {
+    char* device;
+    int64_t bytes;
+  };
+  std::vector<KvRegion> lane_kv_regions(int lane, int n_tokens, int64_t nbytes, const char* op) const;
   // A lane's recurrent state: every GDN layer's state, then every conv ring (save/load_lane_state).
   struct LaneStateRegions {
     float* gdn;

@@ -173,6 +173,15 @@ class ReferenceModel:
                           gdn=[g.clone() for g in state.gdn], mtp_kv=None, seq_len=n, rope_delta=state.rope_delta,
                           max_tokens=n)
 
+    def detach(self, snap: ModelState) -> ModelState:
+        """A snapshot here is already a copy that outlives other sequences."""
+        return snap
+
+    def snapshot_bytes(self, snap: ModelState, *, detached: bool = False) -> int:
+        """Memory the snapshot's tensors hold (on the model's device)."""
+        tensors = [t for c in snap.kv for t in (c.k, c.v)] + [t for g in snap.gdn for t in (g.conv, g.recurrent)]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
     def resume(self, snap: ModelState, max_tokens: int) -> ModelState | None:
         """A new state for ``max_tokens`` that continues from ``snap`` (None if it would not fit)."""
         n = snap.seq_len
