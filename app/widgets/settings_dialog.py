@@ -133,6 +133,16 @@ class SettingsDialog(QDialog):
         self.budget.setSpecialValueText(tr("automatic (free memory minus a margin)"))
         self.budget.setValue(self.s.vram_budget_gib)
         f.addRow(tr("VRAM budget"), self.budget)
+        self.conversation_cache = QDoubleSpinBox()
+        self.conversation_cache.setRange(0, 1024)
+        self.conversation_cache.setDecimals(1)
+        self.conversation_cache.setSuffix(" GiB")
+        self.conversation_cache.setSpecialValueText(tr("off (only the current conversation)"))
+        self.conversation_cache.setValue(self.s.conversation_cache_gib)
+        self.conversation_cache.setToolTip(tr(
+            "Host memory for the state of conversations you switched away from, so that coming back to one does "
+            "not process its whole history again (a 128K-token conversation takes about 4.5 GiB)."))
+        f.addRow(tr("Conversation cache (RAM)"), self.conversation_cache)
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (greedy replies, reference backend)"))
         self.mtp.setChecked(self.s.mtp_speculation)
         f.addRow(tr("Speculation"), self.mtp)
@@ -308,6 +318,7 @@ class SettingsDialog(QDialog):
         s.max_context = self.context.value()
         s.kv_dtype = self.kv.currentText()
         s.vram_budget_gib = self.budget.value()
+        s.conversation_cache_gib = self.conversation_cache.value()
         s.mtp_speculation = self.mtp.isChecked()
         s.sampling_preset = self.preset.currentText()
         s.sampling = {**s.sampling, "temperature": self.temperature.value(), "top_p": self.top_p.value(),
