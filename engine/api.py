@@ -61,6 +61,20 @@ class ModelInfo:
 
 
 BACKENDS = ("auto", "native", "reference")
+# Host memory a conversation set aside (prefix reuse) must leave free: the cache never pushes the machine into swap.
+HOST_MEMORY_RESERVE = 2 << 30
+
+
+def host_available_bytes() -> int | None:
+    """The kernel's estimate of memory available without swapping (Linux /proc/meminfo), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
@@ -496,7 +510,8 @@ class Engine:
         model, newest, older = self._model, self._prefixes[0], self._prefixes[1:]
         budget = self.options.prefix_cache_bytes
         need = model.snapshot_bytes(newest.state, detached=True)
-        if need > budget:
+        available = host_available_bytes()
+        if need > budget or (available is not None and need > available - HOST_MEMORY_RESERVE):
             self._prefixes = older
             return
         while need + sum(model.snapshot_bytes(p.state) for p in older) > budget:

@@ -112,6 +112,18 @@ def test_without_a_cache_another_conversation_or_an_edited_history_starts_over(e
     assert _reply(single, edited)[1].cached_tokens == 0
 
 
+def test_a_conversation_is_not_set_aside_when_host_memory_is_short(engines, monkeypatch):
+    import engine.api as api
+
+    reusing, _, _ = engines
+    assert api.host_available_bytes() is None or api.host_available_bytes() > 0
+    reusing._prefixes = []                          # what earlier tests left
+    _reply(reusing, A)
+    monkeypatch.setattr(api, "host_available_bytes", lambda: api.HOST_MEMORY_RESERVE + 1000)   # nearly full
+    _reply(reusing, B)
+    assert _reply(reusing, A2)[1].cached_tokens == 0        # A's state was dropped rather than swap the machine
+
+
 def test_the_cache_keeps_the_most_recently_used_conversations_within_its_budget(engines, tmp_path, monkeypatch):
     reusing = engines[0]
     convs = [[{"role": "system", "content": f"Conversation {i}. " * 30}, {"role": "user", "content": "Hi?"}]
