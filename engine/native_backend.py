@@ -266,8 +266,10 @@ def _np(t, dtype=None):
 
 
 class NativeModel:
-    def __init__(self, config: ModelConfig, engine, plan, *, max_context: int, kv_dtype: str, lanes: int):
+    def __init__(self, config: ModelConfig, engine, plan, *, max_context: int, kv_dtype: str, lanes: int,
+                 step_tokens: int = STEP_TOKENS):
         self.config = config
+        self.step_tokens = step_tokens   # the widest step the engine was planned for (forward's short chunks)
         self.engine = engine
         self.plan = plan
         self.max_context = max_context
@@ -327,15 +329,16 @@ class NativeModel:
     @classmethod
     def random_27b(cls, *, kv_dtype: str = "int8", max_context: int = 131072 + 512, recipe: Recipe = DEFAULT_RECIPE,
                    seed: int = 0, vram_budget_bytes: int | None = None,
-                   prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
-        """Real 27B shapes, random weights generated on the GPU (benchmarks)."""
+                   prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK, step_tokens: int = 1) -> "NativeModel":
+        """Real 27B shapes, random weights generated on the GPU (benchmarks). One-token steps by default (the
+        decode benchmarks' plan); STEP_TOKENS plans what a loaded checkpoint gets (prompts through the API)."""
         from engine.registry import config_27b
         cfg = config_27b(vision=False)
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=1,
-                                        step_tokens=1, margin=DEFAULT_MARGIN, prefill_chunk=prefill_chunk)
+                                        step_tokens=step_tokens, margin=DEFAULT_MARGIN, prefill_chunk=prefill_chunk)
         engine.randomize(seed)
-        return cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1)
+        return cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1, step_tokens=step_tokens)
 
     def _load_weights(self, src, recipe: Recipe, report: ProgressFn) -> None:
         t = self.config.text
@@ -526,18 +529,19 @@ class NativeModel:
         else:
             base = state.seq_len + state.rope_delta
             rope = [base + j for j in range(len(ids)) for _ in range(3)]
-        if last_only and len(ids) > STEP_TOKENS and self.engine.prefill_chunk > 0:
+        if last_only and len(ids) > self.step_tokens and self.engine.prefill_chunk > 0:
             self.engine.prefill(state.lane, ids, rope, state.seq_len)
             state.seq_len += len(ids)
             self._last_rows = 1
             return NativeOutput(torch.from_numpy(self.engine.logits(1)))
         outs = []
-        for s in range(0, len(ids), STEP_TOKENS):
-            chunk = ids[s:s + STEP_TOKENS]
+        step = self.step_tokens
+        for s in range(0, len(ids), step):
+            chunk = ids[s:s + step]
             self.engine.forward(state.lane, chunk, rope[3 * s:3 * (s + len(chunk))], state.seq_len)
             state.seq_len += len(chunk)
             self._last_rows = len(chunk)
-            if not last_only or s + STEP_TOKENS >= len(ids):
+            if not last_only or s + step >= len(ids):
                 outs.append(torch.from_numpy(self.engine.logits(len(chunk))))
         logits = torch.cat(outs)
         return NativeOutput(logits[-1:] if last_only else logits)
