@@ -175,11 +175,12 @@ def native_27b_engine(max_context: int, budget_gib: float, kv: str):
     """engine.api.Engine around random 27B-shaped weights synthesised on the GPU (no checkpoint exists here)."""
     from engine.api import Engine, EngineOptions, ModelInfo
     from engine.chat_template import load_chat_template
-    from engine.native_backend import STEP_TOKENS, NativeModel
+    from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS, STEP_TOKENS, NativeModel
 
     budget = int(budget_gib * (1 << 30))
     model = NativeModel.random_27b(kv_dtype=kv, max_context=max_context, seed=1, vram_budget_bytes=budget,
                                    step_tokens=STEP_TOKENS)   # the plan a loaded checkpoint gets
+    model.step_path_max_tokens = CHAT_STEP_PATH_MAX_TOKENS       # as Engine._load_native sets it
     info = ModelInfo(name="random 27B shapes", path="", random_weights=True, context_limit=max_context,
                      has_vision=False, has_mtp=False, backend="native", device="cuda")
     options = EngineOptions(backend="native", max_context=max_context, kv_dtype=kv, vram_budget_bytes=budget)

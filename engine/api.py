@@ -253,7 +253,7 @@ class Engine:
             raise BackendUnavailableError(f"The native backend needs a CUDA GPU: {st.reason}. "
                                           "Use the reference backend instead (`--backend reference` in the terminal, "
                                           "Settings → Engine backend in the app).")
-        from engine.native_backend import NativeModel
+        from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS, NativeModel
 
         report(0.1, "Planning device memory")
         try:
@@ -265,6 +265,7 @@ class Engine:
             raise ModelLoadError(str(exc)) from exc
         except (RuntimeError, ValueError) as exc:  # CudaError, NativeBackendError
             raise ModelLoadError(f"The native engine could not load this model: {exc}") from exc
+        model.step_path_max_tokens = CHAT_STEP_PATH_MAX_TOKENS   # a short input runs as steps, not a prefill call
         plan = model.plan.as_dict() if hasattr(model, "plan") and hasattr(model.plan, "as_dict") else None
         return model, "cuda", plan
 

@@ -36,6 +36,11 @@ from engine.plan import (DEFAULT_MARGIN, DEFAULT_RECIPE, KV_DTYPES, PREFILL_CHUN
 
 ProgressFn = Callable[[float, str], None]
 STEP_TOKENS = 16  # tokens per engine step (the verify width)
+# What Engine (engine.api) sets NativeModel.step_path_max_tokens to: a short input (a user's question, the generation
+# prompt after a resumed history) runs as a few steps rather than one prefill call, whose fixed cost was ~0.1 s at
+# 32K of context and ~0.2 s at 128K for a 20-token input on an H100 (its attention is not split over the cache for a
+# few queries; bench/results/prefix-reuse-h100-s37-call2.json, turn 2 against regenerate).
+CHAT_STEP_PATH_MAX_TOKENS = 8 * STEP_TOKENS
 # Prefill chunk: None = the largest of plan.PREFILL_CHUNK_CHOICES that the budget fits (fit_prefill_chunk).
 DEFAULT_PREFILL_CHUNK = None
 
@@ -270,6 +275,9 @@ class NativeModel:
                  step_tokens: int = STEP_TOKENS):
         self.config = config
         self.step_tokens = step_tokens   # the widest step the engine was planned for (forward's short chunks)
+        # forward(last_only=True) runs inputs longer than this through the prefill path (when planned), shorter
+        # ones as steps of step_tokens; Engine raises it to CHAT_STEP_PATH_MAX_TOKENS
+        self.step_path_max_tokens = step_tokens
         self.engine = engine
         self.plan = plan
         self.max_context = max_context
@@ -529,7 +537,7 @@ class NativeModel:
         else:
             base = state.seq_len + state.rope_delta
             rope = [base + j for j in range(len(ids)) for _ in range(3)]
-        if last_only and len(ids) > self.step_tokens and self.engine.prefill_chunk > 0:
+        if last_only and len(ids) > max(self.step_tokens, self.step_path_max_tokens) and self.engine.prefill_chunk > 0:
             self.engine.prefill(state.lane, ids, rope, state.seq_len)
             state.seq_len += len(ids)
             self._last_rows = 1
