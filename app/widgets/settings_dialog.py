@@ -126,19 +126,10 @@ class SettingsDialog(QDialog):
         self.kv.addItems(list(KV_FORMATS))
         self.kv.setCurrentText(self.s.kv_dtype)
         f.addRow(tr("KV cache format"), self.kv)
-        self.budget = QDoubleSpinBox()
-        self.budget.setRange(0, 256)
-        self.budget.setDecimals(1)
-        self.budget.setSuffix(" GiB")
-        self.budget.setSpecialValueText(tr("automatic (free memory minus a margin)"))
-        self.budget.setValue(self.s.vram_budget_gib)
+        self.budget = _gib_box(256, tr("automatic (free memory minus a margin)"), self.s.vram_budget_gib)
         f.addRow(tr("VRAM budget"), self.budget)
-        self.conversation_cache = QDoubleSpinBox()
-        self.conversation_cache.setRange(0, 1024)
-        self.conversation_cache.setDecimals(1)
-        self.conversation_cache.setSuffix(" GiB")
-        self.conversation_cache.setSpecialValueText(tr("off (only the current conversation)"))
-        self.conversation_cache.setValue(self.s.conversation_cache_gib)
+        self.conversation_cache = _gib_box(1024, tr("off (only the current conversation)"),
+                                           self.s.conversation_cache_gib)
         self.conversation_cache.setToolTip(tr(
             "Host memory for the state of conversations you switched away from, so that coming back to one does "
             "not process its whole history again (a 128K-token conversation takes about 4.5 GiB)."))
@@ -350,3 +341,14 @@ class SettingsDialog(QDialog):
             status = set_api_key(s.remote_url, self.api_key.text())
             self.key_status_text = status.description
         super().accept()
+
+
+def _gib_box(maximum: float, zero_text: str, value: float) -> QDoubleSpinBox:
+    """A size in GiB from 0 (shown as ``zero_text``) to ``maximum``, one decimal."""
+    box = QDoubleSpinBox()
+    box.setRange(0, maximum)
+    box.setDecimals(1)
+    box.setSuffix(" GiB")
+    box.setSpecialValueText(zero_text)
+    box.setValue(value)
+    return box
