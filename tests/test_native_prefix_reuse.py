@@ -119,7 +119,9 @@ def test_snapshot_and_resume_allocate_no_device_memory(engines):
 def test_the_next_turn_resumes_on_the_native_engine(engines):
     from engine.api import Finished, TextDelta
     from engine.sampling import SamplingParams
+    from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS
     reusing, fresh = engines
+    assert reusing._model.step_path_max_tokens == CHAT_STEP_PATH_MAX_TOKENS   # short inputs run as steps (Engine)
     greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 
     def reply(engine, messages):
