@@ -272,6 +272,7 @@ class Engine:
     def unload(self) -> None:
         self._model = None
         self._ckpt = None
+        self._prefixes = []   # the snapshots' host memory (up to prefix_cache_bytes) goes with the model
         try:
             import torch
 

@@ -188,3 +188,13 @@ def test_a_prompt_with_an_image_is_prefilled_whole(engines):
                                                       {"type": "text", "text": "What colour?"}]}]
     text, fin = _reply(reusing, with_image)
     assert fin.cached_tokens == 0 and text == _reply(fresh, with_image)[0]
+
+
+def test_unloading_frees_the_kept_snapshots(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    e = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse_min_tokens=0))
+    _reply(e, A)
+    _reply(e, B)
+    assert len(e._prefixes) == 2
+    e.unload()
+    assert e._prefixes == []
