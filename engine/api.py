@@ -450,7 +450,11 @@ class Engine:
         state, start = None, 0
         match = self._longest_prefix(prompt.ids) if cut is not None else None
         if match is not None:
-            if match is not self._prefixes[0]:
+            if model.snapshot_needs_lane(match.state):
+                # the lane goes on from this earlier point: what later snapshots left on it gets overwritten
+                self._prefixes = [p for p in self._prefixes if p is match or len(p.ids) <= len(match.ids)
+                                  or not model.snapshot_needs_lane(p.state)]
+            elif match is not self._prefixes[0]:
                 self._set_aside_newest(keep=match)  # the lane is about to serve another conversation
             self._prefixes.remove(match)
             state = model.resume(match.state, max_tokens)
@@ -500,26 +504,30 @@ class Engine:
         return best
 
     def _keep_newest(self, snap: _PrefixSnapshot) -> None:
-        """``snap`` becomes the newest; those it extends (the same conversation's earlier turns) are dropped."""
-        self._prefixes = [snap] + [p for p in self._prefixes if snap.ids[:len(p.ids)] != p.ids]
+        """``snap`` becomes the newest. Of those it extends (the same conversation's earlier turns) only the
+        latest stays, so that editing the last message resumes from the turn before it; the rest are dropped."""
+        extended = [p for p in self._prefixes if snap.ids[:len(p.ids)] == p.ids]
+        previous = max(extended, key=lambda p: len(p.ids), default=None)
+        self._prefixes = [snap] + [p for p in self._prefixes if p not in extended or p is previous]
 
     def _set_aside_newest(self, keep: _PrefixSnapshot | None = None) -> None:
         """Before the model serves another sequence: the newest snapshot, which may still depend on the GPU lane
         that sequence takes (native KV), is copied into host memory if the cache can hold it (the least recently
-        used ones, other than ``keep``, leave to make room), and dropped otherwise."""
+        used ones, other than ``keep``, leave to make room), and dropped otherwise. Older snapshots still on the
+        lane lapse when it is claimed, and are dropped."""
         if not self._prefixes:
             return
-        model, newest, older = self._model, self._prefixes[0], self._prefixes[1:]
+        model, newest = self._model, self._prefixes[0]
+        older = [p for p in self._prefixes[1:] if p is keep or not model.snapshot_needs_lane(p.state)]
+        self._prefixes = older
         budget = self.options.prefix_cache_bytes
         need = model.snapshot_bytes(newest.state, detached=True)
         available = host_available_bytes()
         if need > budget or (available is not None and need > available - HOST_MEMORY_RESERVE):
-            self._prefixes = older
             return
         while need + sum(model.snapshot_bytes(p.state) for p in older) > budget:
             evictable = [p for p in older if p is not keep]
             if not evictable:
-                self._prefixes = older
                 return
             older.remove(evictable[-1])              # the least recently used
         detached = model.detach(newest.state)

@@ -473,6 +473,12 @@ class NativeModel:
             return None
         return replace(snap, kv=self.engine.save_lane_kv(snap.lane, snap.seq_len))
 
+    @staticmethod
+    def snapshot_needs_lane(snap: NativeSnapshot) -> bool:
+        """Whether the snapshot's KV is still only on its lane (not detached): valid until the lane serves another
+        sequence, or the same sequence writes again below the snapshot's end (engine.api keeps to both)."""
+        return snap.kv is None
+
     def snapshot_bytes(self, snap: NativeSnapshot, *, detached: bool = False) -> int:
         """Host memory the snapshot holds, or would hold once detached."""
         kv = snap.kv.nbytes if snap.kv is not None else self.engine.lane_kv_bytes(snap.seq_len) if detached else 0

@@ -162,3 +162,32 @@ def test_the_next_turn_resumes_on_the_native_engine(engines):
     assert cached3 == history2_end
     rel = float((resumed3 - whole3).norm() / whole3.norm())
     assert rel < 1e-2, rel
+
+
+def test_editing_the_last_message_on_the_native_engine(engines):
+    """The previous turn's snapshot is kept beside the newest: an edited last message resumes from it, and the
+    newest (whose KV slots the edit overwrites) is not resumed afterwards."""
+    reusing, fresh = engines
+    reusing._prefixes = []
+    system = {"role": "system", "content": "You answer in short sentences about railways. " * 10}
+    t1 = [system, {"role": "user", "content": "Name a long railway."}]
+    t2 = t1 + [{"role": "assistant", "content": "The Trans-Siberian."}, {"role": "user", "content": "How long is it?"}]
+    edited = t1 + [{"role": "assistant", "content": "The Trans-Siberian."}, {"role": "user", "content": "Who built it?"}]
+
+    def first_logits(engine, messages):
+        prompt = engine._build_prompt(messages, False, None)
+        _, logits, _, cached = engine._prefill(prompt, len(prompt.ids) + 8, None)
+        return logits, cached
+
+    def history_end(messages):
+        ids = reusing._build_prompt(messages, False, None).ids
+        return max(i for i, t in enumerate(ids) if t == reusing._im_start[0])
+
+    first_logits(reusing, t1)
+    first_logits(reusing, t2)
+    for messages in (edited, t2):                  # the edit, then the original turn 2 again
+        got, cached = first_logits(reusing, messages)
+        want, _ = first_logits(fresh, messages)
+        assert cached == history_end(t1)
+        rel = float((got - want).norm() / want.norm())
+        assert rel < 1e-2, rel

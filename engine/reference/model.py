@@ -177,6 +177,11 @@ class ReferenceModel:
         """A snapshot here is already a copy that outlives other sequences."""
         return snap
 
+    @staticmethod
+    def snapshot_needs_lane(snap: ModelState) -> bool:
+        """A snapshot here copies everything (there are no lanes)."""
+        return False
+
     def snapshot_bytes(self, snap: ModelState, *, detached: bool = False) -> int:
         """Memory the snapshot's tensors hold (on the model's device)."""
         tensors = [t for c in snap.kv for t in (c.k, c.v)] + [t for g in snap.gdn for t in (g.conv, g.recurrent)]

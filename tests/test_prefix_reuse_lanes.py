@@ -1,0 +1,140 @@
+"""engine.api's prefix reuse on a model whose snapshots leave their KV where it was written, as the native engine's
+do (one lane; a fresh sequence overwrites it from slot 0, a resumed one from its own end). The reference model is
+wrapped to behave that way, so the bookkeeping that keeps such snapshots valid is checked on the CPU: a
+conversation set aside is detached (its KV copied) before another sequence takes the lane, and resuming an
+earlier point of the same conversation drops the snapshots past it, whose slots get overwritten. Each reply is
+compared with an engine that recomputes every prompt: a snapshot resumed over overwritten slots would differ."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from engine.api import Engine, EngineOptions, Finished, TextDelta
+from engine.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+CAPACITY = 4096
+
+
+@dataclass(eq=False)
+class LaneSnapshot:
+    epoch: int
+    seq_len: int
+    rope_delta: int
+    gdn: list             # clones of the GDN states
+    lane: object          # the lane's ModelState (its KV slots below seq_len, as long as nothing overwrote them)
+    kv: list | None = None  # (k, v) copies once detached
+
+
+class OneLaneModel:
+    """The reference model with one lane: every sequence runs in the same ModelState."""
+
+    def __init__(self, ref):
+        self.ref, self.epoch, self.lane = ref, 0, None
+
+    def __getattr__(self, name):
+        return getattr(self.ref, name)
+
+    def new_state(self, max_tokens):
+        self.epoch += 1
+        self.lane = self.ref.new_state(CAPACITY)
+        return self.lane
+
+    def snapshot(self, state):
+        return LaneSnapshot(self.epoch, state.seq_len, state.rope_delta, [g.clone() for g in state.gdn], state)
+
+    @staticmethod
+    def snapshot_needs_lane(snap):
+        return snap.kv is None
+
+    def snapshot_bytes(self, snap, *, detached=False):
+        n = sum(g.conv.nbytes + g.recurrent.nbytes for g in snap.gdn)
+        if snap.kv is not None or detached:
+            n += sum(c.k[:, :snap.seq_len].nbytes * 2 for c in snap.lane.kv)
+        return n
+
+    def detach(self, snap):
+        if snap.kv is not None:
+            return snap
+        if snap.epoch != self.epoch:
+            return None
+        return replace(snap, kv=[(c.k[:, :snap.seq_len].clone(), c.v[:, :snap.seq_len].clone()) for c in snap.lane.kv])
+
+    def resume(self, snap, max_tokens):
+        if snap.kv is not None:
+            state = self.new_state(max_tokens)
+            for c, (k, v) in zip(state.kv, snap.kv):
+                c.k[:, :snap.seq_len], c.v[:, :snap.seq_len] = k, v
+        elif snap.epoch != self.epoch:
+            return None
+        else:
+            state = self.lane                     # the same slots: those past seq_len get written again
+        for dst, src in zip(state.gdn, snap.gdn):
+            dst.conv.copy_(src.conv)
+            dst.recurrent.copy_(src.recurrent)
+        for c in state.kv:
+            c.length = snap.seq_len
+        state.seq_len, state.rope_delta = snap.seq_len, snap.rope_delta
+        return state
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    try:
+        lane = Engine.load("demo", EngineOptions(max_context=CAPACITY, prefix_reuse_min_tokens=0))
+        lane._model = OneLaneModel(lane._model)
+        fresh = Engine.load("demo", EngineOptions(max_context=CAPACITY, prefix_reuse=False))
+        yield lane, fresh
+    finally:
+        mp.undo()
+
+
+def _reply(engine, messages):
+    text, fin = [], None
+    for ev in engine.generate(messages, GREEDY, enable_thinking=False):
+        if isinstance(ev, TextDelta):
+            text.append(ev.text)
+        elif isinstance(ev, Finished):
+            fin = ev
+    return "".join(text), fin
+
+
+def _history_end(engine, messages) -> int:
+    ids = engine._build_prompt(messages, False, None).ids
+    return max(i for i, t in enumerate(ids) if t == engine._im_start[0])
+
+
+SYSTEM = {"role": "system", "content": "You answer in short sentences about railways. " * 10}
+
+
+def test_switching_conversations_detaches_the_one_set_aside(engines):
+    lane, fresh = engines
+    lane._prefixes = []
+    a = [SYSTEM, {"role": "user", "content": "Which railway is longest?"}]
+    text_a, _ = _reply(lane, a)
+    b = [{"role": "system", "content": "Another assistant entirely. " * 10}, {"role": "user", "content": "Hi?"}]
+    _reply(lane, b)                                 # overwrites the lane from slot 0
+    assert lane._prefixes[1].state.kv is not None   # conversation A was copied off the lane first
+    a2 = a + [{"role": "assistant", "content": text_a}, {"role": "user", "content": "And the oldest?"}]
+    text, fin = _reply(lane, a2)
+    assert fin.cached_tokens == _history_end(lane, a) and text == _reply(fresh, a2)[0]
+
+
+def test_editing_the_last_message_resumes_from_the_turn_before_and_drops_what_it_overwrites(engines):
+    lane, fresh = engines
+    lane._prefixes = []
+    t1 = [SYSTEM, {"role": "user", "content": "Name a long railway."}]
+    text1, _ = _reply(lane, t1)
+    t2 = t1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "How long is it?"}]
+    _reply(lane, t2)
+    assert [len(p.ids) for p in lane._prefixes] == [_history_end(lane, t2), _history_end(lane, t1)]
+    edited = t1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "Who built it, and when?"}]
+    text_e, fin_e = _reply(lane, edited)           # resumes turn 1's snapshot; the lane is rewritten past it
+    assert fin_e.cached_tokens == _history_end(lane, t1) and text_e == _reply(fresh, edited)[0]
+    # the original turn 2 again: its snapshot's slots were overwritten, so it must not be resumed from
+    text2, fin2 = _reply(lane, t2)
+    assert fin2.cached_tokens == _history_end(lane, t1) and text2 == _reply(fresh, t2)[0]
