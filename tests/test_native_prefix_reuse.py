@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from native_helpers import requires_gpu
+from turn_helpers import first_logits, greedy_reply, history_end
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -117,51 +118,35 @@ def test_snapshot_and_resume_allocate_no_device_memory(engines):
 
 
 def test_the_next_turn_resumes_on_the_native_engine(engines):
-    from engine.api import Finished, TextDelta
-    from engine.sampling import SamplingParams
     from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS
     reusing, fresh = engines
     assert reusing._model.step_path_max_tokens == CHAT_STEP_PATH_MAX_TOKENS   # short inputs run as steps (Engine)
-    greedy = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    reusing._prefixes = []
 
-    def reply(engine, messages):
-        text, fin = [], None
-        for ev in engine.generate(messages, greedy, enable_thinking=False):
-            if isinstance(ev, TextDelta):
-                text.append(ev.text)
-            elif isinstance(ev, Finished):
-                fin = ev
-        return "".join(text), fin
+    def close_to_a_whole_prefill(messages, resumed_tokens):
+        """The first token's logits after resuming against a whole prefill on an engine that does not reuse
+        (chunked differently)."""
+        resumed, cached = first_logits(reusing, messages)
+        whole, none = first_logits(fresh, messages)
+        assert cached == resumed_tokens and none == 0
+        rel = float((resumed - whole).norm() / whole.norm())
+        assert rel < 1e-2, rel
 
     system = {"role": "system", "content": "You are a careful assistant. " * 12}
     turn1 = [system, {"role": "user", "content": "Name a long railway."}]
-    text1, fin1 = reply(reusing, turn1)
+    text1, fin1 = greedy_reply(reusing, turn1)
     assert fin1.cached_tokens == 0 and fin1.completion_tokens == 6
     turn2 = turn1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "And a short one?"}]
-    prompt1 = reusing._build_prompt(turn1, False, None).ids
-    history_end = max(i for i, t in enumerate(prompt1) if t == reusing._im_start[0])
-    text2, fin2 = reply(reusing, turn2)
-    assert fin2.cached_tokens == history_end and fin2.completion_tokens == 6 and text2
-    prompt2 = reusing._build_prompt(turn2, False, None)
-    history2_end = max(i for i, t in enumerate(prompt2.ids) if t == reusing._im_start[0])
-    again, fin3 = reply(reusing, turn2)             # regenerate: the same history, the same greedy reply
-    assert fin3.cached_tokens == history2_end and again == text2
-    # the resumed prompt's logits against a whole prefill on an engine that does not reuse (chunked differently)
-    _, resumed, _, cached = reusing._prefill(prompt2, len(prompt2.ids) + 8, None)
-    _, whole, _, none = fresh._prefill(fresh._build_prompt(turn2, False, None), len(prompt2.ids) + 8, None)
-    assert cached > 0 and none == 0
-    rel = float((resumed - whole).norm() / whole.norm())
-    assert rel < 1e-2, rel
+    text2, fin2 = greedy_reply(reusing, turn2)
+    assert fin2.cached_tokens == history_end(reusing, turn1) and fin2.completion_tokens == 6 and text2
+    again, fin3 = greedy_reply(reusing, turn2)     # regenerate: the same history, the same greedy reply
+    assert fin3.cached_tokens == history_end(reusing, turn2) and again == text2
+    close_to_a_whole_prefill(turn2, history_end(reusing, turn2))
     # another conversation, then this one's next turn: resumed from the snapshot set aside in host memory
     other = [{"role": "system", "content": "Another system prompt. " * 10}, {"role": "user", "content": "Hello?"}]
-    assert reply(reusing, other)[1].cached_tokens == 0
+    assert greedy_reply(reusing, other)[1].cached_tokens == 0
     turn3 = turn2 + [{"role": "assistant", "content": text2}, {"role": "user", "content": "Thanks."}]
-    prompt3 = reusing._build_prompt(turn3, False, None)
-    _, resumed3, _, cached3 = reusing._prefill(prompt3, len(prompt3.ids) + 8, None)
-    _, whole3, _, _ = fresh._prefill(fresh._build_prompt(turn3, False, None), len(prompt3.ids) + 8, None)
-    assert cached3 == history2_end
-    rel = float((resumed3 - whole3).norm() / whole3.norm())
-    assert rel < 1e-2, rel
+    close_to_a_whole_prefill(turn3, history_end(reusing, turn2))
 
 
 def test_editing_the_last_message_on_the_native_engine(engines):
@@ -174,20 +159,11 @@ def test_editing_the_last_message_on_the_native_engine(engines):
     t2 = t1 + [{"role": "assistant", "content": "The Trans-Siberian."}, {"role": "user", "content": "How long is it?"}]
     edited = t1 + [{"role": "assistant", "content": "The Trans-Siberian."}, {"role": "user", "content": "Who built it?"}]
 
-    def first_logits(engine, messages):
-        prompt = engine._build_prompt(messages, False, None)
-        _, logits, _, cached = engine._prefill(prompt, len(prompt.ids) + 8, None)
-        return logits, cached
-
-    def history_end(messages):
-        ids = reusing._build_prompt(messages, False, None).ids
-        return max(i for i, t in enumerate(ids) if t == reusing._im_start[0])
-
     first_logits(reusing, t1)
     first_logits(reusing, t2)
     for messages in (edited, t2):                  # the edit, then the original turn 2 again
         got, cached = first_logits(reusing, messages)
         want, _ = first_logits(fresh, messages)
-        assert cached == history_end(t1)
+        assert cached == history_end(reusing, t1)
         rel = float((got - want).norm() / want.norm())
         assert rel < 1e-2, rel

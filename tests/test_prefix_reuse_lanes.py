@@ -11,10 +11,9 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from engine.api import Engine, EngineOptions, Finished, TextDelta
-from engine.sampling import SamplingParams
+from engine.api import Engine, EngineOptions
+from turn_helpers import greedy_reply, history_end
 
-GREEDY = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 CAPACITY = 4096
 
 
@@ -93,21 +92,6 @@ def engines(tmp_path_factory):
         mp.undo()
 
 
-def _reply(engine, messages):
-    text, fin = [], None
-    for ev in engine.generate(messages, GREEDY, enable_thinking=False):
-        if isinstance(ev, TextDelta):
-            text.append(ev.text)
-        elif isinstance(ev, Finished):
-            fin = ev
-    return "".join(text), fin
-
-
-def _history_end(engine, messages) -> int:
-    ids = engine._build_prompt(messages, False, None).ids
-    return max(i for i, t in enumerate(ids) if t == engine._im_start[0])
-
-
 SYSTEM = {"role": "system", "content": "You answer in short sentences about railways. " * 10}
 
 
@@ -115,26 +99,26 @@ def test_switching_conversations_detaches_the_one_set_aside(engines):
     lane, fresh = engines
     lane._prefixes = []
     a = [SYSTEM, {"role": "user", "content": "Which railway is longest?"}]
-    text_a, _ = _reply(lane, a)
+    text_a, _ = greedy_reply(lane, a)
     b = [{"role": "system", "content": "Another assistant entirely. " * 10}, {"role": "user", "content": "Hi?"}]
-    _reply(lane, b)                                 # overwrites the lane from slot 0
+    greedy_reply(lane, b)                                 # overwrites the lane from slot 0
     assert lane._prefixes[1].state.kv is not None   # conversation A was copied off the lane first
     a2 = a + [{"role": "assistant", "content": text_a}, {"role": "user", "content": "And the oldest?"}]
-    text, fin = _reply(lane, a2)
-    assert fin.cached_tokens == _history_end(lane, a) and text == _reply(fresh, a2)[0]
+    text, fin = greedy_reply(lane, a2)
+    assert fin.cached_tokens == history_end(lane, a) and text == greedy_reply(fresh, a2)[0]
 
 
 def test_editing_the_last_message_resumes_from_the_turn_before_and_drops_what_it_overwrites(engines):
     lane, fresh = engines
     lane._prefixes = []
     t1 = [SYSTEM, {"role": "user", "content": "Name a long railway."}]
-    text1, _ = _reply(lane, t1)
+    text1, _ = greedy_reply(lane, t1)
     t2 = t1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "How long is it?"}]
-    _reply(lane, t2)
-    assert [len(p.ids) for p in lane._prefixes] == [_history_end(lane, t2), _history_end(lane, t1)]
+    greedy_reply(lane, t2)
+    assert [len(p.ids) for p in lane._prefixes] == [history_end(lane, t2), history_end(lane, t1)]
     edited = t1 + [{"role": "assistant", "content": text1}, {"role": "user", "content": "Who built it, and when?"}]
-    text_e, fin_e = _reply(lane, edited)           # resumes turn 1's snapshot; the lane is rewritten past it
-    assert fin_e.cached_tokens == _history_end(lane, t1) and text_e == _reply(fresh, edited)[0]
+    text_e, fin_e = greedy_reply(lane, edited)           # resumes turn 1's snapshot; the lane is rewritten past it
+    assert fin_e.cached_tokens == history_end(lane, t1) and text_e == greedy_reply(fresh, edited)[0]
     # the original turn 2 again: its snapshot's slots were overwritten, so it must not be resumed from
-    text2, fin2 = _reply(lane, t2)
-    assert fin2.cached_tokens == _history_end(lane, t1) and text2 == _reply(fresh, t2)[0]
+    text2, fin2 = greedy_reply(lane, t2)
+    assert fin2.cached_tokens == history_end(lane, t1) and text2 == greedy_reply(fresh, t2)[0]
