@@ -491,7 +491,10 @@ class Engine:
             # that part (a turn of a few dozen tokens): were it kept where it was, every later turn would recompute
             # all the turns since, a cost that grows through the session; the copy costs the same every turn.
             if stop == cut and cut > start and cut >= self.options.prefix_reuse_min_tokens:
-                self._keep_newest(_PrefixSnapshot(list(prompt.ids[:cut]), model.snapshot(state)))
+                try:
+                    self._keep_newest(_PrefixSnapshot(list(prompt.ids[:cut]), model.snapshot(state)))
+                except MemoryError:   # the host copy could not be made: this turn simply keeps no snapshot
+                    pass
         state.rope_delta += rope_delta  # decode positions continue after the images' compressed span
         return state, logits, (torch.cat(hiddens) if keep_hidden else None), start
 
@@ -530,7 +533,10 @@ class Engine:
             if not evictable:
                 return
             older.remove(evictable[-1])              # the least recently used
-        detached = model.detach(newest.state)
+        try:
+            detached = model.detach(newest.state)
+        except MemoryError:   # the cache is an optimisation: without room for the copy, the conversation recomputes
+            detached = None
         self._prefixes = ([_PrefixSnapshot(newest.ids, detached)] if detached is not None else []) + older
 
     def _history_end(self, prompt: _Prompt, keep_hidden: bool) -> int | None:

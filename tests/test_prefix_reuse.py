@@ -173,3 +173,22 @@ def test_unloading_frees_the_kept_snapshots(tmp_path, monkeypatch):
     assert len(e._prefixes) == 2
     e.unload()
     assert e._prefixes == []
+
+
+def test_a_snapshot_that_cannot_be_copied_costs_the_request_nothing(engines, tmp_path, monkeypatch):
+    _, fresh, _ = engines
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    e = Engine.load("demo", EngineOptions(max_context=4096, prefix_reuse_min_tokens=0))
+    greedy_reply(e, A)
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(e._model, "detach", no_memory)
+    text_b, fin_b = greedy_reply(e, B)              # setting A aside fails: B is answered all the same
+    assert fin_b.reason == "length" and text_b == greedy_reply(fresh, B)[0]
+    monkeypatch.setattr(e._model, "snapshot", no_memory)
+    b2 = B + [{"role": "assistant", "content": text_b}, {"role": "user", "content": "More?"}]
+    text, fin = greedy_reply(e, b2)                 # resumed from B's snapshot; taking the next one fails
+    assert fin.cached_tokens == history_end(e, B) and text == greedy_reply(fresh, b2)[0]
+    assert greedy_reply(e, A2)[1].cached_tokens == 0   # A was dropped, not lost halfway
