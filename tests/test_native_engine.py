@@ -1,7 +1,7 @@
 """The public Engine API and `monorail chat` on the native backend, end to end on the demo model (GPU).
 
 The demo's weights are random, so the text is nonsense; what is checked is the path: the prompt
-(longer than one 16-token step, so it takes the prefill path), streaming, stop/length handling, the
+(longer than CHAT_STEP_PATH_MAX_TOKENS, so it takes the prefill path), streaming, stop/length handling, the
 statistics, determinism of greedy decoding, cancellation, and that the reference and native backends
 tokenize and count the same prompt identically."""
 
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.gpu, requires_gpu]
 def _run(engine, max_tokens=24, cancel=None):
     from engine.api import Finished, TextDelta
     from engine.sampling import SamplingParams
-    msgs = [{"role": "system", "content": "You are a terse assistant that answers in one line."},
+    msgs = [{"role": "system", "content": "You are a terse assistant that answers in one line. " * 12},
             {"role": "user", "content": "Name three famous railway lines and say why each one matters."}]
     text, fin = [], None
     for ev in engine.generate(msgs, SamplingParams(temperature=0.0, max_tokens=max_tokens), cancel=cancel):
@@ -43,7 +43,8 @@ def test_native_engine_generates_deterministically(native_engine):
     text1, fin1 = _run(native_engine)
     text2, fin2 = _run(native_engine)
     assert fin1 is not None and fin1.reason in ("stop", "length") and fin1.error is None
-    assert fin1.prompt_tokens > 16  # the prompt went through the prefill path
+    from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS
+    assert fin1.prompt_tokens > CHAT_STEP_PATH_MAX_TOKENS  # the prompt went through the prefill path
     assert 0 < fin1.completion_tokens <= 24
     assert fin1.decode_tok_s and fin1.prefill_tok_s and fin1.ttft_s is not None
     assert (text1, fin1.completion_tokens) == (text2, fin2.completion_tokens)  # greedy replays exactly
