@@ -61,6 +61,9 @@ class ModelInfo:
 
 
 BACKENDS = ("auto", "native", "reference")
+# Finished.prefill_tok_s is left out below this many prefilled tokens (a resumed turn, a short question): the time of
+# so few says more about fixed costs than about a rate, and the dashboard would show it as the prefill speed.
+PREFILL_RATE_MIN_TOKENS = 128
 # Host memory a conversation set aside (prefix reuse) must leave free: the cache never pushes the machine into swap.
 HOST_MEMORY_RESERVE = 2 << 30
 
@@ -407,7 +410,8 @@ class Engine:
             prompt_tokens=n_prompt,
             completion_tokens=n_gen,
             ttft_s=ttft,
-            prefill_tok_s=(n_prompt - cached) / t_prefill if t_prefill > 0 and n_prompt > cached else None,
+            prefill_tok_s=((n_prompt - cached) / t_prefill
+                           if t_prefill > 0 and n_prompt - cached >= PREFILL_RATE_MIN_TOKENS else None),
             decode_tok_s=(n_gen - 1) / decode_s if n_gen > 1 and decode_s > 0 else None,
             tool_calls=[{"name": c.name, "arguments": c.arguments} for c in parsed.tool_calls],
             spec_accept_rate=spec_stats.accept_rate if spec_stats is not None else None,

@@ -192,3 +192,16 @@ def test_a_snapshot_that_cannot_be_copied_costs_the_request_nothing(engines, tmp
     text, fin = greedy_reply(e, b2)                 # resumed from B's snapshot; taking the next one fails
     assert fin.cached_tokens == history_end(e, B) and text == greedy_reply(fresh, b2)[0]
     assert greedy_reply(e, A2)[1].cached_tokens == 0   # A was dropped, not lost halfway
+
+
+def test_a_resumed_turn_reports_no_prefill_rate(engines):
+    from engine.api import PREFILL_RATE_MIN_TOKENS
+
+    reusing, _, _ = engines
+    reusing._prefixes = []
+    first = [{"role": "system", "content": "You are a careful assistant. " * 30}, {"role": "user", "content": "Hi?"}]
+    _, fin1 = greedy_reply(reusing, first)
+    assert fin1.prompt_tokens >= PREFILL_RATE_MIN_TOKENS and fin1.prefill_tok_s > 0
+    after = first + [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "How are you?"}]
+    _, fin2 = greedy_reply(reusing, after)          # a few dozen tokens after the resumed history
+    assert fin2.prompt_tokens - fin2.cached_tokens < PREFILL_RATE_MIN_TOKENS and fin2.prefill_tok_s is None
