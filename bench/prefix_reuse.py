@@ -17,7 +17,9 @@ the plan fitted to --budget-gib). Each history is timed in four turns:
   4. another, short conversation: the long one's snapshot is set aside into host memory first (its KV copied off
      the GPU: NativeModel.detach), then
   5. the long conversation's third turn: resumed from the snapshot set aside, its KV copied back;
-  6. turn 2's messages with prefix reuse switched off: the same prompt prefilled whole, the comparison for turn 2.
+  6. the third turn's question edited: resumed from the snapshot where turn 2's history ended (set aside in step 4,
+     so the third turn's own snapshot is set aside first);
+  7. turn 2's messages with prefix reuse switched off: the same prompt prefilled whole, the comparison for turn 2.
 
 Each turn's time to first token (Finished.ttft_s, measured by the engine from the call's start: rendering the
 template, tokenizing, prefill and the first draw) is recorded with the tokens resumed, and the time the model spent
@@ -138,6 +140,10 @@ def time_history(engine, history_tokens: int) -> dict:
                                    {"role": "user", "content": "And which came up least often?"}]
         back = run_turn(engine, turn3_msgs)
         back_resume_s, _ = resume.take(), snap.take()
+        detach.take()
+        edited_msgs = turn3_msgs[:-1] + [{"role": "user", "content": "And which came up in the middle?"}]
+        edit = run_turn(engine, edited_msgs)
+        edit_detach_s, edit_resume_s, _ = detach.take(), resume.take(), snap.take()
         t0 = time.perf_counter()
         engine._build_prompt(turn2_msgs, False, None)
         render_tokenize_s = time.perf_counter() - t0
@@ -165,6 +171,8 @@ def time_history(engine, history_tokens: int) -> dict:
             "other_conversation_ttft_s": other["ttft_s"], "set_aside_detach_s": rounded(detach_s),
             "switch_back_prompt_tokens": back["prompt_tokens"], "switch_back_cached_tokens": back["cached_tokens"],
             "switch_back_ttft_s": back["ttft_s"], "switch_back_resume_s": rounded(back_resume_s),
+            "edit_cached_tokens": edit["cached_tokens"], "edit_ttft_s": edit["ttft_s"],
+            "edit_detach_s": rounded(edit_detach_s), "edit_resume_s": rounded(edit_resume_s),
             "turn2_without_reuse_cached_tokens": without["cached_tokens"],
             "turn2_without_reuse_ttft_s": without["ttft_s"],
             "render_tokenize_s": round(render_tokenize_s, 4),
@@ -219,7 +227,7 @@ def main(argv=None) -> int:
                          "token (template, tokenizer, prefill, first draw); greedy 4-token replies; turn 2 appends "
                          "a reply and a question to turn 1's messages; regenerate repeats turn 2; other_conversation "
                          "is a short new conversation (the long one's snapshot set aside: detach), switch_back the "
-                         "long one's third turn after it; "
+                         "long one's third turn after it, edit that turn's question changed; "
                          "turn2_without_reuse repeats turn 2 with prefix reuse off"),
               "rows": []}
     run_turn(engine, [{"role": "user", "content": filler(0, 300)}])   # warm: kernels, tokenizer, template

@@ -33,5 +33,7 @@ def test_the_script_records_resumed_and_recomputed_turns(tmp_path, monkeypatch):
     # after another conversation, the third turn resumes from the snapshot set aside (regenerate's history end)
     assert row["switch_back_cached_tokens"] == row["regenerate_cached_tokens"]
     assert row["set_aside_detach_s"] is not None and row["switch_back_resume_s"] is not None
+    # the edited third turn resumes where turn 2's history ended, as the switch back did
+    assert row["edit_cached_tokens"] == row["switch_back_cached_tokens"] and row["edit_resume_s"] is not None
     assert row["ttft_speedup"] == round(row["turn2_without_reuse_ttft_s"] / row["turn2_ttft_s"], 1)
     assert result["gpu"] == "cpu" and "prefix_reuse" not in sys.modules
