@@ -453,6 +453,8 @@ class Engine:
         cut = self._history_end(prompt, keep_hidden)
         state, start = None, 0
         match = self._longest_prefix(prompt.ids) if cut is not None else None
+        if match is not None and not model.snapshot_needs_lane(match.state):
+            match = self._on_the_lane(match)
         if match is not None:
             if model.snapshot_needs_lane(match.state):
                 # the lane goes on from this earlier point: what later snapshots left on it gets overwritten
@@ -509,6 +511,21 @@ class Engine:
             if len(p.ids) < len(ids) and (best is None or len(p.ids) > len(best.ids)) and ids[:len(p.ids)] == p.ids:
                 best = p
         return best
+
+    def _on_the_lane(self, match: _PrefixSnapshot) -> _PrefixSnapshot:
+        """``match`` (a detached snapshot) as one on the lane where the newest snapshot extends it: the lane already
+        holds its KV slots, so neither setting the newest aside nor copying match's KV back is needed (an edited or
+        regenerated earlier turn of the conversation on the GPU). ``match`` itself where that does not hold."""
+        newest = self._prefixes[0]
+        if newest is match or not self._model.snapshot_needs_lane(newest.state) \
+                or newest.ids[:len(match.ids)] != match.ids:
+            return match
+        rebased = self._model.rebase(match.state, newest.state)
+        if rebased is None:
+            return match
+        on_lane = _PrefixSnapshot(match.ids, rebased)
+        self._prefixes[self._prefixes.index(match)] = on_lane
+        return on_lane
 
     def _keep_newest(self, snap: _PrefixSnapshot) -> None:
         """``snap`` becomes the newest. Of those it extends (the same conversation's earlier turns) only the

@@ -473,6 +473,13 @@ class NativeModel:
             return None
         return replace(snap, kv=self.engine.save_lane_kv(snap.lane, snap.seq_len))
 
+    def rebase(self, snap: NativeSnapshot, onto: NativeSnapshot) -> NativeSnapshot | None:
+        """``snap`` as a snapshot on ``onto``'s lane, whose KV slots hold snap's (onto extends the same tokens):
+        resuming it loads only the recurrent state. None where ``onto`` has lapsed."""
+        if onto.kv is not None or self._lane_epoch[onto.lane] != onto.epoch or onto.seq_len < snap.seq_len:
+            return None
+        return replace(snap, lane=onto.lane, epoch=onto.epoch, kv=None)
+
     @staticmethod
     def snapshot_needs_lane(snap: NativeSnapshot) -> bool:
         """Whether the snapshot's KV is still only on its lane (not detached): valid until the lane serves another

@@ -167,3 +167,25 @@ def test_editing_the_last_message_on_the_native_engine(engines):
         assert cached == history_end(reusing, t1)
         rel = float((got - want).norm() / want.norm())
         assert rel < 1e-2, rel
+
+
+def test_editing_after_a_switch_back_loads_no_kv_on_the_native_engine(engines):
+    """After another conversation and back, editing the turn resumes the detached snapshot where the lane already
+    holds its KV (NativeModel.rebase): no lane is claimed afresh, and the logits match a whole prefill."""
+    reusing, fresh = engines
+    reusing._prefixes = []
+    m = reusing._model
+    system = {"role": "system", "content": "You answer in short sentences about railways. " * 10}
+    a = [system, {"role": "user", "content": "Which railway is longest?"}]
+    a2 = a + [{"role": "assistant", "content": "The Trans-Siberian."}, {"role": "user", "content": "How old is it?"}]
+    first_logits(reusing, a)
+    first_logits(reusing, [{"role": "system", "content": "Another assistant entirely. " * 10},
+                           {"role": "user", "content": "Hi?"}])
+    assert first_logits(reusing, a2)[1] == history_end(reusing, a)       # back, from the detached snapshot
+    epochs = list(m._lane_epoch)
+    edited = a2[:-1] + [{"role": "user", "content": "Who built it?"}]
+    got, cached = first_logits(reusing, edited)
+    want, _ = first_logits(fresh, edited)
+    assert cached == history_end(reusing, a) and m._lane_epoch == epochs  # resumed on the lane, not reloaded
+    rel = float((got - want).norm() / want.norm())
+    assert rel < 1e-2, rel

@@ -31,7 +31,7 @@ class OneLaneModel:
     """The reference model with one lane: every sequence runs in the same ModelState."""
 
     def __init__(self, ref):
-        self.ref, self.epoch, self.lane = ref, 0, None
+        self.ref, self.epoch, self.lane, self.detaches = ref, 0, None, 0
 
     def __getattr__(self, name):
         return getattr(self.ref, name)
@@ -54,7 +54,13 @@ class OneLaneModel:
             n += sum(c.k[:, :snap.seq_len].nbytes * 2 for c in snap.lane.kv)
         return n
 
+    def rebase(self, snap, onto):
+        if onto.kv is not None or onto.epoch != self.epoch or onto.seq_len < snap.seq_len:
+            return None
+        return replace(snap, epoch=onto.epoch, lane=onto.lane, kv=None)
+
     def detach(self, snap):
+        self.detaches += 1
         if snap.kv is not None:
             return snap
         if snap.epoch != self.epoch:
@@ -122,3 +128,23 @@ def test_editing_the_last_message_resumes_from_the_turn_before_and_drops_what_it
     # the original turn 2 again: its snapshot's slots were overwritten, so it must not be resumed from
     text2, fin2 = greedy_reply(lane, t2)
     assert fin2.cached_tokens == history_end(lane, t1) and text2 == greedy_reply(fresh, t2)[0]
+
+
+def test_editing_after_a_switch_back_resumes_on_the_lane_without_copies(engines):
+    """Back in a conversation (resumed from a detached snapshot), its next turn's snapshot extends the detached one;
+    editing that turn resumes the detached one where the lane already holds its KV: no KV is copied either way."""
+    lane, fresh = engines
+    lane._prefixes = []
+    a = [SYSTEM, {"role": "user", "content": "Which railway is longest?"}]
+    _reply_text, _ = greedy_reply(lane, a)
+    greedy_reply(lane, [{"role": "system", "content": "Another assistant entirely. " * 10},
+                        {"role": "user", "content": "Hi?"}])
+    a2 = a + [{"role": "assistant", "content": "The Trans-Siberian."}, {"role": "user", "content": "How old is it?"}]
+    assert greedy_reply(lane, a2)[1].cached_tokens == history_end(lane, a)      # from the detached snapshot
+    detaches, epoch = lane._model.detaches, lane._model.epoch
+    edited = a2[:-1] + [{"role": "user", "content": "Who built it?"}]
+    text, fin = greedy_reply(lane, edited)
+    assert fin.cached_tokens == history_end(lane, a) and text == greedy_reply(fresh, edited)[0]
+    assert (lane._model.detaches, lane._model.epoch) == (detaches, epoch)       # no copy, no fresh claim
+    text, fin = greedy_reply(lane, a2)             # the original turn again: a2's snapshot was overwritten
+    assert fin.cached_tokens == history_end(lane, a) and text == greedy_reply(fresh, a2)[0]

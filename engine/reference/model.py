@@ -178,6 +178,11 @@ class ReferenceModel:
         return snap
 
     @staticmethod
+    def rebase(snap: ModelState, onto: ModelState) -> None:
+        """No lanes here: nothing to rebase onto (engine.api asks only about snapshots that need a lane)."""
+        return None
+
+    @staticmethod
     def snapshot_needs_lane(snap: ModelState) -> bool:
         """A snapshot here copies everything (there are no lanes)."""
         return False
