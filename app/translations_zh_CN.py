@@ -104,8 +104,8 @@ ZH_CN: dict[str, str] = {
     "off (only the current conversation)": "关闭（仅当前对话）",
     "Conversation cache (RAM)": "对话缓存（内存）",
     "Host memory for the state of conversations you switched away from, so that coming back to one does "
-    "not process its whole history again (a 128K-token conversation takes about 4.5 GiB).":
-        "为切换离开的对话保存状态所用的内存，回到该对话时无需重新处理全部历史（128K tokens 的对话约占 4.5 GiB）。",
+    "not process its whole history again (a 128K-token conversation takes about 4.3 GiB).":
+        "为切换离开的对话保存状态所用的内存，回到该对话时无需重新处理全部历史（128K tokens 的对话约占 4.3 GiB）。",
     "Show memory plan": "显示显存规划",
     "The plan lists every device allocation before anything is loaded.": "规划会在加载任何内容之前列出每一项显存分配。",
     "Sampling preset": "采样预设",

@@ -39,7 +39,8 @@ class EngineOptions:
     # what follows. Histories shorter than the minimum are simply recomputed. The newest snapshot costs little (the
     # native engine's KV stays where it is on the GPU); when another conversation takes the GPU, the snapshots of
     # those set aside are kept in host memory (their KV copied: ~34 KB a token for the 27B with int8 KV), the most
-    # recently used first, within prefix_cache_bytes (0: only the newest snapshot is kept).
+    # recently used first, within prefix_cache_bytes (0: nothing is set aside, only the current conversation's
+    # snapshots are kept).
     prefix_reuse: bool = True
     prefix_reuse_min_tokens: int = 512
     prefix_cache_bytes: int = 8 << 30

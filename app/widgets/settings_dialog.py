@@ -132,7 +132,7 @@ class SettingsDialog(QDialog):
                                            self.s.conversation_cache_gib)
         self.conversation_cache.setToolTip(tr(
             "Host memory for the state of conversations you switched away from, so that coming back to one does "
-            "not process its whole history again (a 128K-token conversation takes about 4.5 GiB)."))
+            "not process its whole history again (a 128K-token conversation takes about 4.3 GiB)."))
         f.addRow(tr("Conversation cache (RAM)"), self.conversation_cache)
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (greedy replies, reference backend)"))
         self.mtp.setChecked(self.s.mtp_speculation)
