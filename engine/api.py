@@ -44,6 +44,13 @@ class EngineOptions:
     prefix_reuse: bool = True
     prefix_reuse_min_tokens: int = 512
     prefix_cache_bytes: int = 8 << 30
+    # Saved states (engine.prefix_store): a conversation of at least prefix_disk_min_tokens is also written to disk
+    # when it is set aside and when the model is unloaded (the app closing, another model loading), so that it goes
+    # on after a restart without being recomputed; the least recently used leave first to keep within
+    # prefix_disk_bytes. Off (0) for the library: the app and `monorail chat` pass DEFAULT_DISK_CACHE_BYTES.
+    prefix_disk_bytes: int = 0
+    prefix_disk_dir: str | None = None    # None: engine.paths.cache_dir() / "states"
+    prefix_disk_min_tokens: int = 2048
 
 
 @dataclass
@@ -67,6 +74,9 @@ BACKENDS = ("auto", "native", "reference")
 PREFILL_RATE_MIN_TOKENS = 128
 # Host memory a conversation set aside (prefix reuse) must leave free: the cache never pushes the machine into swap.
 HOST_MEMORY_RESERVE = 2 << 30
+# Disk for saved conversation states where the app and `monorail chat` keep them (EngineOptions.prefix_disk_bytes):
+# a 128K-token conversation of the 27B with int8 KV is 4.3 GB.
+DEFAULT_DISK_CACHE_BYTES = 16 << 30
 
 
 def host_available_bytes() -> int | None:
@@ -198,6 +208,8 @@ class Engine:
         self._lock = threading.Lock()  # one generation at a time on one model
         self._prefixes: list[_PrefixSnapshot] = []   # prefix reuse: most recently used first (_prefill)
         self._im_start = self.tokenizer.encode("<|im_start|>", allow_special=True)
+        self._store = None      # engine.prefix_store.PrefixStore: saved states (open_state_store)
+        self._writer = None     # one thread that writes states to the store, off the generation's path
 
     # ----------------------------------------------------------------- loading
     @classmethod
@@ -229,8 +241,12 @@ class Engine:
                          has_vision=vision_tower and backend == "reference",
                          has_mtp=cfg.has_mtp, backend=backend, device=device, plan=plan,
                          vision_tower=vision_tower, backend_note=backend_note)
+        engine = cls(model_obj, ckpt, info, options, resolved.chat_template)
+        if options.prefix_disk_bytes > 0 and options.prefix_reuse:
+            report(0.99, "Reading saved conversations")
+            engine.open_state_store(resolved.path)
         report(1.0, "Ready")
-        return cls(model_obj, ckpt, info, options, resolved.chat_template)
+        return engine
 
     @staticmethod
     def _load_reference(ckpt, options: EngineOptions, report: ProgressFn):
@@ -273,7 +289,35 @@ class Engine:
         plan = model.plan.as_dict() if hasattr(model, "plan") and hasattr(model.plan, "as_dict") else None
         return model, "cuda", plan
 
+    def open_state_store(self, model_path: Path) -> None:
+        """Saved states for this model (EngineOptions.prefix_disk_bytes): found by prompts from now on, and
+        written when a conversation is set aside or the model unloaded. A store that cannot be opened (a
+        read-only or missing disk) leaves the engine without one: the conversation is recomputed instead."""
+        from engine.paths import cache_dir
+        from engine.prefix_store import PrefixStore
+
+        if not hasattr(self._model, "export_snapshot"):
+            return
+        root = Path(self.options.prefix_disk_dir) if self.options.prefix_disk_dir else cache_dir() / "states"
+        try:
+            self._store = PrefixStore(root, _state_identity(model_path, self._model.snapshot_layout()),
+                                      self.options.prefix_disk_bytes)
+        except OSError:
+            self._store = None
+
     def unload(self) -> None:
+        """Free the model. The newest conversation state is saved first (when a store is open and the state
+        long enough), so the conversation resumes after a restart; then every pending write finishes."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+        # a generation still running (a caller that dropped its iterator unfinished) keeps its state unsaved
+        if self._store is not None and self._prefixes and self._lock.acquire(timeout=5.0):
+            try:
+                if self._model is not None:
+                    self._save_state(self._prefixes[0], wait=True)
+            finally:
+                self._lock.release()
         self._model = None
         self._ckpt = None
         self._prefixes = []   # the snapshots' host memory (up to prefix_cache_bytes) goes with the model
@@ -454,6 +498,8 @@ class Engine:
         cut = self._history_end(prompt, keep_hidden)
         state, start = None, 0
         match = self._longest_prefix(prompt.ids) if cut is not None else None
+        if cut is not None and self._store is not None:
+            match = self._read_saved_state(prompt.ids, match)
         if match is not None and not model.snapshot_needs_lane(match.state):
             match = self._on_the_lane(match)
         if match is not None:
@@ -560,6 +606,55 @@ class Engine:
         except MemoryError:   # the cache is an optimisation: without room for the copy, the conversation recomputes
             detached = None
         self._prefixes = ([_PrefixSnapshot(newest.ids, detached)] if detached is not None else []) + older
+        if detached is not None:
+            self._save_state(self._prefixes[0])
+
+    # ------------------------------------------------------------- saved states
+    def _save_state(self, snap: _PrefixSnapshot, *, wait: bool = False) -> None:
+        """Write ``snap`` to the store (when open, the state is long enough and not saved yet): on the writer
+        thread, so that the next request does not wait for the disk, or here when ``wait``. A snapshot still on
+        the lane is detached first (its KV copied to host memory, if there is room). Failures only mean the
+        conversation is recomputed after a restart."""
+        store, model = self._store, self._model
+        if store is None or len(snap.ids) < self.options.prefix_disk_min_tokens or store.holds(snap.ids):
+            return
+        state = snap.state
+        if model.snapshot_needs_lane(state):
+            available = host_available_bytes()
+            if available is not None and model.snapshot_bytes(state, detached=True) > available - HOST_MEMORY_RESERVE:
+                return
+            try:
+                state = model.detach(state)
+            except MemoryError:
+                return
+            if state is None:
+                return
+        meta, arrays = model.export_snapshot(state)
+        ids = list(snap.ids)
+        if wait:
+            store.save(ids, meta, arrays)
+            return
+        if self._writer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="monorail-state-writer")
+        self._writer.submit(store.save, ids, meta, arrays)
+
+    def _read_saved_state(self, ids: list[int], match: _PrefixSnapshot | None) -> _PrefixSnapshot | None:
+        """``match``, or a saved state that covers more of ``ids`` read back from the store (a detached snapshot,
+        its arrays mapped from the file), kept as the least recently used snapshot until _prefill resumes it."""
+        saved = self._store.longest_prefix(ids)
+        if saved is None or (match is not None and len(match.ids) >= len(saved.ids)):
+            return match
+        loaded = self._store.load(saved)
+        state = self._model.import_snapshot(*loaded) if loaded is not None else None
+        if state is None:
+            if loaded is not None:     # a state this model cannot take (its sizes differ): never offered again
+                self._store.discard(saved)
+            return match
+        snap = _PrefixSnapshot(list(saved.ids), state)
+        self._prefixes.append(snap)
+        return snap
 
     def _history_end(self, prompt: _Prompt, keep_hidden: bool) -> int | None:
         """Where the prompt's history ends: before its last ``<|im_start|>`` (the generation prompt begins
@@ -581,6 +676,21 @@ class Engine:
 
         out = self._model.forward(torch.tensor([token], dtype=torch.long), state, last_only=True)
         return out.logits[-1]
+
+
+def _state_identity(model_path: Path, layout: dict) -> str:
+    """The folder name of a model's saved states: its weights' files (names, sizes, modification times) and the
+    backend's state layout, hashed. A changed file or another KV format gives another folder, so a state is only
+    ever resumed by the model that computed it."""
+    import json
+
+    import xxhash
+
+    path = Path(model_path).resolve()
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file()
+                                                 and p.suffix in (".safetensors", ".json", ".bin", ".gguf"))
+    stamp = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    return xxhash.xxh3_128(json.dumps([str(path), stamp, layout], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _parts(message: dict) -> list[dict]:

@@ -90,6 +90,11 @@ class NativeState:
     _model: "NativeModel | None" = field(default=None, repr=False)
 
 
+# The byte layout of a lane's saved KV and recurrent state (NativeEngine.save_lane_kv / save_lane_state): bump it
+# whenever either changes, so that states saved on disk by an older build are not loaded (engine.prefix_store).
+SAVED_STATE_LAYOUT = 1
+
+
 @dataclass(eq=False)
 class NativeSnapshot:
     """A sequence's state at a prompt position, to resume a later prompt that starts with the same tokens
@@ -282,6 +287,7 @@ class NativeModel:
         self.plan = plan
         self.max_context = max_context
         self.kv_dtype = kv_dtype
+        self.recipe: Recipe | None = None   # the weights' formats (from_checkpoint); part of a saved state's identity
         self._free_lanes = list(range(lanes))
         self._owners: dict[int, "weakref.ref[NativeState]"] = {}  # lane -> state, oldest first
         self._lane_epoch = [0] * lanes  # fresh claims of each lane (a snapshot is valid within one)
@@ -330,6 +336,7 @@ class NativeModel:
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=lanes,
                                         step_tokens=STEP_TOKENS, margin=margin, prefill_chunk=prefill_chunk)
         model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=lanes)
+        model.recipe = recipe
         model._load_weights(src, recipe, report)
         report(1.0, "Native engine ready")
         return model
@@ -490,6 +497,37 @@ class NativeModel:
         """Host memory the snapshot holds, or would hold once detached."""
         kv = snap.kv.nbytes if snap.kv is not None else self.engine.lane_kv_bytes(snap.seq_len) if detached else 0
         return int(snap.recurrent.nbytes) + int(kv)
+
+    def snapshot_layout(self) -> dict:
+        """What a saved snapshot's bytes depend on besides the weights' files (engine.prefix_store's identity):
+        the KV format and the weights' formats (the state is computed from the quantized weights), and the
+        sizes the engine's save and load use."""
+        recipe = self.recipe
+        return {"backend": "native", "kv_dtype": self.kv_dtype,
+                "recipe": None if recipe is None else [recipe.name, sorted(recipe.roles.items()),
+                                                       sorted(recipe.tails.items())],
+                "state_floats": int(self.engine.lane_state_floats()),
+                "kv_bytes_1024": int(self.engine.lane_kv_bytes(1024)), "layout": SAVED_STATE_LAYOUT}
+
+    def export_snapshot(self, snap: NativeSnapshot) -> tuple[dict, list[np.ndarray]]:
+        """A detached snapshot as metadata and arrays, to save (engine.prefix_store)."""
+        if snap.kv is None:
+            raise NativeBackendError("only a detached snapshot (its KV in host memory) can be saved")
+        return {"seq_len": snap.seq_len, "rope_delta": snap.rope_delta}, [snap.recurrent, snap.kv]
+
+    def import_snapshot(self, meta: dict, arrays: list[np.ndarray]) -> NativeSnapshot | None:
+        """A saved snapshot as a detached one (resumes on any lane); None where its sizes are not this engine's."""
+        try:
+            seq_len, rope_delta = int(meta["seq_len"]), int(meta["rope_delta"])
+            recurrent, kv = arrays
+        except (KeyError, TypeError, ValueError):
+            return None
+        if (recurrent.dtype != np.float32 or recurrent.size != self.engine.lane_state_floats()
+                or kv.dtype != np.uint8 or not 0 < seq_len <= self.max_context
+                or kv.size != self.engine.lane_kv_bytes(seq_len)):
+            return None
+        return NativeSnapshot(lane=-1, epoch=-1, seq_len=seq_len, rope_delta=rope_delta,
+                              recurrent=recurrent.reshape(-1), kv=kv.reshape(-1))
 
     def resume(self, snap: NativeSnapshot, max_tokens: int) -> NativeState | None:
         """A sequence continuing from ``snap``: on its own lane, or None when that lane has served a fresh

@@ -1,4 +1,4 @@
-"""Where Monorail keeps its files (XDG base directories; MONORAIL_DATA_DIR overrides, for tests)."""
+"""Where Monorail keeps its files (XDG base directories; MONORAIL_DATA_DIR overrides both, for tests)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,16 @@ def data_dir() -> Path:
     if override:
         return Path(override)
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "monorail"
+
+
+def cache_dir() -> Path:
+    """Files Monorail can always recompute (saved conversation states): XDG_CACHE_HOME; under the data folder when
+    MONORAIL_DATA_DIR is set, so that a test's files stay in its own folder."""
+    override = os.environ.get("MONORAIL_DATA_DIR")
+    if override:
+        return Path(override) / "cache"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "monorail"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -191,6 +192,34 @@ class ReferenceModel:
         """Memory the snapshot's tensors hold (on the model's device)."""
         tensors = [t for c in snap.kv for t in (c.k, c.v)] + [t for g in snap.gdn for t in (g.conv, g.recurrent)]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+    def snapshot_layout(self) -> dict:
+        """What a saved snapshot depends on besides the weights' files (engine.prefix_store's identity)."""
+        return {"backend": "reference", "dtype": str(self.dtype)}
+
+    def export_snapshot(self, snap: ModelState) -> tuple[dict, list]:
+        """A snapshot as metadata and numpy arrays, to save (engine.prefix_store): each attention layer's k and
+        v, then each GDN layer's conv window and recurrent state."""
+        tensors = [t for c in snap.kv for t in (c.k, c.v)] + [t for g in snap.gdn for t in (g.conv, g.recurrent)]
+        return ({"seq_len": snap.seq_len, "rope_delta": snap.rope_delta},
+                [t.detach().to("cpu", torch.float32).numpy() for t in tensors])
+
+    def import_snapshot(self, meta: dict, arrays: list) -> ModelState | None:
+        """A saved snapshot (export_snapshot's arrays) on this model's device; None where the shapes differ."""
+        try:
+            n, rope_delta = int(meta["seq_len"]), int(meta["rope_delta"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        probe = self.new_state(1)   # the layers' shapes and dtypes; a snapshot's KV holds n positions
+        expected = [((c.k.shape[0], n, c.k.shape[2]), c.k.dtype) for c in probe.kv for _ in (0, 1)] \
+            + [(tuple(x.shape), x.dtype) for g in probe.gdn for x in (g.conv, g.recurrent)]
+        if n < 1 or len(arrays) != len(expected) \
+                or any(tuple(a.shape) != shape for a, (shape, _dt) in zip(arrays, expected)):
+            return None
+        loaded = iter(torch.from_numpy(np.array(a)).to(self.device, dt) for a, (_s, dt) in zip(arrays, expected))
+        kv = [KVCache(next(loaded), next(loaded), n) for _ in probe.kv]
+        gdn = [GDNState(next(loaded), next(loaded)) for _ in probe.gdn]
+        return ModelState(kv=kv, gdn=gdn, mtp_kv=None, seq_len=n, rope_delta=rope_delta, max_tokens=n)
 
     def resume(self, snap: ModelState, max_tokens: int) -> ModelState | None:
         """A new state for ``max_tokens`` that continues from ``snap`` (None if it would not fit)."""
