@@ -22,6 +22,8 @@ from app.worker_client import WorkerClient, new_request_id
 from engine import protocol as P
 
 DEMO_MODEL = "demo"
+# How long closing the app waits for the worker to unload, which includes writing the current conversation's state.
+SHUTDOWN_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -362,4 +364,6 @@ class ChatController(QObject):
     def shutdown(self) -> None:
         if self.active is not None:
             self._save_active()
-        self.client.stop()
+        # the worker writes the current conversation's state to disk as it unloads (Settings → Conversation cache
+        # (disk)): a 128K-token one is ~4 GB, seconds on an SSD; past the timeout it is stopped and recomputes later
+        self.client.stop(timeout=SHUTDOWN_TIMEOUT_S)

@@ -325,6 +325,7 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self.controller.load_model)
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt override)
+        self.hide()   # gone at once, while the worker saves the conversation's state and exits
         self.controller.shutdown()
         if self.telemetry is not None:
             self.telemetry.stop()

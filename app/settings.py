@@ -54,6 +54,7 @@ class Settings:
     vram_budget_gib: float = 0.0        # 0 = automatic (free memory minus a margin)
     mtp_speculation: bool = False       # draft with the model's MTP head (greedy requests, reference backend)
     conversation_cache_gib: float = 8.0  # RAM for conversations set aside (engine.api prefix_cache_bytes); 0 = off
+    saved_states_gib: float = 16.0      # disk for conversation states kept across restarts (prefix_disk_bytes); 0 = off
     # generation
     sampling_preset: str = "Thinking (recommended)"
     sampling: dict = field(default_factory=lambda: dict(SAMPLING_PRESETS["Thinking (recommended)"]))
@@ -85,6 +86,7 @@ class Settings:
         if self.vram_budget_gib:
             opts["vram_budget_bytes"] = int(self.vram_budget_gib * 2**30)
         opts["prefix_cache_bytes"] = int(self.conversation_cache_gib * 2**30)
+        opts["prefix_disk_bytes"] = int(self.saved_states_gib * 2**30)
         return opts
 
     def sampling_params(self) -> dict:
@@ -106,7 +108,8 @@ class LoadedSettings:
 LOCAL_BACKENDS = ("auto", "native", "reference")   # engine.api.BACKENDS (the app does not import the engine)
 _CHOICES = {"backend": ("local", "remote"), "local_backend": LOCAL_BACKENDS, "kv_dtype": KV_FORMATS,
             "theme": THEMES, "language": LANGUAGES}
-_MINIMUM = {"max_context": 0, "vram_budget_gib": 0.0, "conversation_cache_gib": 0.0, "max_tokens": 1, "tariff_per_kwh": 0.0}
+_MINIMUM = {"max_context": 0, "vram_budget_gib": 0.0, "conversation_cache_gib": 0.0, "saved_states_gib": 0.0,
+            "max_tokens": 1, "tariff_per_kwh": 0.0}
 
 
 def _is_number(value) -> bool:

@@ -106,6 +106,13 @@ ZH_CN: dict[str, str] = {
     "Host memory for the state of conversations you switched away from, so that coming back to one does "
     "not process its whole history again (a 128K-token conversation takes about 4.3 GiB).":
         "为切换离开的对话保存状态所用的内存，回到该对话时无需重新处理全部历史（128K tokens 的对话约占 4.3 GiB）。",
+    "off (recompute after a restart)": "关闭（重启后重新计算）",
+    "Conversation cache (disk)": "对话缓存（磁盘）",
+    "Disk space for the state of long conversations, written when you switch away from one and when the "
+    "app closes, so that after a restart a conversation goes on without processing its whole history "
+    "again. The least recently used are removed first.":
+        "用于保存长对话状态的磁盘空间：切换离开对话或关闭应用时写入，重启后继续对话无需重新处理全部历史。"
+        "最久未使用的先被删除。",
     "Show memory plan": "显示显存规划",
     "The plan lists every device allocation before anything is loaded.": "规划会在加载任何内容之前列出每一项显存分配。",
     "Sampling preset": "采样预设",

@@ -47,7 +47,7 @@ class EngineOptions:
     # Saved states (engine.prefix_store): a conversation of at least prefix_disk_min_tokens is also written to disk
     # when it is set aside and when the model is unloaded (the app closing, another model loading), so that it goes
     # on after a restart without being recomputed; the least recently used leave first to keep within
-    # prefix_disk_bytes. Off (0) for the library: the app and `monorail chat` pass DEFAULT_DISK_CACHE_BYTES.
+    # prefix_disk_bytes. Off (0) for the library; the app turns it on (Settings → Memory, 16 GiB by default).
     prefix_disk_bytes: int = 0
     prefix_disk_dir: str | None = None    # None: engine.paths.cache_dir() / "states"
     prefix_disk_min_tokens: int = 2048
@@ -74,9 +74,6 @@ BACKENDS = ("auto", "native", "reference")
 PREFILL_RATE_MIN_TOKENS = 128
 # Host memory a conversation set aside (prefix reuse) must leave free: the cache never pushes the machine into swap.
 HOST_MEMORY_RESERVE = 2 << 30
-# Disk for saved conversation states where the app and `monorail chat` keep them (EngineOptions.prefix_disk_bytes):
-# a 128K-token conversation of the 27B with int8 KV is 4.3 GB.
-DEFAULT_DISK_CACHE_BYTES = 16 << 30
 
 
 def host_available_bytes() -> int | None:

@@ -62,6 +62,7 @@ def test_settings_round_trip_through_dialog(qtbot, data_dir):
     d.kv.setCurrentText("bf16")
     d.budget.setValue(22.5)
     d.conversation_cache.setValue(2.5)
+    d.saved_states.setValue(40.0)
     d.mtp.setChecked(True)
     d.preset.setCurrentText("Precise (greedy)")
     assert d.temperature.value() == 0.0
@@ -79,7 +80,7 @@ def test_settings_round_trip_through_dialog(qtbot, data_dir):
     assert back == s
     assert (back.backend, back.remote_url, back.remote_model) == ("remote", "http://gpu-box:8000/v1", "qwen3.6-27b")
     assert (back.max_context, back.kv_dtype, back.vram_budget_gib) == (131072, "bf16", 22.5)
-    assert back.conversation_cache_gib == 2.5
+    assert back.conversation_cache_gib == 2.5 and back.saved_states_gib == 40.0
     assert back.mtp_speculation is True
     assert back.sampling["temperature"] == 0.0 and back.system_prompt.startswith("You are an expert programmer")
     assert (back.thinking_default, back.theme, back.language, back.enter_sends) == (False, "dark", "zh_CN", False)
@@ -113,8 +114,10 @@ def test_local_engine_options():
     assert Settings().engine_options()["backend"] == "auto"    # native where a CUDA GPU is usable (engine.api)
     s = Settings(model="/m/q.monorail", max_context=65536, vram_budget_gib=20.0, local_backend="native")
     assert s.engine_options() == {"backend": "native", "kv_dtype": "int8", "max_context": 65536,
-                                  "vram_budget_bytes": 20 * 2**30, "prefix_cache_bytes": 8 * 2**30}
+                                  "vram_budget_bytes": 20 * 2**30, "prefix_cache_bytes": 8 * 2**30,
+                                  "prefix_disk_bytes": 16 * 2**30}
     assert Settings(conversation_cache_gib=0).engine_options()["prefix_cache_bytes"] == 0
+    assert Settings(saved_states_gib=0).engine_options()["prefix_disk_bytes"] == 0
     s.mtp_speculation = True
     assert s.engine_options()["mtp_speculation"] is True
 
@@ -158,12 +161,14 @@ def test_unusable_saved_values_fall_back_one_by_one(data_dir):
 
     (data_dir / "settings.json").write_text(json.dumps({
         "max_tokens": "lots", "theme": "neon", "kv_dtype": "fp4", "sampling": {"temperature": "hot"},
-        "vram_budget_gib": -3, "conversation_cache_gib": -1, "enter_sends": 1, "tariff_per_kwh": float("nan"), "system_prompts": {"x": 5},
+        "vram_budget_gib": -3, "conversation_cache_gib": -1, "saved_states_gib": -2,
+        "enter_sends": 1, "tariff_per_kwh": float("nan"), "system_prompts": {"x": 5},
         "language": "zh_CN", "max_context": 65536, "local_backend": "native", "sampling_preset": "Mine",
         "not_a_setting": True}))
     loaded = load_settings_report()
     assert sorted(loaded.reset) == sorted(["max_tokens", "theme", "kv_dtype", "sampling", "vram_budget_gib",
-                                           "conversation_cache_gib", "enter_sends", "tariff_per_kwh", "system_prompts"])
+                                           "conversation_cache_gib", "saved_states_gib", "enter_sends",
+                                           "tariff_per_kwh", "system_prompts"])
     s = loaded.settings
     assert (s.language, s.max_context, s.local_backend, s.sampling_preset) == ("zh_CN", 65536, "native", "Mine")
     assert s.max_tokens == Settings().max_tokens and s.sampling == Settings().sampling and loaded.set_aside is None

@@ -116,3 +116,26 @@ def test_short_conversations_and_a_store_turned_off_write_nothing(data_dir):
     greedy_reply(short, A)
     short.unload()
     assert _saved_files(data_dir) == []
+
+
+def test_the_worker_saves_the_conversation_when_it_shuts_down(data_dir):
+    """The app's path: Settings' prefix_disk_bytes reaches the engine through the worker, and the Shutdown the
+    app sends when it closes writes the current conversation (long enough: the default 2048-token minimum)."""
+    import queue
+
+    from engine import protocol as P
+    from engine.worker import _Worker, load_engine
+
+    events = queue.Queue()
+    worker = _Worker(events, load_engine)
+    worker.handle(P.LoadModel("load", "demo", {"backend": "reference", "max_context": 8192,
+                                               "prefix_disk_bytes": 1 << 30}))
+    long_system = {"role": "system", "content": "Keep every answer short and exact. " * 300}
+    worker.handle(P.Generate("gen", [long_system, {"role": "user", "content": "Hello?"}],
+                             {"temperature": 0.0, "max_tokens": 2}, False))
+    worker.gen_thread.join(120)
+    assert any(isinstance(e, P.Finished) and e.reason != "error" for e in list(events.queue))
+    assert _saved_files(data_dir) == []              # kept on the GPU / in memory until the model goes
+    assert worker.handle(P.Shutdown()) is False
+    (path,) = _saved_files(data_dir)
+    assert path.stat().st_size > 0

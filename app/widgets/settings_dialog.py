@@ -134,6 +134,12 @@ class SettingsDialog(QDialog):
             "Host memory for the state of conversations you switched away from, so that coming back to one does "
             "not process its whole history again (a 128K-token conversation takes about 4.3 GiB)."))
         f.addRow(tr("Conversation cache (RAM)"), self.conversation_cache)
+        self.saved_states = _gib_box(4096, tr("off (recompute after a restart)"), self.s.saved_states_gib)
+        self.saved_states.setToolTip(tr(
+            "Disk space for the state of long conversations, written when you switch away from one and when the "
+            "app closes, so that after a restart a conversation goes on without processing its whole history "
+            "again. The least recently used are removed first."))
+        f.addRow(tr("Conversation cache (disk)"), self.saved_states)
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (greedy replies, reference backend)"))
         self.mtp.setChecked(self.s.mtp_speculation)
         f.addRow(tr("Speculation"), self.mtp)
@@ -310,6 +316,7 @@ class SettingsDialog(QDialog):
         s.kv_dtype = self.kv.currentText()
         s.vram_budget_gib = self.budget.value()
         s.conversation_cache_gib = self.conversation_cache.value()
+        s.saved_states_gib = self.saved_states.value()
         s.mtp_speculation = self.mtp.isChecked()
         s.sampling_preset = self.preset.currentText()
         s.sampling = {**s.sampling, "temperature": self.temperature.value(), "top_p": self.top_p.value(),
