@@ -19,7 +19,10 @@ the plan fitted to --budget-gib). Each history is timed in four turns:
   5. the long conversation's third turn: resumed from the snapshot set aside, its KV copied back;
   6. the third turn's question edited: resumed from the snapshot where turn 2's history ended (set aside in step 4,
      so the third turn's own snapshot is set aside first);
-  7. turn 2's messages with prefix reuse switched off: the same prompt prefilled whole, the comparison for turn 2.
+  7. a restart: the edited turn's state saved to disk (engine.prefix_store, as the app does when it closes; the
+     file then dropped from the page cache, so reading it back reads the disk), every snapshot in memory forgotten,
+     and the conversation's next turn resumed from the file;
+  8. turn 2's messages with prefix reuse switched off: the same prompt prefilled whole, the comparison for turn 2.
 
 Each turn's time to first token (Finished.ttft_s, measured by the engine from the call's start: rendering the
 template, tokenizing, prefill and the first draw) is recorded with the tokens resumed, and the time the model spent
@@ -119,7 +122,47 @@ def run_turn(engine, messages: list[dict]) -> dict:
             "reply": "".join(text)}
 
 
-def time_history(engine, history_tokens: int) -> dict:
+def time_restart(engine, next_msgs: list[dict], states_dir: str) -> dict:
+    """The newest snapshot saved to a store in ``states_dir`` (timed: the KV copied off the GPU and the file
+    written and synced), the file evicted from the page cache, the in-memory snapshots forgotten (a new process
+    has none), then ``next_msgs`` run: resumed from the file (read, digest-checked, copied to the GPU)."""
+    import shutil
+    from pathlib import Path
+
+    from engine.prefix_store import PrefixStore
+
+    root = Path(states_dir)
+    shutil.rmtree(root, ignore_errors=True)
+    engine._store = PrefixStore(root, "bench", 64 << 30, free_reserve=1 << 30)
+    options = engine.options
+    engine.options = replace(options, prefix_disk_min_tokens=0)   # (the demo's short histories too)
+    try:
+        _sync()
+        t0 = time.perf_counter()
+        engine._save_state(engine._prefixes[0], wait=True)
+        files = sorted(root.rglob("*.state"))
+        for path in files:   # written through to the disk, then out of the page cache: the read below is a cold one
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                save_s = time.perf_counter() - t0
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        if len(files) != 1:
+            raise RuntimeError(f"expected one saved state, found {len(files)}")
+        state_bytes = files[0].stat().st_size
+        engine._prefixes = []
+        turn = run_turn(engine, next_msgs)
+    finally:
+        engine._store, engine.options = None, options
+        shutil.rmtree(root, ignore_errors=True)
+    return {"restart_state_gb": round(state_bytes / 1e9, 3), "restart_save_s": round(save_s, 4),
+            "restart_cached_tokens": turn["cached_tokens"], "restart_prompt_tokens": turn["prompt_tokens"],
+            "restart_ttft_s": turn["ttft_s"]}
+
+
+def time_history(engine, history_tokens: int, states_dir: str) -> dict:
     model = engine._model
     snap, resume, detach = CallTimer(model, "snapshot"), CallTimer(model, "resume"), CallTimer(model, "detach")
     try:
@@ -144,6 +187,9 @@ def time_history(engine, history_tokens: int) -> dict:
         edited_msgs = turn3_msgs[:-1] + [{"role": "user", "content": "And which came up in the middle?"}]
         edit = run_turn(engine, edited_msgs)
         edit_detach_s, edit_resume_s, _ = detach.take(), resume.take(), snap.take()
+        restart = time_restart(engine, edited_msgs + [{"role": "assistant", "content": "Noted."},
+                                                      {"role": "user", "content": "Thanks."}], states_dir)
+        resume.take(), detach.take(), snap.take()
         t0 = time.perf_counter()
         engine._build_prompt(turn2_msgs, False, None)
         render_tokenize_s = time.perf_counter() - t0
@@ -173,6 +219,7 @@ def time_history(engine, history_tokens: int) -> dict:
             "switch_back_ttft_s": back["ttft_s"], "switch_back_resume_s": rounded(back_resume_s),
             "edit_cached_tokens": edit["cached_tokens"], "edit_ttft_s": edit["ttft_s"],
             "edit_detach_s": rounded(edit_detach_s), "edit_resume_s": rounded(edit_resume_s),
+            **restart,
             "turn2_without_reuse_cached_tokens": without["cached_tokens"],
             "turn2_without_reuse_ttft_s": without["ttft_s"],
             "render_tokenize_s": round(render_tokenize_s, 4),
@@ -206,6 +253,9 @@ def main(argv=None) -> int:
     ap.add_argument("--histories", default="32768,131072", help="history lengths in tokens, comma-separated")
     ap.add_argument("--budget-gib", type=float, default=24.0, help="VRAM budget of the simulated card")
     ap.add_argument("--kv", default="int8")
+    ap.add_argument("--states-dir", default="/tmp/monorail-bench-states",
+                    help="where the restart step saves its state (emptied before and after; a 128K history of the "
+                         "27B needs ~4.3 GB)")
     ap.add_argument("--demo", action="store_true",
                     help="the built-in demo model on the reference backend (CPU): checks the script, times nothing "
                          "of interest")
@@ -227,14 +277,17 @@ def main(argv=None) -> int:
                          "token (template, tokenizer, prefill, first draw); greedy 4-token replies; turn 2 appends "
                          "a reply and a question to turn 1's messages; regenerate repeats turn 2; other_conversation "
                          "is a short new conversation (the long one's snapshot set aside: detach), switch_back the "
-                         "long one's third turn after it, edit that turn's question changed; "
+                         "long one's third turn after it, edit that turn's question changed; restart_* the edited "
+                         "turn's state saved to disk (save_s: KV off the GPU, written, fsynced), dropped from the "
+                         "page cache and resumed from the file by the next turn after the in-memory snapshots were "
+                         "forgotten; "
                          "turn2_without_reuse repeats turn 2 with prefix reuse off"),
               "rows": []}
     run_turn(engine, [{"role": "user", "content": filler(0, 300)}])   # warm: kernels, tokenizer, template
     engine._prefixes = []
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for h in histories:   # the file is rewritten after every row: a cut-short run keeps what it measured
-        row = time_history(engine, h)
+        row = time_history(engine, h, args.states_dir)
         result["rows"].append(row)
         result["median_speedup"] = statistics.median(r["ttft_speedup"] or 0 for r in result["rows"])
         print(json.dumps(row), flush=True)

@@ -18,7 +18,7 @@ def test_the_script_records_resumed_and_recomputed_turns(tmp_path, monkeypatch):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "r.json"
-    assert mod.main(["--demo", "--histories", "900", "--out", str(out)]) == 0
+    assert mod.main(["--demo", "--histories", "900", "--out", str(out), "--states-dir", str(tmp_path / "st")]) == 0
     result = json.loads(out.read_text())
     (row,) = result["rows"]
     assert abs(row["turn1_prompt_tokens"] - 900) < 300                 # within a message of the length asked
@@ -34,5 +34,9 @@ def test_the_script_records_resumed_and_recomputed_turns(tmp_path, monkeypatch):
     assert row["set_aside_detach_s"] is not None and row["switch_back_resume_s"] is not None
     # the edited third turn resumes where turn 2's history ended, as the switch back did
     assert row["edit_cached_tokens"] == row["switch_back_cached_tokens"] and row["edit_resume_s"] is not None
+    # after a restart (nothing in memory), the next turn resumes from the state saved to disk: the edited turn's
+    # history end
+    assert row["restart_cached_tokens"] > row["edit_cached_tokens"] and row["restart_state_gb"] > 0
+    assert row["restart_save_s"] is not None and not (tmp_path / "st").exists()
     assert row["ttft_speedup"] == round(row["turn2_without_reuse_ttft_s"] / row["turn2_ttft_s"], 1)
     assert result["gpu"] == "cpu" and result["median_speedup"] == row["ttft_speedup"]
