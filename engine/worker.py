@@ -181,6 +181,9 @@ class _Worker:
         self.gen_thread: threading.Thread | None = None
         self.gen_id: str | None = None
         self.cancel = threading.Event()
+        # set when the generation thread has reported its Finished: what it still runs is the engine's clean-up
+        # (closing the decode loop, releasing the model), which the next request waits for instead of being refused
+        self.gen_reported = threading.Event()
 
     # generation ------------------------------------------------------------
     def _generate(self, req: P.Generate) -> None:
@@ -190,6 +193,7 @@ class _Worker:
                                            cancel=self.cancel):
                 if hasattr(ev, "reason"):
                     finished = True
+                    self.gen_reported.set()
                     self.events.put(P.Finished(
                         request_id=req.request_id, reason=ev.reason,
                         prompt_tokens=int(getattr(ev, "prompt_tokens", 0) or 0),
@@ -203,9 +207,11 @@ class _Worker:
                     self.events.put(P.Delta(req.request_id, ev.channel, ev.text))
             if not finished:
                 reason = "cancelled" if self.cancel.is_set() else "stop"
+                self.gen_reported.set()
                 self.events.put(P.Finished(request_id=req.request_id, reason=reason))
         except Exception as exc:  # an engine error ends this request, never the worker
             self.events.put(_error(req.request_id, exc))
+            self.gen_reported.set()
             self.events.put(P.Finished(request_id=req.request_id, reason="error"))
 
     def _stop_generation(self) -> None:
@@ -218,6 +224,8 @@ class _Worker:
     # requests --------------------------------------------------------------
     def handle(self, req: Any) -> bool:
         """Serve one request; returns False when the worker should exit."""
+        if self.gen_thread is not None and self.gen_reported.is_set():
+            self.gen_thread.join()   # it has said Finished; only its engine's clean-up is left
         if self.gen_thread is not None and not self.gen_thread.is_alive():
             self.gen_thread, self.gen_id = None, None
         if isinstance(req, P.Shutdown):
@@ -240,6 +248,7 @@ class _Worker:
                 self.events.put(P.Finished(request_id=req.request_id, reason="error"))
             else:
                 self.cancel = threading.Event()
+                self.gen_reported = threading.Event()
                 self.gen_id = req.request_id
                 self.gen_thread = threading.Thread(target=self._generate, args=(req,), daemon=True)
                 self.gen_thread.start()

@@ -106,7 +106,8 @@ def test_worker_replies_cancels_and_refuses_images_on_the_native_backend(worker)
     requests.put(P.Cancel("long"))
     fin = collect_events(events, lambda e: isinstance(e, P.Finished) and e.request_id == "long", 120)[-1]
     assert fin.reason == "cancelled" and fin.completion_tokens < 2000
-    text3, fin3, _ = _reply(worker, "g3")
+    text3, fin3, errors3 = _reply(worker, "g3")      # sent at once: the worker waits for the loop's clean-up
+    assert not errors3, errors3[0].message
     assert text3 == text1 and fin3.reason == fin1.reason
 
     stats = _request(worker, P.GetStats("s"), P.WorkerStats)[-1]

@@ -146,3 +146,36 @@ if __name__ == '__main__':
         time.sleep(0.2)
     os.kill(worker_pid, signal.SIGKILL)
     raise AssertionError("the worker outlived its parent")
+
+
+def test_a_request_right_after_finished_waits_for_the_engines_clean_up_instead_of_busy():
+    """The worker reports Finished before its generation thread has returned (the engine still closes its decode
+    loop and releases the model). A request sent at once must be served, not refused as Busy: the GPU test of
+    session 38 sent its next reply right after a cancelled one and got an empty answer."""
+    import queue
+    import threading
+
+    from engine.worker import _Worker
+
+    cleaning = threading.Event()
+
+    class SlowToCloseEngine:
+        info = None
+
+        def generate(self, messages, sampling, *, enable_thinking=True, cancel=None):
+            yield P.Finished(request_id="", reason="stop")
+            cleaning.set()
+            time.sleep(0.3)                  # the clean-up after the last event
+
+    events = queue.Queue()
+    worker = _Worker(events, lambda *a: None)
+    worker.engine = SlowToCloseEngine()
+    worker.handle(P.Generate("a", [{"role": "user", "content": "hi"}], {}, False))
+    while not any(isinstance(e, P.Finished) for e in list(events.queue)):
+        time.sleep(0.001)
+    assert not cleaning.is_set() or worker.gen_thread.is_alive()
+    worker.handle(P.Generate("b", [{"role": "user", "content": "again"}], {}, False))
+    worker.gen_thread.join(5)
+    got = list(events.queue)
+    assert not [e for e in got if isinstance(e, P.WorkerError)], got
+    assert [e.request_id for e in got if isinstance(e, P.Finished)] == ["a", "b"]
