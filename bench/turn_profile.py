@@ -11,32 +11,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import time
 
-from prefix_reuse import _sync, build_history, native_27b_engine, run_turn
-
-
-def step_times(engine, depth: int, widths=(1, 4, 7, 16), reps: int = 5) -> dict[int, float]:
-    """Median wall seconds of one NativeModel.forward of T tokens at ``depth`` (no logits kept)."""
-    import statistics
-
-    import torch
-    model = engine._model
-    out = {}
-    for t in widths:
-        state = model.new_state(depth + 64)
-        state.seq_len = depth            # the lane's KV slots hold whatever they hold: only the time matters
-        ids = torch.arange(t) + 1000
-        times = []
-        for _ in range(reps + 1):
-            _sync()
-            t0 = time.perf_counter()
-            model.engine.forward(state.lane, ids.tolist(), [], depth)
-            _sync()
-            times.append(time.perf_counter() - t0)
-        model.release(state)
-        out[t] = statistics.median(times[1:])
-    return out
+from prefix_reuse import build_history, native_27b_engine, run_turn
+from step_widths import step_seconds
 
 
 def main(argv=None) -> int:
@@ -59,8 +36,8 @@ def main(argv=None) -> int:
         prof.disable()
         print(f"\n== {name}: {row}")
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
-    for t, s in step_times(engine, args.history).items():
-        print(f"step T={t:2d} at depth {args.history}: {s * 1e3:.2f} ms")
+    for t in (1, 4, 7, 16):
+        print(f"step T={t:2d} at depth {args.history}: {step_seconds(engine._model, args.history, t) * 1e3:.2f} ms")
     return 0
 
 

@@ -144,6 +144,10 @@ static StepWorkspace carve_step_workspace(Arena& a, const ModelDims& d, int64_t 
   w.logits = take_f32(a, "ws.logits", c, logit_rows * d.vocab);
   w.sampler = a.take("ws.sampler", c, logit_rows * d.vocab * 4);  // adjusted logits per row
   w.out_tokens = reinterpret_cast<int32_t*>(a.take("ws.out_tokens", c, kMaxStepTokens * 4));
+  if (T > 1) {  // one-token plans never run the tensor-core GEMV
+    w.gemv_part_floats = kMaxGemvSplits * split_tokens * d.hidden;
+    w.gemv_part = take_f32(a, "ws.gemv_part", c, w.gemv_part_floats);
+  }
   w.bytes = a.used();
   return w;
 }

@@ -83,6 +83,8 @@ struct EngineShape {
 
 // Attention split-K: at most this many chunks of the context per (kv head, token).
 constexpr int64_t kMaxAttnSplits = 128;
+// Splits of K the tensor-core GEMV of T = 2..16 tokens may use (csrc/cuda/qgemv_mma.cuh kMaxSplits).
+constexpr int64_t kMaxGemvSplits = 16;
 constexpr int64_t kMaxStepTokens = 16;
 
 struct Allocation {
@@ -165,6 +167,8 @@ struct StepWorkspace {
   float* logits = nullptr;     // [T, vocab]
   char* sampler = nullptr;     // sampler scratch
   int32_t* out_tokens = nullptr;  // [T]
+  float* gemv_part = nullptr;  // [kMaxGemvSplits, min(T, 16), hidden] the tensor-core GEMV's split-K partials (T > 1)
+  int64_t gemv_part_floats = 0;
   int64_t bytes = 0;
 };
 

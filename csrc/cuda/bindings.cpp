@@ -166,13 +166,15 @@ void register_cuda_bindings(py::module_& m) {
   // ---- op-level entry points (default stream, synchronised) for the device tests ----
   m.def("op_qgemv", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits, int group,
                        uintptr_t x, int T, int epi, uintptr_t out_f32, uintptr_t out_h, int ldo, int x_layout,
-                       int out_layout) {
+                       int out_layout, uintptr_t scratch, int64_t scratch_floats) {
+    const GemvScratchScope scope(ptr<float>(scratch), scratch_floats);
     qgemv(qmat(codes, high, scales, N, K, bits, group), ptr<const __half>(x), T, epi, ptr<float>(out_f32),
           ptr<__half>(out_h), ldo, 0, x_layout, out_layout);
     sync0("qgemv");
   }, py::arg("codes"), py::arg("high"), py::arg("scales"), py::arg("N"), py::arg("K"), py::arg("bits"),
      py::arg("group"), py::arg("x"), py::arg("T"), py::arg("epi"), py::arg("out_f32"), py::arg("out_h"),
-     py::arg("ldo"), py::arg("x_layout") = 0, py::arg("out_layout") = 0);
+     py::arg("ldo"), py::arg("x_layout") = 0, py::arg("out_layout") = 0, py::arg("scratch") = 0,
+     py::arg("scratch_floats") = 0);
   m.def("op_qgemv_normed", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K, int bits,
                               int group, uintptr_t resid, uintptr_t norm_w, float eps, bool add_one, int T, int epi,
                               uintptr_t out_f32, uintptr_t out_h, int ldo, uintptr_t xin, int out_layout,
@@ -228,6 +230,9 @@ void register_cuda_bindings(py::module_& m) {
         "qgemv_normed's keep_x by the fused kernel writing x where the route has one (on) or by the norm kernel "
         "first (off; on is the default)");
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
+  m.def("set_qgemv_mma", &set_qgemv_mma, "4-bit GEMVs of T = 2..16 on tensor cores (default on) or per token (off)");
+  m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
+        "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {
     return qgemv_fuses_norm(qmat(0, 0, 0, N, K, bits, group), T);
   }, "whether qgemv_normed of this shape runs the norm inside the GEMV (else as its own kernel first)");

@@ -432,6 +432,7 @@ void NativeEngine::enqueue_step(int lane, int T) {
   const PdlScope pdl_scope;  // the step's kernels may overlap their predecessor's tail (pdl.cuh)
   const ModelDims& d = dims_;
   StepWorkspace& w = buf_.ws;
+  const GemvScratchScope gemv_scratch(w.gemv_part, w.gemv_part_floats);  // split K of the T > 1 GEMVs
   cudaStream_t st = stream_;
   const StepInputs* in = reinterpret_cast<const StepInputs*>(w.inputs);
   auto* xin = reinterpret_cast<__half*>(w.xin);

@@ -39,6 +39,22 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
 int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
+// 4-bit GEMVs of T = 2..16 tokens on tensor cores (qgemv_mma.cuh: the matrix streamed once for all tokens; default
+// on); off runs the per-token kernel (an A/B switch for measurements and tests).
+void set_qgemv_mma(bool on);
+// fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
+// the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
+// little for a split) the kernel runs unsplit, with the same result up to the order of the sums.
+struct GemvScratchScope {
+  GemvScratchScope(float* scratch, int64_t floats);
+  ~GemvScratchScope();
+  GemvScratchScope(const GemvScratchScope&) = delete;
+  GemvScratchScope& operator=(const GemvScratchScope&) = delete;
+  float* saved_ptr;
+  int64_t saved_floats;
+};
+// The split count the tensor-core GEMV would use for N x K over T tokens with `floats` of scratch (1: unsplit).
+int qgemv_mma_splits(int N, int K, int T, int64_t floats);
 // Variant 49 (down's route at 4 bits) for N rows: its blocks carry idle warps so that an SM holds at most its fair
 // share of them, ceil(blocks / SMs), where the kernel alone would take more (qgemv.cu); what a launch uses.
 struct SpreadLaunch {

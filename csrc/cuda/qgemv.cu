@@ -1787,6 +1787,40 @@ int t1_variant(const GemvArgs& a) {
   return v ? v : t1_route<BITS>(a);
 }
 
+#include "qgemv_mma.cuh"
+
+bool g_mma = true;                 // set_qgemv_mma
+float* g_gemv_scratch = nullptr;   // GemvScratchScope
+int64_t g_gemv_scratch_floats = 0;
+
+// Splits of K for the tensor-core GEMV: enough warps for ~8 an SM (the bytes in flight a stream needs), each split
+// at least 4 spans of 128, and the partials within the scratch.
+int mma_splits(int N, int K, int T, int64_t floats) {
+  const int tiles = ceil_div(N, mma_gemv::kRowsPerWarp);
+  const int spans = ceil_div(K, mma_gemv::kSpan);
+  int splits = std::min({mma_gemv::kMaxSplits, ceil_div(8 * sm_count(), tiles), std::max(1, spans / 4)});
+  while (splits > 1 && (int64_t)splits * T * N > floats) --splits;
+  if (splits < 1) splits = 1;
+  const int per = ceil_div(spans, splits);
+  return ceil_div(spans, per);  // no empty split
+}
+
+void launch_mma(const GemvArgs& a, cudaStream_t st) {
+  const int splits = mma_splits(a.N, a.K, a.T, g_gemv_scratch ? g_gemv_scratch_floats : 0);
+  const int spans = ceil_div(a.K, mma_gemv::kSpan);
+  const int per = ceil_div(spans, splits);
+  const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
+  const dim3 block(mma_gemv::kWarpsPerBlock * 32);
+  float* part = splits > 1 ? g_gemv_scratch : nullptr;
+  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<1>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<2>, grid, block, 0, st, a, part, per);
+  if (splits > 1) {
+    const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
+    launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
+               static_cast<const float*>(part), splits);
+  }
+}
+
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
   // T > 1 and the generic T = 1 path of 5/6/8-bit decode per element (code_of), instantiated for T = 1 and
@@ -1995,6 +2029,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     }
   }
   else if (BITS != 4) launch<BITS, 16, 2, false, false>(a, st);
+  else if (g_mma && !a.x_lanes && a.nx == nullptr) launch_mma(a, st);
   else if (a.T <= 2) launch<BITS, 2, 2, false, false>(a, st);
   else if (a.T <= 4) launch<BITS, 4, 2, false, false>(a, st);
   else if (a.T <= 8) launch<BITS, 8, 2, false, false>(a, st);
@@ -2148,6 +2183,21 @@ int qgemv_x_layout(const QMatrix& W, int T) {
 }
 
 void set_qgemv_lanes(bool on) { g_lanes = on; }
+
+void set_qgemv_mma(bool on) { g_mma = on; }
+
+GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
+    : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {
+  g_gemv_scratch = scratch;
+  g_gemv_scratch_floats = scratch ? floats : 0;
+}
+
+GemvScratchScope::~GemvScratchScope() {
+  g_gemv_scratch = saved_ptr;
+  g_gemv_scratch_floats = saved_floats;
+}
+
+int qgemv_mma_splits(int N, int K, int T, int64_t floats) { return mma_splits(N, K, T, floats); }
 
 SpreadLaunch qgemv_spread_launch(int N, bool x_lanes) { return pp_spread_launch(x_lanes, N); }
 

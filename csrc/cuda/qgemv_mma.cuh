@@ -1,0 +1,185 @@
+// The 4-bit GEMV for T = 2..16 tokens on tensor cores (mma.sync m16n8k16, fp32 accumulate): the weights are
+// dequantized once and multiplied with every token, so a step of T tokens streams the matrix once, as T = 1 does.
+// Included by qgemv.cu (it uses GemvArgs, swiglu_pos and the launch helpers there).
+//
+// Why: the per-token kernel (qgemv_kernel with TT > 1) decodes each chunk again for every token, so its cost grows
+// with T: on an H100 a whole 27B step took 6.2 / 19 / 31 / 77 ms at T = 1 / 4 / 7 / 16 (32K depth,
+// bench/results/turn-profile-*-s38-call2.txt), which made short prompt tails and speculative verification cost
+// nearly a full step per token.
+//
+// Work split: a warp owns 32 rows (two m16 tiles) over a range of K; the four lanes of a quad (c = lane % 4) own
+// four consecutive 32-element chunks of their rows (16 bytes each, so a quad reads 64 contiguous bytes of a row).
+// The mma's k index is a reduction index, so any one-to-one map from its 16 k slots to elements serves, provided A
+// (weights) and B (x) use the same one: at k-step s (0..7) of a 128-element span, lane c's slots 2c, 2c+1 hold the
+// half2 pair (word s / 2, pair 2 (s % 2)) of its own chunk and slots 2c+8, 2c+9 the pair after it, exactly the
+// pairing dot_q4_half2 uses with x in perm8 order (word j of a chunk <-> x piece j, pair i <-> x half2 4j + i).
+// A = (code - 8) * scale, formed in fp16 (exact code, one rounding for the scale's product); B = x of token
+// g (+ 8 for the second n8 tile). With few row tiles (the 5120-row outputs) the K range is split over blockIdx.y
+// and the partial sums go through a scratch buffer, summed in a fixed order by qgemv_mma_reduce_kernel (the same
+// result on every run).
+#pragma once
+
+namespace mma_gemv {
+
+constexpr int kRowsPerWarp = 32;
+constexpr int kWarpsPerBlock = 4;
+constexpr int kSpan = 128;        // elements of K a quad covers per iteration (4 lanes x 32)
+constexpr int kMaxSplits = 16;
+constexpr int kUnroll = 2;      // spans loaded together
+
+// The two half2 of word w's pair (i, i + 1), i = 0 or 2: (code - 8) exactly (dot_q4_half2's decode).
+__device__ __forceinline__ void decode_pairs(uint32_t w, int i, __half2& p0, __half2& p1) {
+  const __half2 bias_lo = __floats2half2_rn(1032.f, 1032.f);
+  const __half2 sixteenth = __floats2half2_rn(1.f / 16.f, 1.f / 16.f);
+  const __half2 bias_hi = __floats2half2_rn(-72.f, -72.f);
+  const uint32_t v = i == 0 ? w : w >> 8;
+  uint32_t lo = and_or<0x000F000Fu, 0x64006400u>(v);
+  uint32_t hi = and_or<0x00F000F0u, 0x64006400u>(v);
+  p0 = __hsub2(*reinterpret_cast<__half2*>(&lo), bias_lo);
+  p1 = __hfma2(*reinterpret_cast<__half2*>(&hi), sixteenth, bias_hi);
+}
+
+__device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
+
+}  // namespace mma_gemv
+
+// NT n8 tiles of tokens (1: T <= 8, 2: T <= 16). part == nullptr: the epilogue is applied here (one split);
+// else this split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
+template <int NT>
+__global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
+                                                                                    int spans_per_split) {
+  using namespace mma_gemv;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * kRowsPerWarp;
+  const int nch = a.K >> 5;
+  const int nspans = (a.K + kSpan - 1) / kSpan;
+  const int ngroups = a.K >> a.gshift;
+  const int span0 = blockIdx.y * spans_per_split;
+  const int span1 = min(nspans, span0 + spans_per_split);
+  // rows g, g + 8, g + 16, g + 24 of the warp's tile (m tile mt: rows g + 16 mt and g + 8 + 16 mt)
+  int rows[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) rows[m] = min(row0 + g + 8 * m, a.N - 1);
+  float acc[2][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  bool waited = false;
+  // two spans a pass: both spans' weights are loaded before either is used (4 KB of codes in flight a warp)
+  for (int sb = span0; sb < span1; sb += kUnroll) {
+    uint4 wq[kUnroll][4];
+    __half2 s2[kUnroll][4];
+    bool valid[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int ch = (sb + u) * 4 + c;  // this lane's chunk
+      valid[u] = sb + u < span1 && ch < nch && row0 < a.N;
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        wq[u][m] = valid[u] ? __ldg(reinterpret_cast<const uint4*>(a.codes + (size_t)rows[m] * (a.K / 2) + ch * 16))
+                            : make_uint4(0x88888888u, 0x88888888u, 0x88888888u, 0x88888888u);  // code 8: zero
+        const __half s = valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
+        s2[u][m] = __halves2half2(s, s);
+      }
+    }
+    if (!waited) {  // the first weights are in flight; x is the previous kernel's output
+      pdl_wait();
+      pdl_trigger();
+      waited = true;
+    }
+    uint4 xv[kUnroll][NT][4];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int t = g + 8 * nt;
+        const bool have = valid[u] && t < a.T;
+        const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? __ldg(xp + p) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        const int j = s >> 1, i = (s & 1) * 2;
+        uint32_t afr[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
+          decode_pairs((&wq[u][2 * mt].x)[j], i, lo0, lo1);
+          decode_pairs((&wq[u][2 * mt + 1].x)[j], i, hi0, hi1);
+          afr[mt][0] = as_u32(__hmul2(lo0, s2[u][2 * mt]));
+          afr[mt][1] = as_u32(__hmul2(hi0, s2[u][2 * mt + 1]));
+          afr[mt][2] = as_u32(__hmul2(lo1, s2[u][2 * mt]));
+          afr[mt][3] = as_u32(__hmul2(hi1, s2[u][2 * mt + 1]));
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[u][nt][j]);
+          const uint32_t b0 = x32[i], b1 = x32[i + 1];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
+        }
+      }
+    }
+  }
+  if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
+  // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
+  if (part != nullptr) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = row0 + g + 16 * mt + 8 * (e >> 1), t = 2 * c + (e & 1) + 8 * nt;
+          if (row < a.N && t < a.T) part[((size_t)blockIdx.y * a.T + t) * a.N + row] = acc[mt][nt][e];
+        }
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + g + 16 * mt + 8 * (e >> 1), t = 2 * c + (e & 1) + 8 * nt;
+        // SwiGLU: rows 2p (gate) and 2p + 1 (up) sit in quads g and g + 1 (same c, e): lane + 4 holds the up
+        const float up = __shfl_down_sync(0xffffffffu, acc[mt][nt][e], 4);
+        if (row >= a.N || t >= a.T) continue;
+        const float v = acc[mt][nt][e];
+        if (a.epi == GEMV_STORE) {
+          a.out_f32[(size_t)t * a.ldo + row] = v;
+        } else if (a.epi == GEMV_ADD) {
+          a.out_f32[(size_t)t * a.ldo + row] += v;
+        } else if ((g & 1) == 0) {
+          a.out_h[(size_t)t * a.ldo + swiglu_pos(a, row >> 1)] = __float2half(silu(v) * up);
+        }
+      }
+}
+
+// Sums the splits' partials in split order and applies the epilogue: one thread per (token, output).
+__global__ void __launch_bounds__(256) qgemv_mma_reduce_kernel(GemvArgs a, const float* part, int splits) {
+  pdl_wait();
+  pdl_trigger();
+  const int outs = a.epi == GEMV_SWIGLU ? a.N / 2 : a.N;
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= a.T * outs) return;
+  const int t = idx / outs, o = idx % outs;
+  auto sum = [&](int row) {
+    float s = 0.f;
+    for (int z = 0; z < splits; ++z) s += part[((size_t)z * a.T + t) * a.N + row];
+    return s;
+  };
+  if (a.epi == GEMV_STORE) {
+    a.out_f32[(size_t)t * a.ldo + o] = sum(o);
+  } else if (a.epi == GEMV_ADD) {
+    a.out_f32[(size_t)t * a.ldo + o] += sum(o);
+  } else {
+    a.out_h[(size_t)t * a.ldo + swiglu_pos(a, o)] = __float2half(silu(sum(2 * o)) * sum(2 * o + 1));
+  }
+}

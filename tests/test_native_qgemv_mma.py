@@ -1,0 +1,104 @@
+"""The 4-bit GEMV of T = 2..16 tokens on tensor cores (csrc/cuda/qgemv_mma.cuh) against an fp64 oracle on the GPU:
+every epilogue, group 32 and 64, shapes with a partial last row tile and a partial last 128-element span, unsplit
+and with K split over a scratch buffer (the route of the 5120-row outputs in a decode step); the split's result is
+the same on every run, and the per-token kernel it replaces agrees with it."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from native_helpers import TOL_FP16_OUT, TOL_GEMV_MMA, from_perm8, quantized, rel_err, requires_gpu, to_perm8
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+torch = pytest.importorskip("torch")
+
+SCRATCH_FLOATS = 16 * 16 * 5120   # what a 27B decode workspace holds (alloc_sequence.cpp ws.gemv_part)
+
+
+@contextlib.contextmanager
+def mma(nat, on: bool):
+    nat.set_qgemv_mma(on)
+    try:
+        yield
+    finally:
+        nat.set_qgemv_mma(True)
+
+
+def _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch=None):
+    """op_qgemv into ``out`` ([T, N] fp32 for store / add, [T, N / 2] fp16 for SwiGLU), with split-K scratch."""
+    ptr_f32, ptr_h, ldo = (0, out.data_ptr(), N // 2) if epi == 2 else (out.data_ptr(), 0, N)
+    nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, group, to_perm8(x).data_ptr(), T, epi, ptr_f32,
+                 ptr_h, ldo, scratch=0 if scratch is None else scratch.data_ptr(),
+                 scratch_floats=0 if scratch is None else scratch.numel())
+
+
+def _oracle(wd, x, epi):
+    y = (wd @ x.double().T).T
+    return torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2] if epi == 2 else y
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("epi", [0, 1, 2])
+@pytest.mark.parametrize("T", [2, 3, 8, 9, 16])
+@pytest.mark.parametrize("N, K, group", [(250, 1152, 64), (5120, 6144, 64), (96, 160, 32), (2 * 17408, 5120, 64)])
+def test_tensor_core_gemv_against_fp64(nat, N, K, group, T, epi, split):
+    if (N, K) == (2 * 17408, 5120) and (epi != 2 or T not in (3, 16)):
+        pytest.skip("the gate_up shape: its SwiGLU at two widths is enough")
+    gen = torch.Generator().manual_seed(N + K + T * 7 + epi)
+    q, codes, high, scales, wd = quantized(N, K, 4, group, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
+    if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1:
+        pytest.skip("this shape runs unsplit even with scratch")
+    ref = _oracle(wd, x, epi)
+    if epi == 2:
+        out = torch.full((T, N // 2), float("nan"), device="cuda").half()
+        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch)
+        got = from_perm8(out.float())
+        tol = TOL_GEMV_MMA + TOL_FP16_OUT
+    elif epi == 1:
+        base = torch.randn(T, N, device="cuda")
+        out = base.clone()
+        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch)
+        got, tol = out - base, 2 * TOL_GEMV_MMA
+    else:
+        out = torch.full((T, N), float("nan"), device="cuda")
+        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch)
+        got, tol = out, TOL_GEMV_MMA
+    assert not got.isnan().any()
+    assert rel_err(got, ref) < tol, rel_err(got, ref)
+
+
+def test_the_split_is_the_same_on_every_run_and_the_splits_follow_the_shape(nat):
+    assert nat.qgemv_mma_splits(5120, 17408, 16, SCRATCH_FLOATS) > 1      # down: 160 row tiles of 32
+    assert nat.qgemv_mma_splits(5120, 17408, 16, 0) == 1                  # no scratch, no split
+    assert nat.qgemv_mma_splits(248320, 5120, 16, SCRATCH_FLOATS) == 1    # lm_head: rows enough
+    N, K, T = 5120, 17408, 16
+    gen = torch.Generator().manual_seed(5)
+    q, codes, high, scales, wd = quantized(N, K, 4, 64, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    scratch = torch.zeros(SCRATCH_FLOATS, device="cuda")
+    outs = []
+    for _ in range(2):
+        out = torch.zeros(T, N, device="cuda")
+        _run(nat, codes, scales, N, K, 64, x, T, 0, out, scratch)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    assert rel_err(outs[0], _oracle(wd, x, 0)) < TOL_GEMV_MMA
+
+
+def test_the_per_token_kernel_it_replaces_agrees(nat):
+    N, K, T = 1024, 2048, 5
+    gen = torch.Generator().manual_seed(9)
+    q, codes, high, scales, wd = quantized(N, K, 4, 64, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    new, old = torch.zeros(T, N, device="cuda"), torch.zeros(T, N, device="cuda")
+    _run(nat, codes, scales, N, K, 64, x, T, 0, new)
+    with mma(nat, False):
+        _run(nat, codes, scales, N, K, 64, x, T, 0, old)
+    ref = _oracle(wd, x, 0)
+    assert rel_err(new, ref) < TOL_GEMV_MMA and rel_err(old, ref) < 2e-3
+    assert rel_err(new, old) < 3e-3
