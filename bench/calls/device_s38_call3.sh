@@ -3,6 +3,7 @@
 # first (stop there if they fail), then whole steps of T = 1..16 with it and with the per-token kernel
 # (bench/step_widths.py), then every GPU test module (T > 1 steps run through it everywhere now).
 #   bash bench/calls/device_s38_call3.sh     (carry .whl; ~8 minutes on a fresh machine)
+#   TESTS="tests/test_native_model.py ..." BUDGET=300 bash bench/calls/device_s38_call3.sh   (fewer modules, a shorter call)
 set -uo pipefail
 source bench/device_setup.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt" 2>&1
@@ -13,8 +14,8 @@ rc=$?; echo "mma tests rc=$rc"; tail -3 "$out/tests-mma.log"
 [ $rc -ne 0 ] && { grep -E "^E " "$out/tests-mma.log" | head -20; exit 1; }
 (cd bench && timeout 150 python3 step_widths.py --out "$out/step-widths-$gpu.json") 2>&1 | tail -14
 echo "widths done: $(( $(date +%s) - t0 )) s"
-left=$(( 570 - ($(date +%s) - t0) ))
-timeout $left python3 -m pytest -q -p no:cacheprovider -rfE tests/test_native*.py tests/test_plan.py \
+left=$(( ${BUDGET:-570} - ($(date +%s) - t0) ))
+timeout $left python3 -m pytest -q -p no:cacheprovider -rfE ${TESTS:-tests/test_native*.py tests/test_plan.py} \
   -k "not timing_probe" > "$out/tests.log" 2>&1
 echo "tests rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -20
 echo "total: $(( $(date +%s) - t0 )) s"
