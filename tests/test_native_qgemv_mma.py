@@ -20,11 +20,19 @@ SCRATCH_FLOATS = 16 * 16 * 5120   # what a 27B decode workspace holds (alloc_seq
 
 @contextlib.contextmanager
 def mma(nat, on: bool):
+    before = nat.qgemv_mma()
     nat.set_qgemv_mma(on)
     try:
         yield
     finally:
-        nat.set_qgemv_mma(True)
+        nat.set_qgemv_mma(before)
+
+
+@pytest.fixture(autouse=True)
+def tensor_cores_on(nat):
+    """Every test here runs the tensor-core kernel (the route is off by default until these tests pass on a GPU)."""
+    with mma(nat, True):
+        yield
 
 
 def _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch=None):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 38, call 3: the 4-bit GEMV of T = 2..16 tokens on tensor cores (csrc/cuda/qgemv_mma.cuh). Its op tests
-# first (stop there if they fail), then whole steps of T = 1..16 with it and with the per-token kernel
-# (bench/step_widths.py), then every GPU test module (T > 1 steps run through it everywhere now).
+# Session 38, call 3 (not run: the session's device time ran out): the 4-bit GEMV of T = 2..16 tokens on tensor cores
+# (csrc/cuda/qgemv_mma.cuh). Its op tests first (they switch it on; stop there if they fail), then whole steps of
+# T = 1..16 with it and with the per-token kernel (bench/step_widths.py), then every GPU test module on the default
+# route. Once the op tests pass, turn the route on (qgemv.cu g_mma = true) and run every module again.
 #   bash bench/calls/device_s38_call3.sh     (carry .whl; ~8 minutes on a fresh machine)
 #   TESTS="tests/test_native_model.py ..." BUDGET=300 bash bench/calls/device_s38_call3.sh   (fewer modules, a shorter call)
 set -uo pipefail

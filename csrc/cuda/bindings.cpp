@@ -230,7 +230,9 @@ void register_cuda_bindings(py::module_& m) {
         "qgemv_normed's keep_x by the fused kernel writing x where the route has one (on) or by the norm kernel "
         "first (off; on is the default)");
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
-  m.def("set_qgemv_mma", &set_qgemv_mma, "4-bit GEMVs of T = 2..16 on tensor cores (default on) or per token (off)");
+  m.def("set_qgemv_mma", &set_qgemv_mma, "4-bit GEMVs of T = 2..16 on tensor cores (on) or per token (off, the default "
+        "until the tensor-core kernel has run on a GPU)");
+  m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

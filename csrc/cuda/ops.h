@@ -39,9 +39,10 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
 int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
-// 4-bit GEMVs of T = 2..16 tokens on tensor cores (qgemv_mma.cuh: the matrix streamed once for all tokens; default
-// on); off runs the per-token kernel (an A/B switch for measurements and tests).
+// 4-bit GEMVs of T = 2..16 tokens on tensor cores (qgemv_mma.cuh: the matrix streamed once for all tokens) when on;
+// off runs the per-token kernel. Off by default until the tensor-core kernel has passed its GPU tests.
 void set_qgemv_mma(bool on);
+bool qgemv_mma();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
 // little for a split) the kernel runs unsplit, with the same result up to the order of the sums.
