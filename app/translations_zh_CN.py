@@ -110,9 +110,9 @@ ZH_CN: dict[str, str] = {
     "Conversation cache (disk)": "对话缓存（磁盘）",
     "Disk space for the state of long conversations, written when you switch away from one and when the "
     "app closes, so that after a restart a conversation goes on without processing its whole history "
-    "again. The least recently used are removed first.":
+    "again. The least recently used are removed first; off deletes them.":
         "用于保存长对话状态的磁盘空间：切换离开对话或关闭应用时写入，重启后继续对话无需重新处理全部历史。"
-        "最久未使用的先被删除。",
+        "最久未使用的先被删除；关闭时将其全部删除。",
     "Show memory plan": "显示显存规划",
     "The plan lists every device allocation before anything is loaded.": "规划会在加载任何内容之前列出每一项显存分配。",
     "Sampling preset": "采样预设",

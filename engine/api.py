@@ -286,16 +286,22 @@ class Engine:
         plan = model.plan.as_dict() if hasattr(model, "plan") and hasattr(model.plan, "as_dict") else None
         return model, "cuda", plan
 
+    @staticmethod
+    def states_root(options: EngineOptions) -> Path:
+        """The folder saved states live in (EngineOptions.prefix_disk_dir, else the cache folder's states/)."""
+        from engine.paths import cache_dir
+
+        return Path(options.prefix_disk_dir) if options.prefix_disk_dir else cache_dir() / "states"
+
     def open_state_store(self, model_path: Path) -> None:
         """Saved states for this model (EngineOptions.prefix_disk_bytes): found by prompts from now on, and
         written when a conversation is set aside or the model unloaded. A store that cannot be opened (a
         read-only or missing disk) leaves the engine without one: the conversation is recomputed instead."""
-        from engine.paths import cache_dir
         from engine.prefix_store import PrefixStore
 
         if not hasattr(self._model, "export_snapshot"):
             return
-        root = Path(self.options.prefix_disk_dir) if self.options.prefix_disk_dir else cache_dir() / "states"
+        root = self.states_root(self.options)
         try:
             self._store = PrefixStore(root, _state_identity(model_path, self._model.snapshot_layout()),
                                       self.options.prefix_disk_bytes)

@@ -72,6 +72,8 @@ class PrefixStore:
         self._lock = threading.Lock()
         self._entries: list[StoredState] = []
         self._scan()
+        with self._lock:   # a budget lowered since the files were written holds from now on
+            self._make_room(0)
 
     # ------------------------------------------------------------------ index
     def _scan(self) -> None:
@@ -222,6 +224,22 @@ class PrefixStore:
         except OSError:
             pass
         return header.get("meta", {}), arrays
+
+
+def remove_all(root: Path) -> int:
+    """Delete every saved state under ``root`` (all models' folders); the bytes freed."""
+    freed = 0
+    for path, size, _t in _state_files(Path(root)):
+        if path.name.endswith((SUFFIX, ".tmp")):
+            _unlink(path)
+            freed += size
+    if Path(root).is_dir():
+        for folder in Path(root).iterdir():
+            try:
+                folder.rmdir()   # only when empty
+            except OSError:
+                pass
+    return freed
 
 
 def _read_header(path: Path) -> tuple[dict, list[int]]:

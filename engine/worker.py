@@ -258,6 +258,8 @@ class _Worker:
         try:
             if isinstance(req, P.LoadModel):
                 self._unload()
+                if req.options.get("prefix_disk_bytes", None) == 0:   # the app's Settings turned saved states off
+                    _remove_saved_states(req.options)
                 progress = lambda f, m="": self.events.put(P.Progress(req.request_id, float(f), str(m)))  # noqa: E731
                 self.engine = self.factory(req.model, dict(req.options), progress)
                 self.events.put(_info_event(req.request_id, self.engine.info))
@@ -290,6 +292,17 @@ class _Worker:
                 self.engine.unload()
             finally:
                 self.engine = None
+
+
+def _remove_saved_states(options: dict) -> None:
+    """Free the disk the saved conversation states held (Settings → Conversation cache (disk) set to off)."""
+    from engine.api import Engine, EngineOptions
+    from engine.prefix_store import remove_all
+
+    try:
+        remove_all(Engine.states_root(EngineOptions(prefix_disk_dir=options.get("prefix_disk_dir"))))
+    except OSError:
+        pass
 
 
 def worker_main(requests: Any, events: Any, factory_spec: str = DEFAULT_FACTORY) -> None:

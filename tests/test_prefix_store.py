@@ -134,3 +134,18 @@ def test_a_header_that_lies_about_its_arrays_is_removed(tmp_path, bad_meta_array
         raw = raw.replace(b'"nbytes": 30000', b'"nbytes": 90000')   # longer than the file
     entry.path.write_bytes(bytes(raw))
     assert store.load(entry) is None and not entry.path.exists()
+
+
+def test_a_lowered_budget_holds_when_the_store_opens_and_remove_all_frees_everything(tmp_path):
+    from engine.prefix_store import remove_all
+    store = _store(tmp_path, budget=8 * MB)
+    old = store.save([1] * 10, {}, _arrays(1000, seed=1))
+    past = time.time() - 100
+    os.utime(old.path, (past, past))
+    store.save([2] * 10, {}, _arrays(1000, seed=2))
+    smaller = _store(tmp_path, budget=int(1.5 * MB))
+    assert [e.ids for e in smaller.entries()] == [[2] * 10] and not old.path.exists()
+    other = _store(tmp_path, identity="model-b")
+    other.save([3] * 10, {}, _arrays(10))
+    assert remove_all(tmp_path / "states") > 0
+    assert list((tmp_path / "states").rglob("*")) == []

@@ -139,3 +139,22 @@ def test_the_worker_saves_the_conversation_when_it_shuts_down(data_dir):
     assert worker.handle(P.Shutdown()) is False
     (path,) = _saved_files(data_dir)
     assert path.stat().st_size > 0
+
+
+def test_turning_saved_states_off_in_the_app_frees_the_disk(data_dir):
+    """Settings → Conversation cache (disk) set to 0 reaches the worker as prefix_disk_bytes=0 on the next load: the
+    states already saved are deleted (the library's default 0 touches nothing: only the app's load does this)."""
+    import queue
+
+    from engine import protocol as P
+    from engine.worker import _Worker, load_engine
+
+    first = _saving()
+    greedy_reply(first, A)
+    first.unload()
+    assert len(_saved_files(data_dir)) == 1
+    Engine.load("demo", EngineOptions(max_context=4096))           # the library's default: nothing removed
+    assert len(_saved_files(data_dir)) == 1
+    worker = _Worker(queue.Queue(), load_engine)
+    worker.handle(P.LoadModel("load", "demo", {"backend": "reference", "max_context": 4096, "prefix_disk_bytes": 0}))
+    assert _saved_files(data_dir) == []

@@ -138,7 +138,7 @@ class SettingsDialog(QDialog):
         self.saved_states.setToolTip(tr(
             "Disk space for the state of long conversations, written when you switch away from one and when the "
             "app closes, so that after a restart a conversation goes on without processing its whole history "
-            "again. The least recently used are removed first."))
+            "again. The least recently used are removed first; off deletes them."))
         f.addRow(tr("Conversation cache (disk)"), self.saved_states)
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (greedy replies, reference backend)"))
         self.mtp.setChecked(self.s.mtp_speculation)
