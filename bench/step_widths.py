@@ -1,5 +1,5 @@
 """Wall time of one decode step of T = 1..16 tokens on random weights of the real 27B shapes (run on the GPU machine),
-with the 4-bit GEMVs of T > 1 on tensor cores (set_qgemv_mma on) and per token (off), at a few depths.
+with the GEMVs of T > 1 on tensor cores (set_qgemv_mma on) and per token (off), at a few depths.
 
     python bench/step_widths.py --out bench/results/step-widths-h100.json [--depths 0,32768] [--widths 1,2,4,8,16]
 
@@ -7,7 +7,7 @@ A step of T tokens is what a short prompt tail (Engine routes inputs of up to 12
 verification of T - 1 speculative drafts cost; its weights are streamed once however many tokens it carries, so it
 should cost about what T = 1 does until the attention or the arithmetic takes over. Each figure is the median of
 --reps graph replays of NativeEngine.forward (inputs uploaded, the step's graph launched, synchronised), after one
-that captures the graph. ``weights_gb`` is the step's weight bytes (the plan's), ``roofline_ms`` those bytes at the
+that captures the graph. ``weights_gb`` is the step's streamed weight bytes, ``roofline_ms`` those bytes at the
 measured copy bandwidth (bench/decode.py's copy test).
 """
 
@@ -50,21 +50,26 @@ def main(argv=None) -> int:
     ap.add_argument("--widths", default="1,2,3,4,8,16")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--budget-gib", type=float, default=24.0)
+    ap.add_argument("--recipe", default="q4g64", help="q4g64 (every matrix 4-bit) or a converter recipe id such as "
+                                                     "q4-27b (5 / 6 / 8-bit matrices too)")
     args = ap.parse_args(argv)
     import torch
 
     from decode import copy_bandwidth_gbs   # bench/ is the script's directory, first on sys.path
     from engine.native import load_native
-    from engine.native_backend import STEP_TOKENS, NativeModel
+    from engine.native_backend import STEP_TOKENS, NativeModel, recipe_named
+    from engine.plan import streamed_weight_bytes
+    from engine.registry import config_27b
     from provenance import commit as run_commit
 
     depths = [int(d) for d in args.depths.split(",") if d]
     widths = [int(w) for w in args.widths.split(",") if w]
     nat = load_native()
-    model = NativeModel.random_27b(kv_dtype="int8", max_context=max(depths) + 4096, seed=1,
+    cfg = config_27b(vision=False)
+    recipe = recipe_named(args.recipe, cfg)
+    model = NativeModel.random_27b(kv_dtype="int8", max_context=max(depths) + 4096, seed=1, recipe=recipe,
                                    vram_budget_bytes=int(args.budget_gib * (1 << 30)), step_tokens=STEP_TOKENS)
-    weights = sum(a.bytes for a in model.plan.allocations if a.category.startswith("weights:")
-                  and a.category not in ("weights:vision", "weights:small", "weights:embed"))
+    weights = streamed_weight_bytes(cfg.text, recipe)
     bw = copy_bandwidth_gbs()
     rows = []
     for depth in depths:
@@ -82,11 +87,12 @@ def main(argv=None) -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
-              "model": "random weights of the real 27B shapes, native engine, int8 KV, q4g64",
+              "model": f"random weights of the real 27B shapes, native engine, int8 KV, {args.recipe}",
               "weights_gb": round(weights / 1e9, 3), "copy_bandwidth_gbs": round(bw, 1),
               "roofline_ms": round(weights / (bw * 1e9) * 1e3, 3),
               "method": "median of graph replays of NativeEngine.forward(T tokens) at the depth, synchronised; "
-                        "mma: the 4-bit T > 1 GEMVs on tensor cores (set_qgemv_mma(True)), per_token: set_qgemv_mma(False)",
+                        "mma: the T > 1 GEMVs on tensor cores (set_qgemv_mma(True)), per_token: set_qgemv_mma(False); "
+                        "weights_gb: engine.plan.streamed_weight_bytes",
               "rows": rows}
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)

@@ -12,8 +12,8 @@ requires_gpu = pytest.mark.skipif(not STATUS.gpu_usable, reason=f"no usable GPU:
 # Named tolerances (relative Frobenius error unless said otherwise). Fix the kernel, not these.
 TOL_FP32 = 1e-5          # fp32 arithmetic vs fp64 on identical inputs
 TOL_GEMV_Q4 = 2e-3       # 4-bit path: 8 products summed in fp16 before fp32
-# 4-bit tensor-core GEMV (T = 2..16): each weight (code - 8) * scale rounded once to fp16 (4.9e-4 relative, random
-# over the row), products and sums in fp32
+# tensor-core GEMV (T = 2..16, every width): each weight (code - offset) * scale rounded once to fp16 (4.9e-4
+# relative, random over the row), products and sums in fp32
 TOL_GEMV_MMA = 1e-3
 # 4-bit integer-dot GEMV (qgemv.cu stage_xq): x rounded to 16-bit integers per 32-element chunk (half a step is
 # 1/65024 of the chunk's absmax, ~2e-5 of a Gaussian chunk's rms), then exact int32 sums: ~2e-5 relative

@@ -1,4 +1,4 @@
-"""The 4-bit GEMV of T = 2..16 tokens on tensor cores (csrc/cuda/qgemv_mma.cuh) against an fp64 oracle on the GPU:
+"""The GEMV of T = 2..16 tokens on tensor cores (4 / 5 / 6 / 8-bit) (csrc/cuda/qgemv_mma.cuh) against an fp64 oracle on the GPU:
 every epilogue, group 32 and 64, shapes with a partial last row tile and a partial last 128-element span, unsplit
 and with K split over a scratch buffer (the route of the 5120-row outputs in a decode step); the split's result is
 the same on every run, and the per-token kernel it replaces agrees with it."""
@@ -35,10 +35,11 @@ def tensor_cores_on(nat):
         yield
 
 
-def _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch=None):
+def _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch=None, bits=4, high=None):
     """op_qgemv into ``out`` ([T, N] fp32 for store / add, [T, N / 2] fp16 for SwiGLU), with split-K scratch."""
     ptr_f32, ptr_h, ldo = (0, out.data_ptr(), N // 2) if epi == 2 else (out.data_ptr(), 0, N)
-    nat.op_qgemv(codes.data_ptr(), 0, scales.data_ptr(), N, K, 4, group, to_perm8(x).data_ptr(), T, epi, ptr_f32,
+    nat.op_qgemv(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(), N, K, bits, group,
+                 to_perm8(x).data_ptr(), T, epi, ptr_f32,
                  ptr_h, ldo, scratch=0 if scratch is None else scratch.data_ptr(),
                  scratch_floats=0 if scratch is None else scratch.numel())
 
@@ -52,11 +53,14 @@ def _oracle(wd, x, epi):
 @pytest.mark.parametrize("epi", [0, 1, 2])
 @pytest.mark.parametrize("T", [2, 3, 8, 9, 16])
 @pytest.mark.parametrize("N, K, group", [(250, 1152, 64), (5120, 6144, 64), (96, 160, 32), (2 * 17408, 5120, 64)])
-def test_tensor_core_gemv_against_fp64(nat, N, K, group, T, epi, split):
-    if (N, K) == (2 * 17408, 5120) and (epi != 2 or T not in (3, 16)):
-        pytest.skip("the gate_up shape: its SwiGLU at two widths is enough")
-    gen = torch.Generator().manual_seed(N + K + T * 7 + epi)
-    q, codes, high, scales, wd = quantized(N, K, 4, group, gen)
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+def test_tensor_core_gemv_against_fp64(nat, bits, N, K, group, T, epi, split):
+    if (N, K) == (2 * 17408, 5120) and (epi != 2 or T not in (3, 16) or bits != 4):
+        pytest.skip("the gate_up shape: its 4-bit SwiGLU at two widths is enough")
+    if bits != 4 and (T not in (3, 16) or (N, K) == (96, 160)):
+        pytest.skip("5 / 6 / 8 bits: two widths on two shapes")
+    gen = torch.Generator().manual_seed(N + K + T * 7 + epi + bits)
+    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
     x = torch.randn(T, K, generator=gen).half().cuda()
     scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
     if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1:
@@ -64,17 +68,17 @@ def test_tensor_core_gemv_against_fp64(nat, N, K, group, T, epi, split):
     ref = _oracle(wd, x, epi)
     if epi == 2:
         out = torch.full((T, N // 2), float("nan"), device="cuda").half()
-        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch)
+        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
         got = from_perm8(out.float())
         tol = TOL_GEMV_MMA + TOL_FP16_OUT
     elif epi == 1:
         base = torch.randn(T, N, device="cuda")
         out = base.clone()
-        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch)
+        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
         got, tol = out - base, 2 * TOL_GEMV_MMA
     else:
         out = torch.full((T, N), float("nan"), device="cuda")
-        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch)
+        _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
         got, tol = out, TOL_GEMV_MMA
     assert not got.isnan().any()
     assert rel_err(got, ref) < tol, rel_err(got, ref)

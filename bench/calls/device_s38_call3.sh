@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 38, call 3 (not run: the session's device time ran out): the 4-bit GEMV of T = 2..16 tokens on tensor cores
+# Session 38, call 3 (not run: the session's device time ran out): the GEMV of T = 2..16 tokens on tensor cores
 # (csrc/cuda/qgemv_mma.cuh). Its op tests first (they switch it on; stop there if they fail), then whole steps of
 # T = 1..16 with it and with the per-token kernel (bench/step_widths.py), then every GPU test module on the default
 # route. Once the op tests pass, turn the route on (qgemv.cu g_mma = true) and run every module again.
@@ -14,6 +14,8 @@ python3 -m pytest -q -p no:cacheprovider -rfE -x tests/test_native_qgemv_mma.py 
 rc=$?; echo "mma tests rc=$rc"; tail -3 "$out/tests-mma.log"
 [ $rc -ne 0 ] && { grep -E "^E " "$out/tests-mma.log" | head -20; exit 1; }
 (cd bench && timeout 150 python3 step_widths.py --out "$out/step-widths-$gpu.json") 2>&1 | tail -14
+(cd bench && timeout 120 python3 step_widths.py --recipe q4-27b --depths 0 --widths 1,4,16 \
+  --out "$out/step-widths-q4-27b-$gpu.json") 2>&1 | tail -5
 echo "widths done: $(( $(date +%s) - t0 )) s"
 left=$(( ${BUDGET:-570} - ($(date +%s) - t0) ))
 timeout $left python3 -m pytest -q -p no:cacheprovider -rfE ${TESTS:-tests/test_native*.py tests/test_plan.py} \

@@ -130,6 +130,51 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
 // One HFMA2 per pair then gives (c - 2^(B-1)) / D with D = 2^(B-4), exactly (the result has at most B-4
 // fractional bits and |.| <= 8): the fp16 partial sums have the 4-bit path's magnitude, so 8 products
 // per half summed in fp16 cannot overflow where the 4-bit path does not. The chunk sum is times D in fp32.
+// The magic-number words of word j (elements 8j..8j+7) of a 5/6/8-bit chunk: b[i] holds the half2 pair of elements
+// (8j + i, 8j + i + 4), as (1024 + c, ...) for i = 0, 2 (and every i at 8 bits) and (1024 + 16 c, ...) for i = 1, 3
+// at 5 / 6 bits (chunk_dot_fast's and the tensor-core GEMV's decode).
+template <int BITS>
+__device__ __forceinline__ void magic_words(const Chunk<BITS>& ch, int j, uint32_t (&b)[4]) {
+  if constexpr (BITS == 8) {
+    const uint32_t e0 = j < 2 ? (&ch.lo.x)[2 * j] : (&ch.hi8.x)[2 * j - 4];  // elements 8j..8j+3
+    const uint32_t e1 = j < 2 ? (&ch.lo.x)[2 * j + 1] : (&ch.hi8.x)[2 * j - 3];  // 8j+4..8j+7
+    const uint32_t p01 = __byte_perm(e0, e1, 0x5140);  // bytes c0 c4 c1 c5
+    const uint32_t p23 = __byte_perm(e0, e1, 0x7362);  // bytes c2 c6 c3 c7
+    const uint32_t magic = 0x64646464u;
+    b[0] = __byte_perm(p01, magic, 0x4140);  // 0x64 c0 | 0x64 c4 (little end first)
+    b[1] = __byte_perm(p01, magic, 0x4342);
+    b[2] = __byte_perm(p23, magic, 0x4140);
+    b[3] = __byte_perm(p23, magic, 0x4342);
+  } else {
+    const uint32_t w = (&ch.lo.x)[j];
+    const uint32_t w8 = w >> 8;
+    uint32_t g[4];  // high bits of pair i, at bits 4/20 (i even) or 8/24 (i odd)
+    if constexpr (BITS == 5) {
+      // hb bit i = bit 4 of element 8j+i; hb * (2^a + 2^(a+12)) is two disjoint copies of hb, so the
+      // mask picks element i at bit a+i and element i+4 at bit a+12+i+4 = a+i+16
+      const uint32_t hb = __byte_perm(ch.high.x, 0, 0x4440 + j);
+      g[0] = and_or<0x00100010u, 0x64006400u>(hb * 0x10010u);  // a = 4: elements 0, 4 -> bits 4, 20
+      g[1] = and_or<0x01000100u, 0x64006400u>(hb * 0x80080u);  // a = 7: elements 1, 5 -> bits 8, 24
+      g[2] = and_or<0x00100010u, 0x64006400u>(hb * 0x04004u);  // a = 2: elements 2, 6 -> bits 4, 20
+      g[3] = and_or<0x01000100u, 0x64006400u>(hb * 0x20020u);  // a = 5: elements 3, 7 -> bits 8, 24
+    } else {
+      // 16 bits for elements 8j..8j+7, 2 per element: elements 0..3 -> byte 0, 4..7 -> byte 2 of z,
+      // so element i sits at bits 2i and element i+4 at 16 + 2i: one shift places both
+      const uint32_t src = j < 2 ? ch.high.x : ch.high.y;
+      const uint32_t z = __byte_perm(src, 0, (j & 1) ? 0x4342 : 0x4140);
+      g[0] = and_or<0x00300030u, 0x64006400u>(z << 4);
+      g[1] = and_or<0x03000300u, 0x64006400u>(z << 6);
+      g[2] = and_or<0x00300030u, 0x64006400u>(z);
+      g[3] = and_or<0x03000300u, 0x64006400u>(z << 2);
+    }
+    // g[i] already carries the 0x6400 exponent bits: one LOP3 per pair
+    b[0] = and_or<0x000F000Fu>(w, g[0]);
+    b[1] = and_or<0x00F000F0u>(w, g[1]);
+    b[2] = and_or<0x000F000Fu>(w8, g[2]);
+    b[3] = and_or<0x00F000F0u>(w8, g[3]);
+  }
+}
+
 template <int BITS>
 __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
   if constexpr (BITS == 4) {
@@ -149,44 +194,7 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
 #pragma unroll
       for (int j = jj; j < jj + 2; ++j) {  // elements 8j..8j+7
         uint32_t b[4];
-        if constexpr (BITS == 8) {
-          const uint32_t e0 = j < 2 ? (&ch.lo.x)[2 * j] : (&ch.hi8.x)[2 * j - 4];  // elements 8j..8j+3
-          const uint32_t e1 = j < 2 ? (&ch.lo.x)[2 * j + 1] : (&ch.hi8.x)[2 * j - 3];  // 8j+4..8j+7
-          const uint32_t p01 = __byte_perm(e0, e1, 0x5140);  // bytes c0 c4 c1 c5
-          const uint32_t p23 = __byte_perm(e0, e1, 0x7362);  // bytes c2 c6 c3 c7
-          const uint32_t magic = 0x64646464u;
-          b[0] = __byte_perm(p01, magic, 0x4140);  // 0x64 c0 | 0x64 c4 (little end first)
-          b[1] = __byte_perm(p01, magic, 0x4342);
-          b[2] = __byte_perm(p23, magic, 0x4140);
-          b[3] = __byte_perm(p23, magic, 0x4342);
-        } else {
-          const uint32_t w = (&ch.lo.x)[j];
-          const uint32_t w8 = w >> 8;
-          uint32_t g[4];  // high bits of pair i, at bits 4/20 (i even) or 8/24 (i odd)
-          if constexpr (BITS == 5) {
-            // hb bit i = bit 4 of element 8j+i; hb * (2^a + 2^(a+12)) is two disjoint copies of hb, so the
-            // mask picks element i at bit a+i and element i+4 at bit a+12+i+4 = a+i+16
-            const uint32_t hb = __byte_perm(ch.high.x, 0, 0x4440 + j);
-            g[0] = and_or<0x00100010u, 0x64006400u>(hb * 0x10010u);  // a = 4: elements 0, 4 -> bits 4, 20
-            g[1] = and_or<0x01000100u, 0x64006400u>(hb * 0x80080u);  // a = 7: elements 1, 5 -> bits 8, 24
-            g[2] = and_or<0x00100010u, 0x64006400u>(hb * 0x04004u);  // a = 2: elements 2, 6 -> bits 4, 20
-            g[3] = and_or<0x01000100u, 0x64006400u>(hb * 0x20020u);  // a = 5: elements 3, 7 -> bits 8, 24
-          } else {
-            // 16 bits for elements 8j..8j+7, 2 per element: elements 0..3 -> byte 0, 4..7 -> byte 2 of z,
-            // so element i sits at bits 2i and element i+4 at 16 + 2i: one shift places both
-            const uint32_t src = j < 2 ? ch.high.x : ch.high.y;
-            const uint32_t z = __byte_perm(src, 0, (j & 1) ? 0x4342 : 0x4140);
-            g[0] = and_or<0x00300030u, 0x64006400u>(z << 4);
-            g[1] = and_or<0x03000300u, 0x64006400u>(z << 6);
-            g[2] = and_or<0x00300030u, 0x64006400u>(z);
-            g[3] = and_or<0x03000300u, 0x64006400u>(z << 2);
-          }
-          // g[i] already carries the 0x6400 exponent bits: one LOP3 per pair
-          b[0] = and_or<0x000F000Fu>(w, g[0]);
-          b[1] = and_or<0x00F000F0u>(w, g[1]);
-          b[2] = and_or<0x000F000Fu>(w8, g[2]);
-          b[3] = and_or<0x00F000F0u>(w8, g[3]);
-        }
+        magic_words<BITS>(ch, j, b);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const bool hi = BITS != 8 && (i & 1);
@@ -1807,6 +1815,7 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
+template <int BITS>
 void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const int splits = mma_splits(a.N, a.K, a.T, g_gemv_scratch ? g_gemv_scratch_floats : 0);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
@@ -1814,8 +1823,9 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
-  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<1>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<2>, grid, block, 0, st, a, part, per);
+  constexpr int U = BITS == 8 ? 1 : 2;
+  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2030,8 +2040,8 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else launch<BITS, 1, 2, false, false>(a, st);
     }
   }
+  else if (g_mma && !a.x_lanes && a.nx == nullptr) launch_mma<BITS>(a, st);
   else if (BITS != 4) launch<BITS, 16, 2, false, false>(a, st);
-  else if (g_mma && !a.x_lanes && a.nx == nullptr) launch_mma(a, st);
   else if (a.T <= 2) launch<BITS, 2, 2, false, false>(a, st);
   else if (a.T <= 4) launch<BITS, 4, 2, false, false>(a, st);
   else if (a.T <= 8) launch<BITS, 8, 2, false, false>(a, st);

@@ -1,4 +1,4 @@
-// The 4-bit GEMV for T = 2..16 tokens on tensor cores (mma.sync m16n8k16, fp32 accumulate): the weights are
+// The GEMV for T = 2..16 tokens on tensor cores (4 / 5 / 6 / 8-bit) (mma.sync m16n8k16, fp32 accumulate): the weights are
 // dequantized once and multiplied with every token, so a step of T tokens streams the matrix once, as T = 1 does.
 // Included by qgemv.cu (it uses GemvArgs, swiglu_pos and the launch helpers there).
 //
@@ -25,30 +25,48 @@ constexpr int kRowsPerWarp = 32;
 constexpr int kWarpsPerBlock = 4;
 constexpr int kSpan = 128;        // elements of K a quad covers per iteration (4 lanes x 32)
 constexpr int kMaxSplits = 16;
-constexpr int kUnroll = 2;      // spans loaded together
 
-// The two half2 of word w's pair (i, i + 1), i = 0 or 2: (code - 8) exactly (dot_q4_half2's decode).
-__device__ __forceinline__ void decode_pairs(uint32_t w, int i, __half2& p0, __half2& p1) {
-  const __half2 bias_lo = __floats2half2_rn(1032.f, 1032.f);
-  const __half2 sixteenth = __floats2half2_rn(1.f / 16.f, 1.f / 16.f);
-  const __half2 bias_hi = __floats2half2_rn(-72.f, -72.f);
-  const uint32_t v = i == 0 ? w : w >> 8;
-  uint32_t lo = and_or<0x000F000Fu, 0x64006400u>(v);
-  uint32_t hi = and_or<0x00F000F0u, 0x64006400u>(v);
-  p0 = __hsub2(*reinterpret_cast<__half2*>(&lo), bias_lo);
-  p1 = __hfma2(*reinterpret_cast<__half2*>(&hi), sixteenth, bias_hi);
+// Pairs i and i + 1 (i = 0 or 2) of word j of a chunk as (code - offset) / D in fp16, exactly, D = 2^(BITS - 4)
+// (1 at 4 bits): dot_q4_half2's decode at 4 bits, magic_words' (chunk_dot_fast's) at 5 / 6 / 8.
+template <int BITS>
+__device__ __forceinline__ void decode_pairs(const Chunk<BITS>& ch, int j, int i, __half2& p0, __half2& p1) {
+  if constexpr (BITS == 4) {
+    const __half2 bias_lo = __floats2half2_rn(1032.f, 1032.f);
+    const __half2 sixteenth = __floats2half2_rn(1.f / 16.f, 1.f / 16.f);
+    const __half2 bias_hi = __floats2half2_rn(-72.f, -72.f);
+    const uint32_t w = (&ch.lo.x)[j];
+    const uint32_t v = i == 0 ? w : w >> 8;
+    uint32_t lo = and_or<0x000F000Fu, 0x64006400u>(v);
+    uint32_t hi = and_or<0x00F000F0u, 0x64006400u>(v);
+    p0 = __hsub2(*reinterpret_cast<__half2*>(&lo), bias_lo);
+    p1 = __hfma2(*reinterpret_cast<__half2*>(&hi), sixteenth, bias_hi);
+  } else {
+    constexpr float D = float(1 << (BITS - 4));
+    constexpr float off = float(1 << (BITS - 1));
+    const __half2 mul_lo = __floats2half2_rn(1.f / D, 1.f / D);
+    const __half2 add_lo = __floats2half2_rn(-(1024.f + off) / D, -(1024.f + off) / D);
+    const __half2 mul_hi = __floats2half2_rn(1.f / (16.f * D), 1.f / (16.f * D));
+    const __half2 add_hi = __floats2half2_rn(-(64.f + off) / D, -(64.f + off) / D);
+    uint32_t b[4];
+    magic_words<BITS>(ch, j, b);
+    p0 = __hfma2(*reinterpret_cast<const __half2*>(&b[i]), mul_lo, add_lo);       // i even: always the low form
+    p1 = BITS == 8 ? __hfma2(*reinterpret_cast<const __half2*>(&b[i + 1]), mul_lo, add_lo)
+                   : __hfma2(*reinterpret_cast<const __half2*>(&b[i + 1]), mul_hi, add_hi);
+  }
 }
 
 __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast<uint32_t*>(&h); }
 
 }  // namespace mma_gemv
 
-// NT n8 tiles of tokens (1: T <= 8, 2: T <= 16). part == nullptr: the epilogue is applied here (one split);
-// else this split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
-template <int NT>
+// BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2; 1 at 8 bits, whose
+// chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this split's sums go
+// to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
+template <int BITS, int NT, int U>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
                                                                                     int spans_per_split) {
   using namespace mma_gemv;
+  constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * kRowsPerWarp;
   const int nch = a.K >> 5;
@@ -68,21 +86,26 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
   bool waited = false;
-  // two spans a pass: both spans' weights are loaded before either is used (4 KB of codes in flight a warp)
-  for (int sb = span0; sb < span1; sb += kUnroll) {
-    uint4 wq[kUnroll][4];
-    __half2 s2[kUnroll][4];
-    bool valid[kUnroll];
+  // U spans a pass: their weights are all loaded before any is used (4-bit, U = 2: 4 KB of codes in flight a warp)
+  for (int sb = span0; sb < span1; sb += U) {
+    Chunk<BITS> wq[U][4];
+    __half2 s2[U][4];   // scale x D: times (code - offset) / D gives the weight with one rounding
+    bool valid[U];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int ch = (sb + u) * 4 + c;  // this lane's chunk
       valid[u] = sb + u < span1 && ch < nch && row0 < a.N;
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
-        wq[u][m] = valid[u] ? __ldg(reinterpret_cast<const uint4*>(a.codes + (size_t)rows[m] * (a.K / 2) + ch * 16))
-                            : make_uint4(0x88888888u, 0x88888888u, 0x88888888u, 0x88888888u);  // code 8: zero
+        if (valid[u]) {
+          load_chunk<BITS>(a, rows[m], ch, wq[u][m]);
+        } else {   // any finite decode: the zero scale makes the weight 0
+          wq[u][m].lo = make_uint4(0, 0, 0, 0);
+          wq[u][m].hi8 = make_uint4(0, 0, 0, 0);
+          wq[u][m].high = make_uint2(0, 0);
+        }
         const __half s = valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
-        s2[u][m] = __halves2half2(s, s);
+        s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
       }
     }
     if (!waited) {  // the first weights are in flight; x is the previous kernel's output
@@ -90,9 +113,9 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
       pdl_trigger();
       waited = true;
     }
-    uint4 xv[kUnroll][NT][4];
+    uint4 xv[U][NT][4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int t = g + 8 * nt;
@@ -102,16 +125,16 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
         for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? __ldg(xp + p) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < U; ++u) {
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {
+      for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
         const int j = s >> 1, i = (s & 1) * 2;
         uint32_t afr[2][4];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
-          decode_pairs((&wq[u][2 * mt].x)[j], i, lo0, lo1);
-          decode_pairs((&wq[u][2 * mt + 1].x)[j], i, hi0, hi1);
+          decode_pairs<BITS>(wq[u][2 * mt], j, i, lo0, lo1);
+          decode_pairs<BITS>(wq[u][2 * mt + 1], j, i, hi0, hi1);
           afr[mt][0] = as_u32(__hmul2(lo0, s2[u][2 * mt]));
           afr[mt][1] = as_u32(__hmul2(hi0, s2[u][2 * mt + 1]));
           afr[mt][2] = as_u32(__hmul2(lo1, s2[u][2 * mt]));
