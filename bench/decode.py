@@ -276,7 +276,7 @@ def main() -> int:
         print(f"greedy sample + readback: {t0.elapsed_time(t1) / 20 * 1e3:.1f} us", flush=True)
         del model, e
         gc.collect()
-    from provenance import commit as run_commit  # bench/ is the script's directory, first on sys.path
+    from provenance import commit as run_commit, write_result  # bench/ is the script's directory, on sys.path
 
     commit = run_commit()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
@@ -289,9 +289,7 @@ def main() -> int:
               "method": "T=1 decode step as a CUDA graph, replayed; median of 5 batches; random weights/KV; kernels "
                         "launched with programmatic dependent launch where the GPU supports it (sm_90+), the rows' "
                         "*_without_pdl fields time the same step launched plainly (what sm_86/89 cards run)"}
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_result(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

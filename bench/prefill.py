@@ -202,7 +202,7 @@ def main() -> int:
     gemm_tflops = flops_tok * n0 / gemm_sec / 1e12
     print(f"GEMMs at chunk {chunk}: {gemm_sec:.2f} of {full0:.2f} s for {n0} tokens = {gemm_tflops:.0f} TFLOP/s "
           f"({gemm_tflops / peak:.0%} of the matmul peak)", flush=True)
-    from provenance import commit as run_commit  # bench/ is the script's directory, first on sys.path
+    from provenance import commit as run_commit, write_result  # bench/ is the script's directory, on sys.path
 
     commit = run_commit()
     result = {"gpu": torch.cuda.get_device_name(0), "commit": commit, "date": dt.date.today().isoformat(),
@@ -224,8 +224,7 @@ def main() -> int:
         fill_peer(row, this_peer, shared_peer)
         result["rows"].append(row)
         print(json.dumps(row), flush=True)
-        with open(args.out, "w") as f:  # after every row: a cut-short run keeps what it measured
-            json.dump(result, f, indent=1)
+        write_result(args.out, result)  # after every row: a cut-short run keeps what it measured
     print(f"wrote {args.out}")
     return 0
 

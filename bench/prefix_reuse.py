@@ -269,7 +269,7 @@ def main(argv=None) -> int:
         engine = native_27b_engine(max_context, args.budget_gib, args.kv)
         what = f"random weights of the real 27B shapes, native engine, {args.kv} KV, one lane"
         gpu = torch.cuda.get_device_name(0)
-    from provenance import commit as run_commit  # bench/ is the script's directory, first on sys.path
+    from provenance import commit as run_commit, write_result  # bench/ is the script's directory, first on sys.path
 
     result = {"gpu": gpu, "commit": run_commit(), "date": dt.date.today().isoformat(), "model": what,
               "budget_gib": None if args.demo else args.budget_gib, "max_context": max_context,
@@ -285,14 +285,12 @@ def main(argv=None) -> int:
               "rows": []}
     run_turn(engine, [{"role": "user", "content": filler(0, 300)}])   # warm: kernels, tokenizer, template
     engine._prefixes = []
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     for h in histories:   # the file is rewritten after every row: a cut-short run keeps what it measured
         row = time_history(engine, h, args.states_dir)
         result["rows"].append(row)
         result["median_speedup"] = statistics.median(r["ttft_speedup"] or 0 for r in result["rows"])
         print(json.dumps(row), flush=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_result(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -31,3 +32,11 @@ def commit() -> str:
         return ""
     tree = working_tree_id()
     return head if not tree or tree == _git("rev-parse", "HEAD^{tree}") else f"{head}+tree:{tree}"
+
+
+def write_result(path: str, result: dict) -> None:
+    """Write a benchmark's result as indented JSON (its folder made if need be); benchmarks call it after every row,
+    so a run cut short keeps what it measured."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)

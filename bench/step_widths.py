@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     from engine.native_backend import STEP_TOKENS, NativeModel, recipe_named
     from engine.plan import streamed_weight_bytes
     from engine.registry import config_27b
-    from provenance import commit as run_commit
+    from provenance import commit as run_commit, write_result
 
     depths = [int(d) for d in args.depths.split(",") if d]
     widths = [int(w) for w in args.widths.split(",") if w]
@@ -94,8 +94,7 @@ def main(argv=None) -> int:
                         "mma: the T > 1 GEMVs on tensor cores (set_qgemv_mma(True)), per_token: set_qgemv_mma(False); "
                         "weights_gb: engine.plan.streamed_weight_bytes",
               "rows": rows}
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_result(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

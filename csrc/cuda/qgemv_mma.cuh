@@ -152,18 +152,6 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
   }
   if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
   // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
-  if (part != nullptr) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + g + 16 * mt + 8 * (e >> 1), t = 2 * c + (e & 1) + 8 * nt;
-          if (row < a.N && t < a.T) part[((size_t)blockIdx.y * a.T + t) * a.N + row] = acc[mt][nt][e];
-        }
-    return;
-  }
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -175,7 +163,9 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
         const float up = __shfl_down_sync(0xffffffffu, acc[mt][nt][e], 4);
         if (row >= a.N || t >= a.T) continue;
         const float v = acc[mt][nt][e];
-        if (a.epi == GEMV_STORE) {
+        if (part != nullptr) {    // one split of several: qgemv_mma_reduce_kernel applies the epilogue
+          part[((size_t)blockIdx.y * a.T + t) * a.N + row] = v;
+        } else if (a.epi == GEMV_STORE) {
           a.out_f32[(size_t)t * a.ldo + row] = v;
         } else if (a.epi == GEMV_ADD) {
           a.out_f32[(size_t)t * a.ldo + row] += v;
