@@ -108,6 +108,10 @@ ZH_CN: dict[str, str] = {
         "为切换离开的对话保存状态所用的内存，回到该对话时无需重新处理全部历史（128K tokens 的对话约占 4.3 GiB）。",
     "off (recompute after a restart)": "关闭（重启后重新计算）",
     "Conversation cache (disk)": "对话缓存（磁盘）",
+    "Delete saved states": "删除已保存的状态",
+    "No conversation saved on disk.": "磁盘上没有已保存的对话状态。",
+    "{n} conversations saved, {size}": "已保存 {n} 个对话，{size}",
+    "1 conversation saved, {size}": "已保存 1 个对话，{size}",
     "Disk space for the state of long conversations, written when you switch away from one and when the "
     "app closes, so that after a restart a conversation goes on without processing its whole history "
     "again. The least recently used are removed first; off deletes them.":

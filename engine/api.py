@@ -289,9 +289,9 @@ class Engine:
     @staticmethod
     def states_root(options: EngineOptions) -> Path:
         """The folder saved states live in (EngineOptions.prefix_disk_dir, else the cache folder's states/)."""
-        from engine.paths import cache_dir
+        from engine.paths import states_dir
 
-        return Path(options.prefix_disk_dir) if options.prefix_disk_dir else cache_dir() / "states"
+        return Path(options.prefix_disk_dir) if options.prefix_disk_dir else states_dir()
 
     def open_state_store(self, model_path: Path) -> None:
         """Saved states for this model (EngineOptions.prefix_disk_bytes): found by prompts from now on, and

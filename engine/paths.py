@@ -24,6 +24,11 @@ def cache_dir() -> Path:
     return Path(base) / "monorail"
 
 
+def states_dir() -> Path:
+    """Where conversation states saved across restarts live by default (engine.prefix_store)."""
+    return cache_dir() / "states"
+
+
 def models_dir() -> Path:
     return data_dir() / "models"
 

@@ -226,6 +226,12 @@ class PrefixStore:
         return header.get("meta", {}), arrays
 
 
+def usage(root: Path) -> tuple[int, int]:
+    """(saved states, their bytes) under ``root``, every model's folder."""
+    files = [(size) for path, size, _t in _state_files(Path(root)) if path.name.endswith(SUFFIX)]
+    return len(files), sum(files)
+
+
 def remove_all(root: Path) -> int:
     """Delete every saved state under ``root`` (all models' folders); the bytes freed."""
     freed = 0

@@ -259,3 +259,18 @@ def test_picking_an_hf_folder_starts_conversion_and_reports_errors(qtbot, tmp_pa
         assert "llama" in d.convert_label.text().lower() and not d.convert_bar.isVisibleTo(d)
     finally:
         close_window(w)
+
+
+def test_the_dialog_shows_and_deletes_the_saved_conversation_states(qtbot, data_dir):
+    keyring.set_keyring(MemoryKeyring())
+    folder = data_dir / "cache" / "states" / "some-model"
+    folder.mkdir(parents=True)
+    (folder / "a.state").write_bytes(b"x" * (3 << 20))
+    (folder / "b.state").write_bytes(b"x" * (1 << 20))
+    d = SettingsDialog(Settings())
+    qtbot.addWidget(d)
+    assert d.saved_states_usage.text() == "2 conversations saved, 4 MiB"
+    assert d.delete_saved_states.isEnabled()
+    d.delete_saved_states.click()
+    assert not list(folder.parent.rglob("*.state"))
+    assert d.saved_states_usage.text() == "No conversation saved on disk." and not d.delete_saved_states.isEnabled()

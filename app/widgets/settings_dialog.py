@@ -140,6 +140,14 @@ class SettingsDialog(QDialog):
             "app closes, so that after a restart a conversation goes on without processing its whole history "
             "again. The least recently used are removed first; off deletes them."))
         f.addRow(tr("Conversation cache (disk)"), self.saved_states)
+        self.saved_states_usage = QLabel()
+        self.delete_saved_states = QPushButton(tr("Delete saved states"))
+        self.delete_saved_states.clicked.connect(self._delete_saved_states)
+        usage_row = QHBoxLayout()
+        usage_row.addWidget(self.saved_states_usage, 1)
+        usage_row.addWidget(self.delete_saved_states)
+        f.addRow("", usage_row)
+        self._show_saved_states_usage()
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (greedy replies, reference backend)"))
         self.mtp.setChecked(self.s.mtp_speculation)
         f.addRow(tr("Speculation"), self.mtp)
@@ -248,6 +256,19 @@ class SettingsDialog(QDialog):
             if looks_like_hf_folder(path):
                 self._convert()   # a picked checkpoint becomes an artifact; the engine can also load it as is
 
+    def _show_saved_states_usage(self) -> None:
+        text = saved_states_usage_text()
+        self.saved_states_usage.setText(text)
+        self.delete_saved_states.setEnabled(text != tr("No conversation saved on disk."))
+
+    def _delete_saved_states(self) -> None:
+        """Free the disk now (the conversations themselves stay in the history; they are recomputed when resumed)."""
+        from engine.paths import states_dir
+        from engine.prefix_store import remove_all
+
+        remove_all(states_dir())
+        self._show_saved_states_usage()
+
     def _show_key_status(self) -> None:
         st = key_store_status()
         self.key_status_text = st.description
@@ -348,6 +369,20 @@ class SettingsDialog(QDialog):
             status = set_api_key(s.remote_url, self.api_key.text())
             self.key_status_text = status.description
         super().accept()
+
+
+def saved_states_usage_text() -> str:
+    """What the saved conversation states take on disk (engine.prefix_store; files only, no engine loaded)."""
+    from engine.paths import states_dir
+    from engine.prefix_store import usage
+
+    count, nbytes = usage(states_dir())
+    if count == 0:
+        return tr("No conversation saved on disk.")
+    size = f"{nbytes / 2**30:.1f} GiB" if nbytes >= 100 * 2**20 else f"{nbytes / 2**20:.0f} MiB"
+    if count == 1:
+        return tr("1 conversation saved, {size}").format(size=size)
+    return tr("{n} conversations saved, {size}").format(n=count, size=size)
 
 
 def _gib_box(maximum: float, zero_text: str, value: float) -> QDoubleSpinBox:
