@@ -24,6 +24,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,8 @@ ALIGN = 64
 # Free disk space a saved state must leave: the cache is an optimisation and never the reason a disk fills up.
 DISK_FREE_RESERVE = 4 << 30
 _MAX_HEADER = 1 << 20
+# A half-written file this old is a leftover of a write that never finished (a killed process), not one in progress.
+STALE_WRITE_S = 3600
 
 
 @dataclass(eq=False)
@@ -83,7 +86,8 @@ class PrefixStore:
         if self.folder.is_dir():
             for path in sorted(self.folder.iterdir()):
                 if path.name.endswith(".tmp"):
-                    _unlink(path)
+                    if _age_s(path) > STALE_WRITE_S:   # younger: another process may be writing it now
+                        _unlink(path)
                     continue
                 if not path.name.endswith(SUFFIX):
                     continue
@@ -281,6 +285,13 @@ def _state_files(root: Path) -> list[tuple[Path, int, float]]:
                         continue
                     out.append((path, st.st_size, st.st_mtime))
     return out
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _existing_parent(path: Path) -> Path:

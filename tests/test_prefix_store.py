@@ -61,12 +61,17 @@ def test_truncated_foreign_and_half_written_files_are_cleared_when_the_store_ope
     with open(cut.path, "r+b") as f:
         f.truncate(100)                                          # inside the header
     (store.folder / "junk.state").write_bytes(b"not a state at all")
-    (store.folder / (state_name([5, 6]) + ".tmp")).write_bytes(b"x" * 10)   # a write the process did not finish
+    stale = store.folder / (state_name([5, 6]) + ".tmp")   # a write a killed process did not finish
+    stale.write_bytes(b"x" * 10)
+    past = time.time() - 2 * 3600
+    os.utime(stale, (past, past))
+    live = store.folder / (state_name([7, 8]) + ".tmp")    # a write another process has in progress
+    live.write_bytes(b"x" * 10)
     renamed = store.folder / state_name([9, 9, 9])               # a state under another state's name
     renamed.write_bytes(kept.path.read_bytes())
     again = _store(tmp_path)
     assert [e.ids for e in again.entries()] == [kept.ids]
-    assert sorted(p.name for p in again.folder.iterdir()) == [kept.path.name]
+    assert sorted(p.name for p in again.folder.iterdir()) == sorted([kept.path.name, live.name])
 
 
 def test_a_state_of_another_model_is_not_offered(tmp_path):
