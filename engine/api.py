@@ -155,9 +155,9 @@ class _ResolvedModel:
 
 def mtp_can_draft(backend: str, sampling: SamplingParams) -> bool:
     """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation): only
-    the reference backend drafts, and only greedy choices are exact. The model must also have an MTP head and the
-    prompt no images (Engine._can_speculate)."""
-    return backend == "reference" and sampling.greedy
+    the reference backend drafts (greedy requests by the greedy rule, sampled ones by the speculative sampling rule,
+    engine/speculative.py). The model must also have an MTP head and the prompt no images (Engine._can_speculate)."""
+    return backend == "reference"
 
 
 def _resolve_model(model: str) -> _ResolvedModel:
@@ -413,13 +413,19 @@ class Engine:
         if state is None:
             tokens = iter(())
         elif speculate:
-            from engine.speculative import MTPDrafter, SpecStats, speculative_tokens
+            from engine.speculative import (MTPDrafter, SampledDrafter, SampledSpeculation, SpecStats,
+                                            speculative_tokens)
 
             spec_stats = SpecStats()
             choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt.ids)  # noqa: E731
-            drafter = MTPDrafter(self._model, lambda row: choose(row, []))
+            verify = None   # greedy: the target's own choice decides
+            if sampling.greedy:
+                drafter = MTPDrafter(self._model, lambda row: choose(row, []))
+            else:           # sampled: drafts drawn from the MTP head's distribution, kept by the rejection rule
+                spec = SampledSpeculation(sampler, prompt.ids)
+                drafter, verify = SampledDrafter(self._model, spec), spec.verify
             tokens = speculative_tokens(self._model, state, prompt_hidden, prompt.ids, logits, choose, drafter,
-                                        spec_stats)
+                                        spec_stats, verify)
         else:
             tokens = self._plain_tokens(state, logits, sampler, prompt.ids)
         t_decode0 = time.perf_counter()
@@ -467,7 +473,8 @@ class Engine:
         )
 
     def _can_speculate(self, sampling: SamplingParams, prompt: _Prompt) -> bool:
-        """MTP drafting is exact for greedy choices; images would need 3-axis positions in the MTP pass."""
+        """MTP drafting keeps the output's distribution (greedy: the same tokens); images would need 3-axis
+        positions in the MTP pass."""
         return (self.options.mtp_speculation and mtp_can_draft(self.options.backend, sampling)
                 and self.info.has_mtp and not prompt.images)
 

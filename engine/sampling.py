@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 
 GREEDY_TEMPERATURE = 1e-5  # temperatures below this sample greedily (as vLLM does)
 PURPOSE_SAMPLE = 0
+# Speculative sampling's own draws (engine/speculative.py), keyed like a sample so that a seed replays them too:
+PURPOSE_DRAFT = 1      # the draft token drawn from the MTP head's distribution
+PURPOSE_ACCEPT = 2     # the uniform that accepts a draft with probability min(1, p / q)
+PURPOSE_RESIDUAL = 3   # the token drawn from the residual max(0, p - q) after a rejection
 
 
 class SamplingParamsError(ValueError):

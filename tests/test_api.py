@@ -212,6 +212,9 @@ def test_mtp_speculation_gives_the_same_greedy_reply_and_reports_acceptance(demo
     assert "".join(d.text for d in spec) == "".join(d.text for d in plain)
     assert fin_spec.completion_tokens == fin_plain.completion_tokens == 12
     assert fin_plain.spec_accept_rate is None and 0.0 <= fin_spec.spec_accept_rate <= 1.0
-    # Sampled requests decode plainly (drafting is exact only for greedy choices here).
-    _, fin = _run(spec_engine, msgs, p.with_(temperature=0.7, seed=1), enable_thinking=False)
-    assert fin.spec_accept_rate is None
+    # Sampled requests draft too (the rejection rule keeps their distribution), and a seed replays them
+    sampled = p.with_(temperature=0.7, seed=1)
+    first, fin = _run(spec_engine, msgs, sampled, enable_thinking=False)
+    again, _ = _run(spec_engine, msgs, sampled, enable_thinking=False)
+    assert fin.spec_accept_rate is not None and fin.completion_tokens == 12
+    assert "".join(d.text for d in first) == "".join(d.text for d in again)

@@ -75,14 +75,17 @@ def test_chat_refuses_bad_sampling_settings_before_loading_a_model(capsys, args,
 
 
 def test_chat_says_when_mtp_cannot_draft(capsys):
-    """--mtp with sampling (the default temperature) decodes without drafting: the terminal says so up front."""
+    """--mtp on the native backend decodes without drafting (only the reference drafts): the terminal says so up
+    front; on the reference backend, greedy or sampled, it drafts."""
     from engine.cli import main
 
-    assert main(["chat", "--mtp", "--model", "/nonexistent-monorail-model", "--prompt", "hi"]) == 2
-    assert "--mtp drafts only for greedy replies" in capsys.readouterr().err
-    assert main(["chat", "--mtp", "--temperature", "0", "--model", "/nonexistent-monorail-model",
+    assert main(["chat", "--mtp", "--backend", "native", "--model", "/nonexistent-monorail-model",
                  "--prompt", "hi"]) == 2
-    assert "--mtp drafts only" not in capsys.readouterr().err
+    assert "--mtp drafts only on the reference backend" in capsys.readouterr().err
+    for temperature in ("0", "0.7"):
+        assert main(["chat", "--mtp", "--backend", "reference", "--temperature", temperature, "--model",
+                     "/nonexistent-monorail-model", "--prompt", "hi"]) == 2
+        assert "--mtp drafts only" not in capsys.readouterr().err
 
 
 def test_ctrl_c_stops_a_reply_and_keeps_the_chat_going(data_dir):

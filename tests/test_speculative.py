@@ -43,7 +43,7 @@ class _ScriptedDrafter(MTPDrafter):
         self.propose = propose
         self.committed = 0
 
-    def extend(self, state, hiddens, next_ids):
+    def extend(self, state, hiddens, next_ids, history=None):
         super().extend(state, hiddens, next_ids)
         self.committed = 1 if self.committed == 0 else self.committed + len(next_ids)
         return self.propose(self.committed)
@@ -79,3 +79,108 @@ def test_always_wrong_drafts_are_all_rejected_and_exact(model, prompt, plain_gre
     toks, stats = _run(model, prompt, _ScriptedDrafter(model, wrong))
     assert toks == plain_greedy
     assert stats.accepted == 0 and stats.drafted >= N_TOKENS - 1
+
+
+# ---- sampled requests: the speculative sampling rule ----------------------------------------------------------
+
+def _dist(values):
+    d = torch.tensor(values, dtype=torch.float64)
+    return d / d.sum()
+
+
+@pytest.mark.parametrize("p, q", [
+    ([0.5, 0.3, 0.2, 0.0], [0.1, 0.1, 0.1, 0.7]),     # the draft mostly lands where p has no mass
+    ([0.25, 0.25, 0.25, 0.25], [0.97, 0.01, 0.01, 0.01]),
+    ([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]),     # q == p: every draft kept
+])
+def test_the_rejection_rule_gives_tokens_distributed_as_p(p, q):
+    """Over many counter steps (the Philox draws a seed replays), a draft drawn from q and kept or replaced by
+    accept_or_resample is distributed as p, and it is kept at the rate sum(min(p, q))."""
+    from engine.sampling import PURPOSE_DRAFT
+    from engine.speculative import accept_or_resample, draw
+
+    p, q = _dist(p), _dist(q)
+    n = 20000
+    counts = torch.zeros(len(p))
+    kept = 0
+    for step in range(n):
+        d = draw(q, 7, step, PURPOSE_DRAFT)
+        token, accepted = accept_or_resample(p, q, d, 7, step)
+        counts[token] += 1
+        kept += accepted
+    freq = counts / n
+    # 20000 draws: the standard error of a frequency is at most 0.0035; 5 of them
+    assert float((freq - p.float()).abs().max()) < 0.018, (freq, p)
+    assert abs(kept / n - float(torch.minimum(p, q).sum())) < 0.018
+    assert counts[p == 0].sum() == 0
+
+
+def test_the_rule_is_replayed_by_its_seed():
+    from engine.speculative import accept_or_resample
+
+    p, q = _dist([0.2, 0.5, 0.3]), _dist([0.6, 0.2, 0.2])
+    first = [accept_or_resample(p, q, 0, 11, s) for s in range(200)]
+    assert first == [accept_or_resample(p, q, 0, 11, s) for s in range(200)]
+    assert first != [accept_or_resample(p, q, 0, 12, s) for s in range(200)]
+
+
+def test_sampled_speculation_with_one_candidate_gives_the_greedy_tokens(model, prompt, plain_greedy):
+    """top_k = 1 makes p a point mass on the argmax: whatever the MTP head drafts, only the argmax is committed,
+    so the sampled path (draft from q, the rejection rule, the residual) must reproduce plain greedy decoding."""
+    from engine.sampling import Sampler, SamplingParams
+    from engine.speculative import SampledDrafter, SampledSpeculation
+
+    sampler = Sampler(SamplingParams(temperature=0.8, top_k=1, seed=5), valid_vocab_size=model.text_config.vocab_size)
+    spec = SampledSpeculation(sampler, prompt)
+    state = model.new_state(len(prompt) + N_TOKENS + 4)
+    out = model.forward(torch.tensor(prompt), state)
+    stats = SpecStats()
+    choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt)  # noqa: E731
+    toks = []
+    for tok in speculative_tokens(model, state, out.hidden, prompt, out.logits[-1], choose,
+                                  SampledDrafter(model, spec), stats, spec.verify):
+        toks.append(tok)
+        if len(toks) == N_TOKENS:
+            break
+    assert toks == plain_greedy
+    assert stats.drafted > 0
+
+
+def test_sampled_speculation_keeps_a_draft_whenever_q_equals_p(model, prompt):
+    """A drafter whose q is exactly the trunk's p at that position (scripted from the trunk itself) is always
+    kept: the acceptance rate is 1, and every committed token lies in p's support."""
+    from engine.sampling import Sampler, SamplingParams
+    from engine.speculative import SampledSpeculation, distribution
+
+    sampler = Sampler(SamplingParams(temperature=0.9, top_k=5, seed=3), valid_vocab_size=model.text_config.vocab_size)
+    spec = SampledSpeculation(sampler, prompt)
+    hits = []
+
+    def verify(logits, draft, history):
+        spec.q = distribution(sampler, logits, history, prompt)   # q := p at the draft's position
+        token, accepted = spec.verify(logits, draft, history)
+        hits.append((accepted, float(spec.q[token]) > 0))
+        return token, accepted
+
+    class TrunkDrafter(MTPDrafter):
+        def extend(self, state, hiddens, next_ids, history=None):
+            super().extend(state, hiddens, next_ids)
+            trial = state.clone()   # the trunk's own next-token distribution, drawn as the drafter would
+            logits = model.forward(torch.tensor([next_ids[-1]]), trial, last_only=True).logits[-1]
+            from engine.sampling import PURPOSE_DRAFT
+            from engine.speculative import draw
+            return draw(distribution(sampler, logits, list(history or []), prompt), sampler.seed,
+                        len(history or []), PURPOSE_DRAFT)
+
+    state = model.new_state(len(prompt) + N_TOKENS + 4)
+    out = model.forward(torch.tensor(prompt), state)
+    stats = SpecStats()
+    choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt)  # noqa: E731
+    toks = []
+    for tok in speculative_tokens(model, state, out.hidden, prompt, out.logits[-1], choose,
+                                  TrunkDrafter(model, _argmax), stats, verify):
+        toks.append(tok)
+        if len(toks) == N_TOKENS:
+            break
+    assert len(toks) == N_TOKENS and hits and all(a and inside for a, inside in hits)
+    assert stats.accept_rate == 1.0

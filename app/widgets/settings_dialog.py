@@ -148,7 +148,7 @@ class SettingsDialog(QDialog):
         usage_row.addWidget(self.delete_saved_states)
         f.addRow("", usage_row)
         self._show_saved_states_usage()
-        self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (greedy replies, reference backend)"))
+        self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (reference backend)"))
         self.mtp.setChecked(self.s.mtp_speculation)
         f.addRow(tr("Speculation"), self.mtp)
         self.plan_button = QPushButton(tr("Show memory plan"))

@@ -85,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     backend, backend_note = choose_backend(args.backend)
     if args.mtp and not mtp_can_draft(backend, sampling):
-        print("note: --mtp drafts only for greedy replies on the reference backend (--temperature 0); "
+        print("note: --mtp drafts only on the reference backend (--backend reference); "
               "these replies decode without it.", file=sys.stderr)
     opts = EngineOptions(backend=backend, max_context=args.max_context, kv_dtype=args.kv,
                          mtp_speculation=args.mtp)
@@ -157,7 +157,8 @@ def register(subparsers) -> None:
     p.add_argument("--system", help="system prompt")
     p.add_argument("--no-think", action="store_true", help="disable the thinking phase")
     p.add_argument("--mtp", action="store_true",
-                   help="speculative decoding with the model's MTP head (reference backend, --temperature 0)")
+                   help="speculative decoding with the model's MTP head (reference backend; greedy replies keep their "
+                        "tokens, sampled ones their distribution)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-k", type=int, default=20)
     p.add_argument("--top-p", type=float, default=0.95)
