@@ -7,6 +7,7 @@ CPU-only build is a clear message rather than an ImportError deep in a call stac
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 
 
@@ -65,7 +66,7 @@ def _preload_wheel_cublas() -> bool:
 def load_native():
     """Import and return ``engine._native``; raises ImportError with an actionable message."""
     try:
-        return importlib.import_module("engine._native")
+        return _configured(importlib.import_module("engine._native"))
     except ImportError as exc:  # pragma: no cover - exercised only on broken installs
         if "libcublas" not in str(exc):
             raise ImportError(
@@ -77,7 +78,7 @@ def load_native():
     # find it where the build found it: try an installed wheel, else say how to get one.
     if _preload_wheel_cublas():  # pragma: no cover - broken installs only
         try:
-            return importlib.import_module("engine._native")
+            return _configured(importlib.import_module("engine._native"))
         except ImportError as exc:
             first = exc
     raise ImportError(  # pragma: no cover - broken installs only
@@ -85,6 +86,23 @@ def load_native():
         f"Install it with `pip install {CUBLAS_WHEEL}` (or `pip install -e .[cuda]`) and rebuild with "
         "`pip install -e .`; with a CUDA toolkit's cuBLAS instead, put its lib64 folder on LD_LIBRARY_PATH."
     ) from first
+
+
+# MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (its
+# default is off until it has passed its GPU tests: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU
+# test module with it, without a rebuild. Applied once, at the first import.
+_MMA_ENV = "MONORAIL_QGEMV_MMA"
+_configured_once = False
+
+
+def _configured(mod):
+    global _configured_once
+    if not _configured_once:
+        _configured_once = True
+        value = os.environ.get(_MMA_ENV)
+        if value in ("0", "1") and hasattr(mod, "set_qgemv_mma"):
+            mod.set_qgemv_mma(value == "1")
+    return mod
 
 
 def native_status() -> NativeStatus:
