@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "engine.commands.info",
     "engine.commands.plan",
     "engine.commands.chat",
+    "engine.commands.serve",
     "engine.commands.convert",
     "engine.commands.inspect",
 ]
