@@ -69,3 +69,15 @@ def nat():
     """The compiled native module (GPU tests; they skip without a usable GPU before asking for it)."""
     from engine.native import load_native
     return load_native()
+
+
+@pytest.fixture(scope="module")
+def demo_engine(tmp_path_factory):
+    """engine.api.Engine on the built-in demo model (reference backend), 4096 tokens, in its own data folder."""
+    from engine.api import Engine, EngineOptions
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    try:
+        yield Engine.load("demo", EngineOptions(max_context=4096))
+    finally:
+        mp.undo()

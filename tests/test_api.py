@@ -11,16 +11,6 @@ from engine.errors import PromptError
 from engine.sampling import SamplingParams
 
 
-@pytest.fixture(scope="module")
-def demo_engine(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
-    try:
-        yield Engine.load("demo", EngineOptions(max_context=4096))
-    finally:
-        mp.undo()
-
-
 def _run(engine, messages, sampling, **kw):
     deltas, fin = [], None
     for ev in engine.generate(messages, sampling, **kw):

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from engine.api import Engine, EngineOptions, Finished, TextDelta
+from engine.api import Finished, TextDelta
 from engine.sampling import SamplingParams
 from engine.server import make_server
 
@@ -22,13 +22,8 @@ MESSAGES = [{"role": "user", "content": "List three colours."}]
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
-    try:
-        yield Engine.load("demo", EngineOptions(max_context=4096))
-    finally:
-        mp.undo()
+def engine(demo_engine):
+    return demo_engine
 
 
 def _serve(engine, **kw):

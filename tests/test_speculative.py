@@ -124,6 +124,20 @@ def test_the_rule_is_replayed_by_its_seed():
     assert first != [accept_or_resample(p, q, 0, 12, s) for s in range(200)]
 
 
+def _sampled_run(model, prompt, sampler, drafter, verify):
+    """N_TOKENS committed tokens of a sampled speculative run (the Sampler picks the first and the bonus tokens)."""
+    state = model.new_state(len(prompt) + N_TOKENS + 4)
+    out = model.forward(torch.tensor(prompt), state)
+    stats = SpecStats()
+    choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt)  # noqa: E731
+    toks = []
+    for tok in speculative_tokens(model, state, out.hidden, prompt, out.logits[-1], choose, drafter, stats, verify):
+        toks.append(tok)
+        if len(toks) == N_TOKENS:
+            break
+    return toks, stats
+
+
 def test_sampled_speculation_with_one_candidate_gives_the_greedy_tokens(model, prompt, plain_greedy):
     """top_k = 1 makes p a point mass on the argmax: whatever the MTP head drafts, only the argmax is committed,
     so the sampled path (draft from q, the rejection rule, the residual) must reproduce plain greedy decoding."""
@@ -132,16 +146,7 @@ def test_sampled_speculation_with_one_candidate_gives_the_greedy_tokens(model, p
 
     sampler = Sampler(SamplingParams(temperature=0.8, top_k=1, seed=5), valid_vocab_size=model.text_config.vocab_size)
     spec = SampledSpeculation(sampler, prompt)
-    state = model.new_state(len(prompt) + N_TOKENS + 4)
-    out = model.forward(torch.tensor(prompt), state)
-    stats = SpecStats()
-    choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt)  # noqa: E731
-    toks = []
-    for tok in speculative_tokens(model, state, out.hidden, prompt, out.logits[-1], choose,
-                                  SampledDrafter(model, spec), stats, spec.verify):
-        toks.append(tok)
-        if len(toks) == N_TOKENS:
-            break
+    toks, stats = _sampled_run(model, prompt, sampler, SampledDrafter(model, spec), spec.verify)
     assert toks == plain_greedy
     assert stats.drafted > 0
 
@@ -172,15 +177,6 @@ def test_sampled_speculation_keeps_a_draft_whenever_q_equals_p(model, prompt):
             return draw(distribution(sampler, logits, list(history or []), prompt), sampler.seed,
                         len(history or []), PURPOSE_DRAFT)
 
-    state = model.new_state(len(prompt) + N_TOKENS + 4)
-    out = model.forward(torch.tensor(prompt), state)
-    stats = SpecStats()
-    choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt)  # noqa: E731
-    toks = []
-    for tok in speculative_tokens(model, state, out.hidden, prompt, out.logits[-1], choose,
-                                  TrunkDrafter(model, _argmax), stats, verify):
-        toks.append(tok)
-        if len(toks) == N_TOKENS:
-            break
+    toks, stats = _sampled_run(model, prompt, sampler, TrunkDrafter(model, _argmax), verify)
     assert len(toks) == N_TOKENS and hits and all(a and inside for a, inside in hits)
     assert stats.accept_rate == 1.0

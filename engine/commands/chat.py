@@ -144,15 +144,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    from engine.commands.engine_args import add_engine_arguments
+
     p = subparsers.add_parser("chat", help="chat in the terminal (streams the reply)",
                               description="Chat with a model in the terminal. Without --prompt it reads lines "
                                           "from standard input until EOF or /exit; Ctrl+C stops a reply, and "
                                           "at the prompt leaves.")
-    p.add_argument("--model", default="demo", help="'demo' (built-in, random weights), an HF folder or an artifact")
-    p.add_argument("--backend", choices=["auto", "native", "reference"], default="auto",
-                   help="auto (default): native where a CUDA GPU is usable, else reference")
-    p.add_argument("--kv", choices=["bf16", "int8", "int4"], default="int8", help="KV cache format (native backend)")
-    p.add_argument("--max-context", type=int, default=None)
+    add_engine_arguments(p)
     p.add_argument("--prompt", help="send one message, print the reply and exit")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--no-think", action="store_true", help="disable the thinking phase")

@@ -43,15 +43,14 @@ def _run(args) -> int:
 
 
 def register(subparsers) -> None:
+    from engine.commands.engine_args import add_engine_arguments
+
     p = subparsers.add_parser("serve", help="serve the model over the OpenAI chat-completions protocol",
                               description="Serve one model at http://HOST:PORT/v1 (chat completions, streaming, "
                                           "reasoning_content, tools, images as data URLs). One reply at a time; "
                                           "prefix reuse resumes an agent's growing conversation. Ctrl+C stops.")
-    p.add_argument("--model", default="demo", help="'demo' (built-in, random weights), an HF folder or an artifact")
+    add_engine_arguments(p)
     p.add_argument("--model-id", default=None, help="the name clients use (default: the model's name)")
-    p.add_argument("--backend", choices=["auto", "native", "reference"], default="auto")
-    p.add_argument("--kv", choices=["bf16", "int8", "int4"], default="int8", help="KV cache format (native backend)")
-    p.add_argument("--max-context", type=int, default=None)
     p.add_argument("--host", default="127.0.0.1", help="loopback by default; another host needs --api-key")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
