@@ -146,7 +146,13 @@ class ChatController(QObject):
             self.model = ev
             self.load_progress.emit(1.0, "")
             self.model_changed.emit(ev)
-            if ev.random_weights:
+            if getattr(ev, "api_error", ""):
+                self.banner.emit("warning", tr("The local API server did not start ({why}); the app works "
+                                               "without it.").format(why=ev.api_error), "settings", tr("Open settings"))
+            elif getattr(ev, "api_url", ""):
+                self.banner.emit("info", tr("Serving this model to other apps at {url}").format(url=ev.api_url),
+                                 "", "")
+            if ev.random_weights:   # last: the banner that matters most stays
                 self.banner.emit("warning", tr("Demo model loaded: it has random weights, so its replies are "
                                                "meaningless. Pick a real model in Settings → Model."),
                                  "settings", tr("Open settings"))

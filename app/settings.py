@@ -55,6 +55,7 @@ class Settings:
     mtp_speculation: bool = False       # draft with the model's MTP head (reference backend)
     conversation_cache_gib: float = 8.0  # RAM for conversations set aside (engine.api prefix_cache_bytes); 0 = off
     saved_states_gib: float = 16.0      # disk for conversation states kept across restarts (prefix_disk_bytes); 0 = off
+    api_port: int = 0                   # serve the loaded model's OpenAI API on 127.0.0.1:port (engine.server); 0 = off
     # generation
     sampling_preset: str = "Thinking (recommended)"
     sampling: dict = field(default_factory=lambda: dict(SAMPLING_PRESETS["Thinking (recommended)"]))
@@ -87,6 +88,8 @@ class Settings:
             opts["vram_budget_bytes"] = int(self.vram_budget_gib * 2**30)
         opts["prefix_cache_bytes"] = int(self.conversation_cache_gib * 2**30)
         opts["prefix_disk_bytes"] = int(self.saved_states_gib * 2**30)
+        if self.api_port:
+            opts["api_port"] = int(self.api_port)
         return opts
 
     def sampling_params(self) -> dict:
@@ -109,7 +112,8 @@ LOCAL_BACKENDS = ("auto", "native", "reference")   # engine.api.BACKENDS (the ap
 _CHOICES = {"backend": ("local", "remote"), "local_backend": LOCAL_BACKENDS, "kv_dtype": KV_FORMATS,
             "theme": THEMES, "language": LANGUAGES}
 _MINIMUM = {"max_context": 0, "vram_budget_gib": 0.0, "conversation_cache_gib": 0.0, "saved_states_gib": 0.0,
-            "max_tokens": 1, "tariff_per_kwh": 0.0}
+            "max_tokens": 1, "tariff_per_kwh": 0.0, "api_port": 0}
+_MAXIMUM = {"api_port": 65535}
 
 
 def _is_number(value) -> bool:
@@ -136,6 +140,8 @@ def _usable(name: str, value, default) -> bool:
         ok = value in _CHOICES[name]
     if ok and name in _MINIMUM:
         ok = value >= _MINIMUM[name]
+    if ok and name in _MAXIMUM:
+        ok = value <= _MAXIMUM[name]
     return ok
 
 

@@ -109,6 +109,13 @@ ZH_CN: dict[str, str] = {
     "off (recompute after a restart)": "关闭（重启后重新计算）",
     "Conversation cache (disk)": "对话缓存（磁盘）",
     "Delete saved states": "删除已保存的状态",
+    "Local API server port": "本地 API 服务端口",
+    "Serve the loaded model to agents and editors over the OpenAI chat-completions API at "
+    "http://127.0.0.1:PORT/v1 (this computer only), sharing the app's model and memory.":
+        "通过 OpenAI chat-completions API 在 http://127.0.0.1:端口/v1 向智能体和编辑器提供已加载的模型（仅限本机），"
+        "与应用共享模型和内存。",
+    "The local API server did not start ({why}); the app works without it.": "本地 API 服务未能启动（{why}）；应用不受影响。",
+    "Serving this model to other apps at {url}": "正在 {url} 向其他应用提供此模型",
     "No conversation saved on disk.": "磁盘上没有已保存的对话状态。",
     "{n} conversations saved, {size}": "已保存 {n} 个对话，{size}",
     "1 conversation saved, {size}": "已保存 1 个对话，{size}",

@@ -100,6 +100,8 @@ class ModelLoaded:
     plan: dict[str, Any] | None = None
     vision_tower: bool = False      # the model has one, even where this backend cannot run it (has_vision False)
     backend_note: str = ""          # why this backend, when the settings asked for "auto"
+    api_url: str = ""               # the OpenAI API the worker serves this model on (LoadModel option api_port)
+    api_error: str = ""             # why that server could not start (the model is loaded all the same)
 
 
 @dataclass

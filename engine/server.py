@@ -210,6 +210,20 @@ class MonorailServer(ThreadingHTTPServer):
     def __init__(self, address, engine, model_id: str, api_key: str | None = None):
         super().__init__(address, ChatHandler)
         self.engine, self.model_id, self.api_key = engine, model_id, api_key
+        self.replies: set[threading.Event] = set()   # the cancel events of the replies in flight
+        self._replies_lock = threading.Lock()
+
+    def track(self, cancel: threading.Event, on: bool) -> None:
+        with self._replies_lock:
+            (self.replies.add if on else self.replies.discard)(cancel)
+
+    def stop(self) -> None:
+        """Stop serving: the replies in flight are cancelled (they end at their next token), no request is taken."""
+        with self._replies_lock:
+            for cancel in self.replies:
+                cancel.set()
+        self.shutdown()
+        self.server_close()
 
 
 class ChatHandler(BaseHTTPRequestHandler):
@@ -250,9 +264,16 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     # -- the reply ------------------------------------------------------------------------------------------
     def _chat(self, req: dict) -> None:
+        cancel = threading.Event()
+        self.server.track(cancel, True)
+        try:
+            self._reply(req, cancel)
+        finally:
+            self.server.track(cancel, False)
+
+    def _reply(self, req: dict, cancel: threading.Event) -> None:
         from engine.errors import EngineError
 
-        cancel = threading.Event()
         try:
             events = self.server.engine.generate(req["messages"], req["sampling"], enable_thinking=req["enable_thinking"],
                                                  tools=req["tools"], cancel=cancel)

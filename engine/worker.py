@@ -23,6 +23,7 @@ import os
 import queue
 import threading
 import traceback
+from dataclasses import replace
 from typing import Any, Callable
 
 from engine import protocol as P
@@ -61,6 +62,11 @@ class _LocalEngineAdapter:
 
     def unload(self) -> None:
         self._engine.unload()
+
+    @property
+    def api_engine(self) -> Any:
+        """The engine.api.Engine itself, for the OpenAI API server (engine.server takes SamplingParams)."""
+        return self._engine
 
 
 def resolve_factory(spec: str) -> Callable[..., Any]:
@@ -181,6 +187,7 @@ class _Worker:
         self.gen_thread: threading.Thread | None = None
         self.gen_id: str | None = None
         self.cancel = threading.Event()
+        self.api_server: Any = None   # engine.server.MonorailServer while the model is served (LoadModel api_port)
         # set when the generation thread has reported its Finished: what it still runs is the engine's clean-up
         # (closing the decode loop, releasing the model), which the next request waits for instead of being refused
         self.gen_reported = threading.Event()
@@ -262,7 +269,9 @@ class _Worker:
                     _remove_saved_states(req.options)
                 progress = lambda f, m="": self.events.put(P.Progress(req.request_id, float(f), str(m)))  # noqa: E731
                 self.engine = self.factory(req.model, dict(req.options), progress)
-                self.events.put(_info_event(req.request_id, self.engine.info))
+                api_url, api_error = self._start_api(req.options.get("api_port"))
+                self.events.put(replace(_info_event(req.request_id, self.engine.info), api_url=api_url,
+                                        api_error=api_error))
             elif isinstance(req, P.Unload):
                 self._unload()
                 self.events.put(P.Unloaded(req.request_id))
@@ -286,7 +295,32 @@ class _Worker:
                              model=getattr(info, "name", None), backend=getattr(info, "backend", None),
                              generating=self.gen_thread is not None and self.gen_thread.is_alive())
 
+    def _start_api(self, port: Any) -> tuple[str, str]:
+        """Serve the loaded model over the OpenAI API on loopback (engine.server) from this process, so that agents
+        and editors share the app's model; (its URL, "") or ("", why not)."""
+        if not port:
+            return "", ""
+        target = getattr(self.engine, "api_engine", None)
+        if target is None:
+            return "", "the API server runs only for a local model"
+        from engine.server import make_server
+
+        try:
+            server = make_server(target, port=int(port))
+        except (OSError, ValueError, OverflowError) as exc:
+            return "", f"port {port}: {exc}"
+        threading.Thread(target=server.serve_forever, name="monorail-api", daemon=True).start()
+        self.api_server = server
+        host, bound = server.server_address[:2]
+        return f"http://{host}:{bound}/v1", ""
+
+    def _stop_api(self) -> None:
+        if self.api_server is not None:
+            self.api_server.stop()          # replies in flight are cancelled, so the unload below can save the state
+            self.api_server = None
+
     def _unload(self) -> None:
+        self._stop_api()
         if self.engine is not None:
             try:
                 self.engine.unload()

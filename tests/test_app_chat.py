@@ -204,3 +204,15 @@ def test_a_load_error_with_the_plan_shows_its_sentence_and_the_table_on_demand(q
     banner.details_dialog.close()
     banner.show_message("warning", "One line only.")
     assert not banner.details_button.isVisibleTo(window) and banner.label.text() == "One line only."
+
+
+def test_the_banner_says_where_the_model_is_served_or_why_not(qtbot, window):
+    """Settings → Local API server port: the worker's ModelLoaded carries the URL (or why the server did not start)
+    and the window says it (test_server.py checks the worker side)."""
+    from engine import protocol as P
+
+    c = window.controller
+    c._on_event(P.ModelLoaded(c.load_request, "m", False, 4096, False, "native", api_url="http://127.0.0.1:8000/v1"))
+    assert "http://127.0.0.1:8000/v1" in window.banner.label.text()
+    c._on_event(P.ModelLoaded(c.load_request, "m", False, 4096, False, "native", api_error="port 80: denied"))
+    assert "did not start (port 80: denied)" in window.banner.label.text()

@@ -166,3 +166,4 @@ def test_huge_pixel_counts_are_refused_before_decoding(tmp_path):
     from app.attachments import attachment_from_file
     with pytest.raises(AttachmentError, match="at most 100 megapixels"):
         attachment_from_file(path)
+

@@ -263,3 +263,46 @@ def test_the_command_refuses_an_open_host_without_a_key_before_loading(capsys):
     assert main(["serve", "--host", "0.0.0.0", "--model", "/nonexistent-monorail-model"]) == 2
     err = capsys.readouterr().err
     assert "--api-key" in err and "Opening" not in err
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_apps_worker_serves_its_model_and_stops_with_it(tmp_path, monkeypatch):
+    """Settings → Local API server port reaches the worker as LoadModel's api_port: the loaded model is served from
+    the worker process (the same engine the app uses), the URL comes back in ModelLoaded, and unloading stops it; a
+    port already taken is reported, and the model is loaded all the same."""
+    import queue
+    import socket
+
+    from engine import protocol as P
+    from engine.worker import _Worker, load_engine
+
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    events = queue.Queue()
+    worker = _Worker(events, load_engine)
+    port = _free_port()
+    worker.handle(P.LoadModel("load", "demo", {"backend": "reference", "max_context": 4096, "api_port": port}))
+    loaded = [e for e in list(events.queue) if isinstance(e, P.ModelLoaded)][-1]
+    assert loaded.api_url == f"http://127.0.0.1:{port}/v1" and loaded.api_error == ""
+
+    class _Served:
+        server_address = ("127.0.0.1", port)
+    status, data = _request(_Served, "POST", "/v1/chat/completions", {"messages": MESSAGES, **GREEDY})
+    assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == 12
+    # a second load on the same port while it is taken by another socket: reported, the model still loads
+    worker.handle(P.Unload("unload"))
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # the closed server's port may be in TIME_WAIT
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        worker.handle(P.LoadModel("load2", "demo", {"backend": "reference", "max_context": 4096, "api_port": port}))
+        again = [e for e in list(events.queue) if isinstance(e, P.ModelLoaded) and e.request_id == "load2"][-1]
+        assert again.api_url == "" and f"port {port}" in again.api_error and again.context_limit == 4096
+    worker.handle(P.Shutdown())

@@ -148,6 +148,14 @@ class SettingsDialog(QDialog):
         usage_row.addWidget(self.delete_saved_states)
         f.addRow("", usage_row)
         self._show_saved_states_usage()
+        self.api_port = QSpinBox()
+        self.api_port.setRange(0, 65535)
+        self.api_port.setSpecialValueText(tr("off"))
+        self.api_port.setValue(self.s.api_port)
+        self.api_port.setToolTip(tr(
+            "Serve the loaded model to agents and editors over the OpenAI chat-completions API at "
+            "http://127.0.0.1:PORT/v1 (this computer only), sharing the app's model and memory."))
+        f.addRow(tr("Local API server port"), self.api_port)
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (reference backend)"))
         self.mtp.setChecked(self.s.mtp_speculation)
         f.addRow(tr("Speculation"), self.mtp)
@@ -339,6 +347,7 @@ class SettingsDialog(QDialog):
         s.conversation_cache_gib = self.conversation_cache.value()
         s.saved_states_gib = self.saved_states.value()
         s.mtp_speculation = self.mtp.isChecked()
+        s.api_port = self.api_port.value()
         s.sampling_preset = self.preset.currentText()
         s.sampling = {**s.sampling, "temperature": self.temperature.value(), "top_p": self.top_p.value(),
                       "top_k": self.top_k.value()}
