@@ -297,8 +297,12 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             cancel.set()      # the client left: stop generating for it
-        except ApiError as exc:   # the reply failed midway: say so in the stream, as OpenAI does
-            self._event(exc.body())
+        except Exception as exc:  # the reply failed midway: say so in the stream (the status line is sent already)
+            err = exc if isinstance(exc, ApiError) else ApiError(500, f"{type(exc).__name__}: {exc}", kind="server_error")
+            try:
+                self._event(err.body())
+            except OSError:
+                pass
         finally:
             chunks.close()
             if hasattr(events, "close"):

@@ -306,3 +306,25 @@ def test_the_apps_worker_serves_its_model_and_stops_with_it(tmp_path, monkeypatc
         again = [e for e in list(events.queue) if isinstance(e, P.ModelLoaded) and e.request_id == "load2"][-1]
         assert again.api_url == "" and f"port {port}" in again.api_error and again.context_limit == 4096
     worker.handle(P.Shutdown())
+
+
+def test_a_reply_that_fails_midway_ends_its_stream_with_an_error_event():
+    class Failing(_ScriptedEngine):
+        def generate(self, messages, sampling, *, enable_thinking=True, tools=None, cancel=None):
+            yield TextDelta("content", "Half")
+            raise RuntimeError("the GPU fell off the bus")
+
+    server = _serve(Failing())
+    try:
+        conn = http.client.HTTPConnection(*server.server_address[:2], timeout=30)
+        conn.request("POST", "/v1/chat/completions", json.dumps({"messages": MESSAGES, "stream": True}))
+        lines = [x.decode().strip() for x in conn.getresponse() if x.strip()]
+        conn.close()
+        assert json.loads(lines[1][5:])["choices"][0]["delta"]["content"] == "Half"
+        err = json.loads(lines[-1][5:])["error"]
+        assert err["type"] == "server_error" and "fell off the bus" in err["message"]
+        status, data = _request(server, "POST", "/v1/chat/completions", {"messages": MESSAGES})
+        assert status == 500 and "fell off the bus" in json.loads(data)["error"]["message"]
+    finally:
+        server.shutdown()
+        server.server_close()
