@@ -7,7 +7,6 @@ import torch
 
 from engine.api import Finished, TextDelta
 from engine.sampling import Sampler, SamplingParams
-from test_api import demo_engine  # noqa: F401  (the demo model's Engine, shared fixture)
 
 
 class LoopModel:
