@@ -33,7 +33,8 @@ class EngineOptions:
     vram_budget_bytes: int | None = None
     device: str | None = None         # reference only: None picks cuda when available, else cpu
     prefill_chunk: int = 512
-    mtp_speculation: bool = False     # reference only: greedy requests draft one token per round with the MTP head
+    mtp_speculation: bool = False     # reference only: requests draft with the MTP head (engine/speculative.py)
+    mtp_draft_tokens: int = 1         # drafts a round, 1..5 (the MTP head chained on its own output past the first)
     # Prefix reuse: the state where a prompt's history ends (before its last "<|im_start|>") is kept, and the next
     # prompt that starts with those tokens (the same conversation's next turn, a regenerated reply) prefills only
     # what follows. Histories shorter than the minimum are simply recomputed. The newest snapshot costs little (the
@@ -218,6 +219,8 @@ class Engine:
         ckpt = resolved.checkpoint
         cfg = ckpt.config
         context_limit = cfg.text.max_position_embeddings
+        if not 1 <= options.mtp_draft_tokens <= 5:
+            raise EngineError(f"mtp_draft_tokens {options.mtp_draft_tokens} is outside 1..5.")
         if options.max_context is not None:
             if options.max_context < 16:
                 raise EngineError(f"max_context {options.max_context} is too small (at least 16 tokens).")
@@ -402,8 +405,9 @@ class Engine:
 
         t0 = time.perf_counter()
         speculate = self._can_speculate(sampling, prompt)
-        state, logits, prompt_hidden, cached = self._prefill(prompt, n_prompt + budget + 1, cancel,
-                                                             keep_hidden=speculate)
+        # a speculative round runs up to mtp_draft_tokens past the last committed token before it is verified
+        room = n_prompt + budget + 1 + (self.options.mtp_draft_tokens if speculate else 0)
+        state, logits, prompt_hidden, cached = self._prefill(prompt, room, cancel, keep_hidden=speculate)
         t_prefill = time.perf_counter() - t0
         generated: list[int] = []
         reason = "length"  # the context limit, unless the stop checker says otherwise
@@ -425,7 +429,7 @@ class Engine:
                 spec = SampledSpeculation(sampler, prompt.ids)
                 drafter, verify = SampledDrafter(self._model, spec), spec.verify
             tokens = speculative_tokens(self._model, state, prompt_hidden, prompt.ids, logits, choose, drafter,
-                                        spec_stats, verify)
+                                        spec_stats, verify, k=self.options.mtp_draft_tokens)
         else:
             tokens = self._plain_tokens(state, logits, sampler, prompt.ids)
         t_decode0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Speculative decoding on the reference model with the checkpoint's own MTP head (one drafted token).
+"""Speculative decoding on the reference model with the checkpoint's own MTP head (k = 1..5 drafted tokens).
 
 Each round feeds the trunk the last committed token and the MTP head's draft as one T = 2 pass.
 Greedy: the target's choice at the first position decides: if it equals the draft, both that token and the
@@ -40,17 +40,35 @@ class SpecStats:
 
 
 class MTPDrafter:
-    """Keeps the MTP head's KV cache in step with the committed sequence and drafts the next token."""
+    """Keeps the MTP head's KV cache in step with the committed sequence and drafts the next tokens."""
 
     def __init__(self, model, choose_draft: Callable[[torch.Tensor], int]):
         self.model = model
         self.choose_draft = choose_draft
+        self._last_hidden: torch.Tensor | None = None   # the MTP layer's output at the last pair (chained drafts)
 
     def extend(self, state, hiddens: torch.Tensor, next_ids: list[int], history: list[int] | None = None) -> int:
         """Append pairs (h_i, token_{i+1}) to the MTP cache; return the draft after the last pair. ``history``: the
         response so far (the draft is for the token after it), for drafters whose choice depends on it."""
-        logits = self.model.mtp_forward(hiddens, torch.tensor(next_ids, dtype=torch.long), state)
-        return self.choose_draft(logits[-1])
+        logits, h = self.model.mtp_forward(hiddens, torch.tensor(next_ids, dtype=torch.long), state,
+                                           return_hidden=True)
+        self._last_hidden = h[-1:]
+        return self._choose(logits[-1], list(history or []))
+
+    def _choose(self, logits: torch.Tensor, history: list[int]) -> int:
+        return self.choose_draft(logits)
+
+    def chain(self, state, first: int, history: list[int], n: int) -> list[int]:
+        """``n`` more drafts after ``first``: the MTP layer fed its own output and the previous draft (pairs that
+        are not the trunk's, so they are taken off its cache again: the next extend writes the committed ones)."""
+        cache = state.mtp_kv
+        length, drafts, h = cache.length, [], self._last_hidden
+        for _ in range(n):
+            prev = drafts[-1] if drafts else first
+            logits, h = self.model.mtp_forward(h, torch.tensor([prev], dtype=torch.long), state, return_hidden=True)
+            drafts.append(self._choose(logits[-1], history + [first] + drafts))
+        cache.length = length
+        return drafts
 
 
 # Decides a round from the trunk's logits at the draft's position, the draft and the response before it: (the token
@@ -106,17 +124,18 @@ class SampledSpeculation:
     def __init__(self, sampler, prompt_ids: list[int]):
         self.sampler = sampler
         self.prompt_ids = prompt_ids
-        self.q: torch.Tensor | None = None   # the distribution the last draft was drawn from
+        self.qs: list[torch.Tensor] = []   # the distributions this round's drafts were drawn from, in order
 
     def draft(self, mtp_logits: torch.Tensor, history: list[int]) -> int:
         from engine.sampling import PURPOSE_DRAFT
 
-        self.q = distribution(self.sampler, mtp_logits, history, self.prompt_ids)
-        return draw(self.q, self.sampler.seed, len(history), PURPOSE_DRAFT)
+        q = distribution(self.sampler, mtp_logits, history, self.prompt_ids)
+        self.qs.append(q)
+        return draw(q, self.sampler.seed, len(history), PURPOSE_DRAFT)
 
     def verify(self, logits: torch.Tensor, draft: int, history: list[int]) -> tuple[int, bool]:
         p = distribution(self.sampler, logits, history, self.prompt_ids)
-        return accept_or_resample(p, self.q, draft, self.sampler.seed, len(history))
+        return accept_or_resample(p, self.qs.pop(0), draft, self.sampler.seed, len(history))
 
 
 class SampledDrafter(MTPDrafter):
@@ -127,46 +146,59 @@ class SampledDrafter(MTPDrafter):
         self.spec = spec
 
     def extend(self, state, hiddens: torch.Tensor, next_ids: list[int], history: list[int] | None = None) -> int:
-        logits = self.model.mtp_forward(hiddens, torch.tensor(next_ids, dtype=torch.long), state)
-        return self.spec.draft(logits[-1], list(history or []))
+        self.spec.qs = []          # a new round: the drafts of the last one were verified or dropped
+        return super().extend(state, hiddens, next_ids, history)
+
+    def _choose(self, logits: torch.Tensor, history: list[int]) -> int:
+        return self.spec.draft(logits, history)
 
 
 def speculative_tokens(model, state, prompt_hidden: torch.Tensor, prompt_ids: list[int], first_logits: torch.Tensor,
                        choose: Chooser, drafter: MTPDrafter, stats: SpecStats,
-                       verify: Verifier | None = None) -> Iterator[int]:
+                       verify: Verifier | None = None, k: int = 1) -> Iterator[int]:
     """Committed tokens, one at a time, after a prefill that left ``state`` at the prompt's end.
 
     ``prompt_hidden [n, H]`` is the trunk output (after the final norm) at every prompt position and
-    ``first_logits`` the logits after the last one. ``verify`` decides each round (default: the greedy rule with
-    ``choose``); ``choose`` also picks the first token and the bonus token after an accepted draft. The caller stops
-    iterating when it is done (a stop token, the token budget); the state then holds at most the tokens already
-    yielded plus one.
+    ``first_logits`` the logits after the last one. Each round drafts ``k`` tokens (the MTP head chained on its own
+    output past the first) and verifies them in one T = k + 1 trunk pass, in order: the first one ``verify`` rejects
+    is replaced by its choice and ends the round; if none is, the target's choice after the last is committed too.
+    ``verify`` defaults to the greedy rule with ``choose``, which also picks the first token and that bonus token.
+    The caller stops iterating when it is done (a stop token, the token budget); the state then holds at most the
+    tokens already yielded plus k.
     """
+    if not 1 <= k <= 5:
+        raise ValueError("k (drafts a round) must be 1..5")
     verify = verify or greedy_verifier(choose)
     generated: list[int] = []
     last = choose(first_logits, generated)
     generated.append(last)
     yield last
     # The whole prompt passes through the MTP layer to fill its KV; the last pair drafts.
-    draft = drafter.extend(state, prompt_hidden, prompt_ids[1:] + [last], history=generated)
+    first = drafter.extend(state, prompt_hidden, prompt_ids[1:] + [last], history=generated)
     while True:
+        drafts = [first] + (drafter.chain(state, first, generated, k - 1) if k > 1 else [])
         snapshot = state.clone()
-        out = model.forward(torch.tensor([last, draft], dtype=torch.long), state)
-        stats.drafted += 1
-        target, accepted = verify(out.logits[0], draft, generated)
-        if accepted:
-            stats.accepted += 1
-            bonus = choose(out.logits[1], generated + [draft])
-            generated += [draft, bonus]
-            yield draft
-            yield bonus
-            draft = drafter.extend(state, out.hidden, [draft, bonus], history=generated)
-            last = bonus
+        out = model.forward(torch.tensor([last] + drafts, dtype=torch.long), state)
+        stats.drafted += len(drafts)
+        kept: list[int] = []
+        replacement = None
+        for i, d in enumerate(drafts):
+            token, accepted = verify(out.logits[i], d, generated + kept)
+            if not accepted:
+                replacement = token
+                break
+            kept.append(d)
+        stats.accepted += len(kept)
+        if replacement is None:   # every draft kept: the target's choice after the last one comes free
+            bonus = choose(out.logits[len(drafts)], generated + kept)
+            committed, hidden = kept + [bonus], out.hidden
         else:
-            # Undo the pass (the GDN state cannot drop a token) and consume `last` alone.
+            # Undo the pass (the GDN state cannot drop a token) and consume `last` and the kept drafts again.
             state.__dict__.update(snapshot.__dict__)
-            redo = model.forward(torch.tensor([last], dtype=torch.long), state)
-            generated.append(target)
-            yield target
-            draft = drafter.extend(state, redo.hidden, [target], history=generated)
-            last = target
+            hidden = model.forward(torch.tensor([last] + kept, dtype=torch.long), state).hidden
+            committed = kept + [replacement]
+        for tok in committed:
+            generated.append(tok)
+            yield tok
+        first = drafter.extend(state, hidden, committed, history=generated)
+        last = committed[-1]

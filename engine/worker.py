@@ -42,7 +42,8 @@ def load_engine(model: str, options: dict[str, Any], progress: Callable[[float, 
     from engine.api import Engine, EngineOptions
 
     known = {k: options[k] for k in ("backend", "max_context", "kv_dtype", "vram_budget_bytes",
-                                     "mtp_speculation", "prefix_cache_bytes", "prefix_disk_bytes") if k in options}
+                                     "mtp_speculation", "mtp_draft_tokens", "prefix_cache_bytes", "prefix_disk_bytes")
+             if k in options}
     return _LocalEngineAdapter(Engine.load(model, EngineOptions(**known), progress=progress))
 
 

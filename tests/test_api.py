@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine.api import Engine, EngineOptions, Finished, TextDelta
-from engine.errors import PromptError
+from engine.errors import EngineError, PromptError
 from engine.sampling import SamplingParams
 
 
@@ -208,3 +208,14 @@ def test_mtp_speculation_gives_the_same_greedy_reply_and_reports_acceptance(demo
     again, _ = _run(spec_engine, msgs, sampled, enable_thinking=False)
     assert fin.spec_accept_rate is not None and fin.completion_tokens == 12
     assert "".join(d.text for d in first) == "".join(d.text for d in again)
+
+
+def test_three_drafts_a_round_give_the_same_greedy_reply(demo_engine):
+    chained = Engine.load("demo", EngineOptions(max_context=4096, mtp_speculation=True, mtp_draft_tokens=3))
+    msgs = [{"role": "user", "content": "Name a river."}]
+    p = SamplingParams(temperature=0.0, max_tokens=14, ignore_eos=True)
+    plain, _ = _run(demo_engine, msgs, p, enable_thinking=False)
+    spec, fin = _run(chained, msgs, p, enable_thinking=False)
+    assert "".join(d.text for d in spec) == "".join(d.text for d in plain) and fin.completion_tokens == 14
+    with pytest.raises(EngineError, match="1..5"):
+        Engine.load("demo", EngineOptions(max_context=4096, mtp_draft_tokens=6))

@@ -162,9 +162,10 @@ def test_sampled_speculation_keeps_a_draft_whenever_q_equals_p(model, prompt):
     hits = []
 
     def verify(logits, draft, history):
-        spec.q = distribution(sampler, logits, history, prompt)   # q := p at the draft's position
+        p = distribution(sampler, logits, history, prompt)
+        spec.qs = [p]                                 # q := p at the draft's position
         token, accepted = spec.verify(logits, draft, history)
-        hits.append((accepted, float(spec.q[token]) > 0))
+        hits.append((accepted, float(p[token]) > 0))
         return token, accepted
 
     class TrunkDrafter(MTPDrafter):
@@ -180,3 +181,48 @@ def test_sampled_speculation_keeps_a_draft_whenever_q_equals_p(model, prompt):
     toks, stats = _sampled_run(model, prompt, sampler, TrunkDrafter(model, _argmax), verify)
     assert len(toks) == N_TOKENS and hits and all(a and inside for a, inside in hits)
     assert stats.accept_rate == 1.0
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_chained_drafts_give_exactly_the_greedy_tokens(model, prompt, plain_greedy, k):
+    """k drafts a round (the MTP head chained on its own output), verified in one T = k + 1 pass: still exactly the
+    plain greedy tokens; and after every round the MTP cache holds only the committed pairs."""
+    in_step = []
+
+    class Checked(MTPDrafter):
+        def extend(self, state, hiddens, next_ids, history=None):
+            draft = super().extend(state, hiddens, next_ids, history)
+            # one MTP pair per position the trunk consumed: the chained drafts' pairs were taken off again
+            in_step.append(state.mtp_kv.length == state.seq_len)
+            return draft
+
+    state = model.new_state(len(prompt) + N_TOKENS + 8)
+    out = model.forward(torch.tensor(prompt), state)
+    stats = SpecStats()
+    toks = []
+    for tok in speculative_tokens(model, state, out.hidden, prompt, out.logits[-1], _argmax,
+                                  Checked(model, _argmax), stats, k=k):
+        toks.append(tok)
+        if len(toks) >= N_TOKENS:
+            break
+    assert toks[:N_TOKENS] == plain_greedy
+    assert stats.drafted >= k and 0.0 <= stats.accept_rate <= 1.0
+    assert len(in_step) > 1 and all(in_step)
+
+
+def test_chained_sampled_drafts_with_one_candidate_give_the_greedy_tokens(model, prompt, plain_greedy):
+    from engine.sampling import Sampler, SamplingParams
+    from engine.speculative import SampledDrafter, SampledSpeculation
+
+    sampler = Sampler(SamplingParams(temperature=0.8, top_k=1, seed=5), valid_vocab_size=model.text_config.vocab_size)
+    spec = SampledSpeculation(sampler, prompt)
+    state = model.new_state(len(prompt) + N_TOKENS + 8)
+    out = model.forward(torch.tensor(prompt), state)
+    choose = lambda row, history: sampler.sample(row, history, prompt_ids=prompt)  # noqa: E731
+    toks = []
+    for tok in speculative_tokens(model, state, out.hidden, prompt, out.logits[-1], choose,
+                                  SampledDrafter(model, spec), SpecStats(), spec.verify, k=3):
+        toks.append(tok)
+        if len(toks) >= N_TOKENS:
+            break
+    assert toks[:N_TOKENS] == plain_greedy

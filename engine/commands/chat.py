@@ -88,7 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         print("note: --mtp drafts only on the reference backend (--backend reference); "
               "these replies decode without it.", file=sys.stderr)
     opts = EngineOptions(backend=backend, max_context=args.max_context, kv_dtype=args.kv,
-                         mtp_speculation=args.mtp)
+                         mtp_speculation=args.mtp, mtp_draft_tokens=args.mtp_drafts)
     try:
         engine = Engine.load(args.model, opts,
                              progress=lambda f, m: print(f"  [{f * 100:3.0f}%] {m}", file=sys.stderr))
@@ -157,6 +157,8 @@ def register(subparsers) -> None:
     p.add_argument("--mtp", action="store_true",
                    help="speculative decoding with the model's MTP head (reference backend; greedy replies keep their "
                         "tokens, sampled ones their distribution)")
+    p.add_argument("--mtp-drafts", type=int, choices=range(1, 6), default=1, metavar="K",
+                   help="with --mtp: tokens drafted a round, 1..5 (default 1)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-k", type=int, default=20)
     p.add_argument("--top-p", type=float, default=0.95)

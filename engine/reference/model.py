@@ -305,12 +305,13 @@ class ReferenceModel:
 
     @torch.no_grad()
     def mtp_forward(self, hidden: torch.Tensor, next_token_ids: torch.Tensor, state: ModelState,
-                    position_ids: torch.Tensor | None = None) -> torch.Tensor:
+                    position_ids: torch.Tensor | None = None, *, return_hidden: bool = False):
         """MTP head logits ``[T, V]`` (fp32) predicting token t+2 from trunk hidden h_t and token t+1.
 
         ``hidden [T, H]`` is the trunk output after the final norm; ``next_token_ids [T]`` are the
         tokens that follow each of those positions. The pairs are appended to ``state.mtp_kv``;
         positions default to ``mtp_kv.length + rope_delta + arange(T)`` (the position of h_t).
+        ``return_hidden``: also the MTP layer's normed output ``[T, H]`` (what a chained draft feeds back in).
         """
         from engine.reference.mtp import mtp_hidden
         if self.weights.mtp is None:
@@ -320,4 +321,4 @@ class ReferenceModel:
         pos = self._positions(position_ids, cache.length + state.rope_delta, t)
         cos, sin = self.rope_tables(pos)
         h = mtp_hidden(self, hidden.to(self.dtype), next_token_ids.reshape(-1), cache, cos, sin)
-        return self.lm_head(h)
+        return (self.lm_head(h), h) if return_hidden else self.lm_head(h)
