@@ -1,11 +1,13 @@
 """Speculative decoding on the reference model with the checkpoint's own MTP head (k = 1..5 drafted tokens).
 
-Each round feeds the trunk the last committed token and the MTP head's draft as one T = 2 pass.
-Greedy: the target's choice at the first position decides: if it equals the draft, both that token and the
-target's choice after it are committed (two tokens for one trunk pass); otherwise only the target's
-choice is, and the trunk state goes back to the snapshot taken before the pass and consumes the last
-token alone. Every committed token is the target's own choice from its own logits with the same
-history, so the output is exactly what plain decoding with the same chooser gives.
+Each round feeds the trunk the last committed token and the round's k drafts as one T = k + 1 pass (past the
+first draft, the MTP head runs on its own output and the previous draft). The drafts are checked in order.
+Greedy: the target's choice at a draft's position decides: while it equals the draft, the draft is committed;
+the first one it differs from is replaced by the target's choice, which ends the round; if all k are kept, the
+target's choice after the last is committed too (k + 1 tokens for one trunk pass). After a rejection the trunk
+state goes back to the snapshot taken before the pass and consumes the last token and the kept drafts again.
+Every committed token is the target's own choice from its own logits with the same history, so the output is
+exactly what plain decoding with the same chooser gives.
 
 Sampled (`SampledSpeculation`): the draft is drawn from q, the MTP head's distribution after the request's
 sampling steps (penalties, temperature, top-k, top-p, min-p); it is accepted with probability min(1, p / q) under the
