@@ -272,6 +272,7 @@ class ChatHandler(BaseHTTPRequestHandler):
             self.server.track(cancel, False)
 
     def _reply(self, req: dict, cancel: threading.Event) -> None:
+        from engine.chat_template import ChatTemplateError
         from engine.errors import EngineError
 
         try:
@@ -282,7 +283,7 @@ class ChatHandler(BaseHTTPRequestHandler):
                 return
             chunks = stream_chunks(events, self.server.model_id, req["include_usage"])
             first = next(chunks)   # the engine has checked the prompt (a PromptError comes before any byte is sent)
-        except EngineError as exc:
+        except (EngineError, ChatTemplateError) as exc:   # the request's own fault: the prompt, the messages
             raise ApiError(400, str(exc)) from exc
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

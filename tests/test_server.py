@@ -328,3 +328,21 @@ def test_a_reply_that_fails_midway_ends_its_stream_with_an_error_event():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_agents_tool_round_trip_is_accepted(server):
+    """An agent sends back the assistant's tool call (arguments as a JSON string, as OpenAI gives them) and the
+    tool's result: the template takes both; arguments that are not JSON are the request's fault (400)."""
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Bern"}'}}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                               "parameters": {"type": "object",
+                                                              "properties": {"city": {"type": "string"}}}}}]
+    msgs = [{"role": "user", "content": "Weather in Bern?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_1", "content": '{"temp_c": 4}'}]
+    status, data = _request(server, "POST", "/v1/chat/completions", {"messages": msgs, "tools": tools, **GREEDY})
+    assert status == 200, data
+    bad = [dict(msgs[0]), {"role": "assistant", "content": "", "tool_calls": [
+        {**call, "function": {"name": "get_weather", "arguments": "{not json"}}]}, dict(msgs[2])]
+    status, data = _request(server, "POST", "/v1/chat/completions", {"messages": bad, "tools": tools, **GREEDY})
+    assert status == 400 and "not valid JSON" in json.loads(data)["error"]["message"]
