@@ -50,7 +50,7 @@ class EngineOptions:
     # on after a restart without being recomputed; the least recently used leave first to keep within
     # prefix_disk_bytes. Off (0) for the library; the app turns it on (Settings → Memory, 16 GiB by default).
     prefix_disk_bytes: int = 0
-    prefix_disk_dir: str | None = None    # None: engine.paths.cache_dir() / "states"
+    prefix_disk_dir: str | None = None    # None: engine.paths.states_dir()
     prefix_disk_min_tokens: int = 2048
 
 
@@ -87,6 +87,12 @@ def host_available_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def host_can_hold(nbytes: int) -> bool:
+    """Whether ``nbytes`` more of host memory leave HOST_MEMORY_RESERVE available (True where that is unknown)."""
+    available = host_available_bytes()
+    return available is None or nbytes <= available - HOST_MEMORY_RESERVE
 
 
 def choose_backend(requested: str) -> tuple[str, str]:
@@ -154,7 +160,7 @@ class _ResolvedModel:
     chat_template: str      # the checkpoint's own template, else the default one
 
 
-def mtp_can_draft(backend: str, sampling: SamplingParams) -> bool:
+def mtp_can_draft(backend: str) -> bool:
     """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation): only
     the reference backend drafts (greedy requests by the greedy rule, sampled ones by the speculative sampling rule,
     engine/speculative.py). The model must also have an MTP head and the prompt no images (Engine._can_speculate)."""
@@ -289,22 +295,16 @@ class Engine:
         plan = model.plan.as_dict() if hasattr(model, "plan") and hasattr(model.plan, "as_dict") else None
         return model, "cuda", plan
 
-    @staticmethod
-    def states_root(options: EngineOptions) -> Path:
-        """The folder saved states live in (EngineOptions.prefix_disk_dir, else the cache folder's states/)."""
-        from engine.paths import states_dir
-
-        return Path(options.prefix_disk_dir) if options.prefix_disk_dir else states_dir()
-
     def open_state_store(self, model_path: Path) -> None:
         """Saved states for this model (EngineOptions.prefix_disk_bytes): found by prompts from now on, and
         written when a conversation is set aside or the model unloaded. A store that cannot be opened (a
         read-only or missing disk) leaves the engine without one: the conversation is recomputed instead."""
+        from engine.paths import states_dir
         from engine.prefix_store import PrefixStore
 
         if not hasattr(self._model, "export_snapshot"):
             return
-        root = self.states_root(self.options)
+        root = Path(self.options.prefix_disk_dir) if self.options.prefix_disk_dir else states_dir()
         try:
             self._store = PrefixStore(root, _state_identity(model_path, self._model.snapshot_layout()),
                                       self.options.prefix_disk_bytes)
@@ -404,7 +404,7 @@ class Engine:
         parser = OutputParser.for_prompt(prompt.text, tools)
 
         t0 = time.perf_counter()
-        speculate = self._can_speculate(sampling, prompt)
+        speculate = self._can_speculate(prompt)
         # a speculative round runs up to mtp_draft_tokens past the last committed token before it is verified
         room = n_prompt + budget + 1 + (self.options.mtp_draft_tokens if speculate else 0)
         state, logits, prompt_hidden, cached = self._prefill(prompt, room, cancel, keep_hidden=speculate)
@@ -476,10 +476,10 @@ class Engine:
             cached_tokens=cached,
         )
 
-    def _can_speculate(self, sampling: SamplingParams, prompt: _Prompt) -> bool:
+    def _can_speculate(self, prompt: _Prompt) -> bool:
         """MTP drafting keeps the output's distribution (greedy: the same tokens); images would need 3-axis
         positions in the MTP pass."""
-        return (self.options.mtp_speculation and mtp_can_draft(self.options.backend, sampling)
+        return (self.options.mtp_speculation and mtp_can_draft(self.options.backend)
                 and self.info.has_mtp and not prompt.images)
 
     def _plain_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
@@ -567,11 +567,9 @@ class Engine:
 
     def _longest_prefix(self, ids: list[int]) -> _PrefixSnapshot | None:
         """The kept snapshot covering the most of ``ids`` (its tokens start them, and some are left to prefill)."""
-        best = None
-        for p in self._prefixes:
-            if len(p.ids) < len(ids) and (best is None or len(p.ids) > len(best.ids)) and ids[:len(p.ids)] == p.ids:
-                best = p
-        return best
+        from engine.prefix_store import longest_prefix
+
+        return longest_prefix(self._prefixes, ids)
 
     def _on_the_lane(self, match: _PrefixSnapshot) -> _PrefixSnapshot:
         """``match`` (a detached snapshot) as one on the lane where the newest snapshot extends it: the lane already
@@ -607,8 +605,7 @@ class Engine:
         self._prefixes = older
         budget = self.options.prefix_cache_bytes
         need = model.snapshot_bytes(newest.state, detached=True)
-        available = host_available_bytes()
-        if need > budget or (available is not None and need > available - HOST_MEMORY_RESERVE):
+        if need > budget or not host_can_hold(need):
             return
         while need + sum(model.snapshot_bytes(p.state) for p in older) > budget:
             evictable = [p for p in older if p is not keep]
@@ -634,8 +631,7 @@ class Engine:
             return
         state = snap.state
         if model.snapshot_needs_lane(state):
-            available = host_available_bytes()
-            if available is not None and model.snapshot_bytes(state, detached=True) > available - HOST_MEMORY_RESERVE:
+            if not host_can_hold(model.snapshot_bytes(state, detached=True)):
                 return
             try:
                 state = model.detach(state)
@@ -703,7 +699,7 @@ def _state_identity(model_path: Path, layout: dict) -> str:
     path = Path(model_path).resolve()
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file()
                                                  and p.suffix in (".safetensors", ".json", ".bin", ".gguf"))
-    stamp = [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+    stamp = [[p.name, st.st_size, st.st_mtime_ns] for p, st in ((p, p.stat()) for p in files)]
     return xxhash.xxh3_128(json.dumps([str(path), stamp, layout], sort_keys=True, default=str).encode()).hexdigest()
 
 

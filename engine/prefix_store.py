@@ -6,7 +6,7 @@ conversation of the 27B (int8 KV) is 4.3 GB, read back in seconds where a 4090-c
 prefilling it again.
 
 One file a state, in a folder per model identity (the weights' files, the backend and the state's layout, hashed:
-engine.api.Engine._snapshot_identity), so a state is only offered to the model that computed it. A file holds
+engine.api._state_identity), so a state is only offered to the model that computed it. A file holds
 
     MAGIC | u64 header length | header (JSON, utf-8) | token ids (int32) | arrays ...     (each part 64-byte aligned)
 
@@ -54,6 +54,16 @@ def _pad(n: int) -> int:
 
 def _ids_bytes(ids: list[int]) -> bytes:
     return np.asarray(ids, dtype="<i4").tobytes()
+
+
+def longest_prefix(candidates, ids: list[int]):
+    """Of ``candidates`` (anything with ``.ids``: saved states, engine.api's snapshots in memory), the one whose
+    tokens start ``ids`` and cover the most of them, leaving some to compute; None where none does."""
+    best = None
+    for c in candidates:
+        if len(c.ids) < len(ids) and (best is None or len(c.ids) > len(best.ids)) and ids[:len(c.ids)] == c.ids:
+            best = c
+    return best
 
 
 def state_name(ids: list[int]) -> str:
@@ -108,11 +118,7 @@ class PrefixStore:
 
     def longest_prefix(self, ids: list[int]) -> StoredState | None:
         """The stored state covering the most of ``ids`` (its tokens start them, and some are left to compute)."""
-        best = None
-        for e in self.entries():
-            if len(e.ids) < len(ids) and (best is None or len(e.ids) > len(best.ids)) and ids[:len(e.ids)] == e.ids:
-                best = e
-        return best
+        return longest_prefix(self.entries(), ids)
 
     def holds(self, ids: list[int]) -> bool:
         return any(e.ids == ids for e in self.entries())
@@ -232,8 +238,8 @@ class PrefixStore:
 
 def usage(root: Path) -> tuple[int, int]:
     """(saved states, their bytes) under ``root``, every model's folder."""
-    files = [(size) for path, size, _t in _state_files(Path(root)) if path.name.endswith(SUFFIX)]
-    return len(files), sum(files)
+    sizes = [size for path, size, _t in _state_files(Path(root)) if path.name.endswith(SUFFIX)]
+    return len(sizes), sum(sizes)
 
 
 def remove_all(root: Path) -> int:

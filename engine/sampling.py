@@ -200,8 +200,9 @@ def uniforms(seed: int, steps: np.ndarray | Sequence[int] | int, token_ids: np.n
 GUMBEL_MAX = float(-np.log(-np.log((2.0**32 - 0.5) * 2.0**-32))) + 1e-6
 
 
-def gumbel_noise(seed: int, steps: np.ndarray | Sequence[int] | int, token_ids: np.ndarray | Sequence[int]) -> np.ndarray:
-    return -np.log(-np.log(uniforms(seed, steps, token_ids)))
+def gumbel_noise(seed: int, steps: np.ndarray | Sequence[int] | int, token_ids: np.ndarray | Sequence[int],
+                 purpose: int = PURPOSE_SAMPLE) -> np.ndarray:
+    return -np.log(-np.log(uniforms(seed, steps, token_ids, purpose)))
 
 
 # ---- the sampler --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
 import threading
 import time
@@ -118,13 +119,11 @@ def parse_chat_request(body: Any) -> dict:
 
 # --------------------------------------------------------------------------------------------------- replies
 def _tool_calls(calls: list[dict]) -> list[dict]:
-    out = []
-    for i, c in enumerate(calls):
-        args = c.get("arguments")
-        out.append({"index": i, "id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                    "function": {"name": c.get("name", ""),
-                                 "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)}})
-    return out
+    """Finished.tool_calls ({"name", "arguments" dict}) in OpenAI's shape, each with an id and its index."""
+    from engine.output_parser import ToolCall
+
+    return [{"index": i, **ToolCall(c["name"], c["arguments"]).to_openai(f"call_{uuid.uuid4().hex[:24]}")}
+            for i, c in enumerate(calls)]
 
 
 def _finish_reason(fin) -> str:
@@ -173,7 +172,7 @@ def stream_chunks(events, model_id: str, include_usage: bool) -> Iterator[dict]:
     head = next(events, None)   # the engine checks the prompt first: a refusal comes before any byte is sent
     yield chunk({"role": "assistant", "content": ""})
     fin = None
-    for ev in _chain(head, events):
+    for ev in itertools.chain([head] if head is not None else [], events):
         if hasattr(ev, "channel"):
             if ev.channel == "reasoning":
                 yield chunk({"reasoning_content": ev.text})
@@ -188,12 +187,6 @@ def stream_chunks(events, model_id: str, include_usage: bool) -> Iterator[dict]:
     if include_usage:
         yield {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model_id, "choices": [],
                "usage": _usage(fin)}
-
-
-def _chain(head, rest) -> Iterator[Any]:
-    if head is not None:
-        yield head
-    yield from rest
 
 
 def _raise_if_failed(fin) -> None:

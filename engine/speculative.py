@@ -44,7 +44,7 @@ class SpecStats:
 class MTPDrafter:
     """Keeps the MTP head's KV cache in step with the committed sequence and drafts the next tokens."""
 
-    def __init__(self, model, choose_draft: Callable[[torch.Tensor], int]):
+    def __init__(self, model, choose_draft: Callable[[torch.Tensor], int] | None):
         self.model = model
         self.choose_draft = choose_draft
         self._last_hidden: torch.Tensor | None = None   # the MTP layer's output at the last pair (chained drafts)
@@ -97,12 +97,11 @@ def draw(dist: torch.Tensor, seed: int, step: int, purpose: int) -> int:
     """One token from ``dist`` by Gumbel-max with Philox noise keyed (token id, step, purpose)."""
     import numpy as np
 
-    from engine.sampling import uniforms
+    from engine.sampling import gumbel_noise
 
     probs = dist.numpy()
     ids = np.flatnonzero(probs)
-    noise = -np.log(-np.log(uniforms(seed, step, ids, purpose=purpose)[0]))
-    return int(ids[np.argmax(np.log(probs[ids]) + noise)])
+    return int(ids[np.argmax(np.log(probs[ids]) + gumbel_noise(seed, step, ids, purpose)[0])])
 
 
 def accept_or_resample(p: torch.Tensor, q: torch.Tensor, draft: int, seed: int, step: int) -> tuple[int, bool]:
@@ -144,7 +143,7 @@ class SampledDrafter(MTPDrafter):
     """MTPDrafter drawing its drafts from q with the response so far (penalties) through a SampledSpeculation."""
 
     def __init__(self, model, spec: SampledSpeculation):
-        super().__init__(model, lambda row: spec.draft(row, []))
+        super().__init__(model, None)   # its _choose draws from q with the history
         self.spec = spec
 
     def extend(self, state, hiddens: torch.Tensor, next_ids: list[int], history: list[int] | None = None) -> int:

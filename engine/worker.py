@@ -267,7 +267,7 @@ class _Worker:
             if isinstance(req, P.LoadModel):
                 self._unload()
                 if req.options.get("prefix_disk_bytes", None) == 0:   # the app's Settings turned saved states off
-                    _remove_saved_states(req.options)
+                    _remove_saved_states()
                 progress = lambda f, m="": self.events.put(P.Progress(req.request_id, float(f), str(m)))  # noqa: E731
                 self.engine = self.factory(req.model, dict(req.options), progress)
                 api_url, api_error = self._start_api(req.options.get("api_port"))
@@ -329,13 +329,14 @@ class _Worker:
                 self.engine = None
 
 
-def _remove_saved_states(options: dict) -> None:
-    """Free the disk the saved conversation states held (Settings → Conversation cache (disk) set to off)."""
-    from engine.api import Engine, EngineOptions
+def _remove_saved_states() -> None:
+    """Free the disk the saved conversation states held (Settings → Conversation cache (disk) set to off; the app
+    keeps them in the default folder)."""
+    from engine.paths import states_dir
     from engine.prefix_store import remove_all
 
     try:
-        remove_all(Engine.states_root(EngineOptions(prefix_disk_dir=options.get("prefix_disk_dir"))))
+        remove_all(states_dir())
     except OSError:
         pass
 

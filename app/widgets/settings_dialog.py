@@ -265,9 +265,12 @@ class SettingsDialog(QDialog):
                 self._convert()   # a picked checkpoint becomes an artifact; the engine can also load it as is
 
     def _show_saved_states_usage(self) -> None:
-        text = saved_states_usage_text()
-        self.saved_states_usage.setText(text)
-        self.delete_saved_states.setEnabled(text != tr("No conversation saved on disk."))
+        from engine.paths import states_dir
+        from engine.prefix_store import usage
+
+        count, nbytes = usage(states_dir())
+        self.saved_states_usage.setText(saved_states_usage_text(count, nbytes))
+        self.delete_saved_states.setEnabled(count > 0)
 
     def _delete_saved_states(self) -> None:
         """Free the disk now (the conversations themselves stay in the history; they are recomputed when resumed)."""
@@ -380,12 +383,8 @@ class SettingsDialog(QDialog):
         super().accept()
 
 
-def saved_states_usage_text() -> str:
-    """What the saved conversation states take on disk (engine.prefix_store; files only, no engine loaded)."""
-    from engine.paths import states_dir
-    from engine.prefix_store import usage
-
-    count, nbytes = usage(states_dir())
+def saved_states_usage_text(count: int, nbytes: int) -> str:
+    """What ``count`` saved conversation states of ``nbytes`` take on disk, in words."""
     if count == 0:
         return tr("No conversation saved on disk.")
     size = f"{nbytes / 2**30:.1f} GiB" if nbytes >= 100 * 2**20 else f"{nbytes / 2**20:.0f} MiB"

@@ -84,7 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"monorail chat: error: {exc}", file=sys.stderr)
         return 2
     backend, backend_note = choose_backend(args.backend)
-    if args.mtp and not mtp_can_draft(backend, sampling):
+    if args.mtp and not mtp_can_draft(backend):
         print("note: --mtp drafts only on the reference backend (--backend reference); "
               "these replies decode without it.", file=sys.stderr)
     opts = EngineOptions(backend=backend, max_context=args.max_context, kv_dtype=args.kv,
