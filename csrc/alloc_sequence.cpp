@@ -209,6 +209,8 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
     throw std::invalid_argument("model dims: layer_is_full must list every layer");
   if (s.max_step_tokens < 1 || s.max_step_tokens > kMaxStepTokens)
     throw std::invalid_argument("max_step_tokens must be in 1..16 (speculative window + 1)");
+  if (s.mtp_drafts < 0 || s.mtp_drafts > s.max_step_tokens - 1)
+    throw std::invalid_argument("mtp_drafts must be in 0..max_step_tokens - 1 (a verify step runs the drafts + 1)");
   if (s.max_lanes < 1) throw std::invalid_argument("max_lanes must be >= 1");
   if (s.max_context < 1) throw std::invalid_argument("max_context must be >= 1");
   if (s.kv_capacity < s.max_lanes * s.max_context)

@@ -69,6 +69,10 @@ struct EngineShape {
   KvDtype kv = KvDtype::INT8G64;
   int64_t max_lanes = 1;        // concurrent sequences (GDN state slots)
   int64_t max_step_tokens = 1;  // T of a decode/verify step (speculative window + 1), <= 16
+  // Drafts of a speculative round (0: no speculation). Above 0 the engine holds the MTP head (its weights and its
+  // one attention layer's KV) and the recurrent state after each draft position of a verify step (checkpoints), so
+  // that a rejected draft costs no recomputation. At most max_step_tokens - 1.
+  int64_t mtp_drafts = 0;
   int64_t prefill_chunk = 0;    // 0: prefill goes through the decode path
   int64_t vision_max_tokens = 0;  // 0: vision off; else LLM tokens of the largest image
   int64_t graph_allowance = 0;  // bytes held back for instantiated CUDA graphs

@@ -58,6 +58,7 @@ EngineShape shape_from_dict(const py::dict& d) {
   else throw std::invalid_argument("kv_dtype '" + kv + "' is not built in the native engine (bf16, int8, int4)");
   s.max_lanes = get_or<int64_t>(d, "max_lanes", 1);
   s.max_step_tokens = get_or<int64_t>(d, "max_step_tokens", 1);
+  s.mtp_drafts = get_or<int64_t>(d, "mtp_drafts", 0);
   s.prefill_chunk = get_or<int64_t>(d, "prefill_chunk", 0);
   s.vision_max_tokens = get_or<int64_t>(d, "vision_max_tokens", 0);
   s.graph_allowance = get_or<int64_t>(d, "graph_allowance", 0);

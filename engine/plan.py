@@ -175,6 +175,7 @@ class PlanRequest:
     max_concurrency: int = 1
     kv_capacity: int | None = None  # default: max_concurrency x max_context
     speculative_window: int = 0     # drafted tokens per step; the step runs window + 1 tokens
+    mtp_drafts: int = 0             # drafts a round from the MTP head (native): its weights, KV and state checkpoints
     vision: bool = False
     vision_max_tokens: int = 4096   # LLM tokens of the largest image (a 2048 x 2048 picture)
     prefill_chunk: int = 1024       # tokens per prefill chunk (native engine); 0: prefill through the decode path
@@ -189,11 +190,13 @@ class PlanRequest:
                              f"({', '.join(KV_DTYPES)})")
         if not 0 <= self.speculative_window <= 15:
             raise ValueError("speculative_window must be in 0..15 (steps run at most 16 tokens)")
+        if not 0 <= self.mtp_drafts <= self.speculative_window:
+            raise ValueError("mtp_drafts must be in 0..speculative_window (a verify step runs the drafts + 1 tokens)")
         return dict(
             max_context=self.max_context,
             kv_capacity=self.kv_capacity or self.max_concurrency * self.max_context,
             kv_dtype=self.kv_dtype, max_lanes=self.max_concurrency,
-            max_step_tokens=self.speculative_window + 1, prefill_chunk=self.prefill_chunk,
+            max_step_tokens=self.speculative_window + 1, mtp_drafts=self.mtp_drafts, prefill_chunk=self.prefill_chunk,
             vision_max_tokens=self.vision_max_tokens if self.vision else 0,
             graph_allowance=self.graph_allowance, margin=self.margin,
             recipe={r: self.recipe.spec(r) for r in ROLES},
@@ -262,7 +265,7 @@ class MemoryPlan:
     def format_table(self) -> str:
         r = self.request
         head = (f"memory plan: recipe {r.recipe.name}, context {r.max_context:,}, KV {r.kv_dtype}, "
-                f"lanes {r.max_concurrency}, step tokens {r.speculative_window + 1}, "
+                f"lanes {r.max_concurrency}, step tokens {r.speculative_window + 1}, MTP drafts {r.mtp_drafts}, "
                 f"vision {'on' if r.vision else 'off'}, prefill chunk {r.prefill_chunk or 'decode path'}")
         rows = [head, f"{'line':<34}{'bytes':>18}{'GiB':>10}"]
         for ln in self.lines:
@@ -289,6 +292,7 @@ def _line_label(a: Allocation) -> str:
         return "weights " + c.split(":", 1)[1]
     return {"kv": "KV pool", "gdn_state": "GDN recurrent state", "conv_state": "GDN conv state",
             "lane_state": "lane state (penalty counts)", "graphs": "decode-graph allowance",
+            "mtp_kv": "MTP KV", "mtp_hidden": "MTP hidden rows", "spec_ckpt": "GDN state checkpoints (verify)",
             "margin": "margin"}.get(c, a.name if c == "workspace" else c)
 
 
