@@ -13,6 +13,7 @@ int ModelDims::n_full() const {
 }
 
 const char* role_name(int role) {
+  if (role == kMtpFcRole) return "mtp_fc";
   static const char* names[N_ROLES] = {"embed", "lm_head", "gdn_in", "gdn_out",
                                        "attn_qkv", "attn_o", "mlp_gate_up", "mlp_down"};
   return (role >= 0 && role < N_ROLES) ? names[role] : "?";
@@ -21,7 +22,7 @@ const char* role_name(int role) {
 int role_index(const std::string& name) {
   for (int r = 0; r < N_ROLES; ++r)
     if (name == role_name(r)) return r;
-  return -1;
+  return name == "mtp_fc" ? kMtpFcRole : -1;
 }
 
 bool role_has_tail(int role) { return role == GDN_IN || role == ATTN_QKV; }
@@ -41,6 +42,11 @@ char* Arena::take(const std::string& name, const std::string& category, int64_t 
   log_.push_back({name, category, bytes, align, off});
   used_ = off + bytes;
   return base_ ? base_ + off : nullptr;
+}
+
+void Arena::recategorize_matrices(size_t first, const std::string& category) {
+  for (size_t i = first; i < log_.size(); ++i)
+    if (log_[i].category.rfind("weights:", 0) == 0 && log_[i].category != "weights:small") log_[i].category = category;
 }
 
 int64_t qmatrix_code_bytes(int64_t rows, int64_t cols, int bits) {
@@ -123,6 +129,57 @@ static void check_recipe_tails(const EngineShape& s) {
 
 static float* take_f32(Arena& a, const std::string& name, const std::string& cat, int64_t n) {
   return reinterpret_cast<float*>(a.take(name, cat, n * 4, 256));
+}
+
+// A full-attention layer's projections and q/k norms (a trunk layer, or the MTP head's layer).
+static void take_attention_weights(Arena& a, LayerBuffers& L, const std::string& p, const ModelDims& d,
+                                   const EngineShape& s) {
+  L.mixer_in = take_split_qmatrix(a, p + "self_attn.qkv_proj", p + "self_attn.kv_proj", ATTN_QKV, d.attn_qkv_rows(),
+                                  d.hidden, d, s);
+  L.q_norm = take_f32(a, p + "self_attn.q_norm", "weights:small", d.head_dim);
+  L.k_norm = take_f32(a, p + "self_attn.k_norm", "weights:small", d.head_dim);
+  L.mixer_out = take_qmatrix(a, p + "self_attn.o_proj", ATTN_O, d.hidden, d.n_heads * d.head_dim, s.recipe[ATTN_O]);
+}
+
+static void take_mlp_weights(Arena& a, LayerBuffers& L, const std::string& p, const ModelDims& d,
+                             const EngineShape& s) {
+  L.gate_up = take_qmatrix(a, p + "mlp.gate_up_proj", MLP_GATE_UP, 2 * d.intermediate, d.hidden, s.recipe[MLP_GATE_UP]);
+  L.down = take_qmatrix(a, p + "mlp.down_proj", MLP_DOWN, d.hidden, d.intermediate, s.recipe[MLP_DOWN]);
+}
+
+// One attention layer's K and V (and scales) for kv_capacity tokens.
+static void take_layer_kv(Arena& a, LayerBuffers& L, const std::string& p, const std::string& cat, const ModelDims& d,
+                          const EngineShape& s) {
+  const int64_t elems = s.kv_capacity * d.n_kv_heads * d.head_dim;
+  L.k_cache = a.take(p + "k", cat, kv_code_bytes(s.kv, elems));
+  L.v_cache = a.take(p + "v", cat, kv_code_bytes(s.kv, elems));
+  if (s.kv != KvDtype::BF16) {
+    L.k_scales = a.take(p + "k_scales", cat, kv_scale_bytes(s.kv, elems));
+    L.v_scales = a.take(p + "v_scales", cat, kv_scale_bytes(s.kv, elems));
+  }
+}
+
+// The MTP head's weights (in checkpoint order after lm_head). Its matrices take the formats of the trunk roles
+// they mirror (the plan shows them on one line, "weights mtp"); fc takes attn_qkv's head format.
+static MtpBuffers take_mtp_weights(Arena& a, const ModelDims& d, const EngineShape& s, int attn_index) {
+  MtpBuffers m;
+  m.on = true;
+  const std::string line = "mtp";
+  m.fc = take_qmatrix(a, "mtp.fc", line, d.hidden, 2 * d.hidden, s.recipe[ATTN_QKV]);
+  m.norm_embedding = take_f32(a, "mtp.pre_fc_norm_embedding", "weights:small", d.hidden);
+  m.norm_hidden = take_f32(a, "mtp.pre_fc_norm_hidden", "weights:small", d.hidden);
+  m.norm = take_f32(a, "mtp.norm", "weights:small", d.hidden);
+  LayerBuffers& L = m.layer;
+  const std::string p = "mtp.layers.0.";
+  L.full = true;
+  L.attn_index = attn_index;
+  L.input_norm = take_f32(a, p + "input_layernorm", "weights:small", d.hidden);
+  L.post_norm = take_f32(a, p + "post_attention_layernorm", "weights:small", d.hidden);
+  const size_t first = a.log().size();
+  take_attention_weights(a, L, p, d, s);
+  take_mlp_weights(a, L, p, d, s);
+  a.recategorize_matrices(first, "weights:" + line);  // one plan line for the head, not added to the trunk's roles
+  return m;
 }
 
 // The decode/verify/prefill step workspace, carved from `a` in one fixed order.
@@ -231,11 +288,7 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
     L.post_norm = take_f32(a, p + "post_attention_layernorm", "weights:small", d.hidden);
     if (L.full) {
       L.attn_index = attn_i++;
-      L.mixer_in = take_split_qmatrix(a, p + "self_attn.qkv_proj", p + "self_attn.kv_proj", ATTN_QKV,
-                                      d.attn_qkv_rows(), d.hidden, d, s);
-      L.q_norm = take_f32(a, p + "self_attn.q_norm", "weights:small", d.head_dim);
-      L.k_norm = take_f32(a, p + "self_attn.k_norm", "weights:small", d.head_dim);
-      L.mixer_out = take_qmatrix(a, p + "self_attn.o_proj", ATTN_O, d.hidden, d.n_heads * d.head_dim, r[ATTN_O]);
+      take_attention_weights(a, L, p, d, s);
     } else {
       L.gdn_index = gdn_i++;
       L.mixer_in = take_split_qmatrix(a, p + "linear_attn.in_proj", p + "linear_attn.in_proj_ba", GDN_IN,
@@ -246,27 +299,24 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
       L.gdn_norm = take_f32(a, p + "linear_attn.norm", "weights:small", d.lin_v_dim);
       L.mixer_out = take_qmatrix(a, p + "linear_attn.out_proj", GDN_OUT, d.hidden, d.lin_v_total(), r[GDN_OUT]);
     }
-    L.gate_up = take_qmatrix(a, p + "mlp.gate_up_proj", MLP_GATE_UP, 2 * d.intermediate, d.hidden, r[MLP_GATE_UP]);
-    L.down = take_qmatrix(a, p + "mlp.down_proj", MLP_DOWN, d.hidden, d.intermediate, r[MLP_DOWN]);
+    take_mlp_weights(a, L, p, d, s);
     b.layers.push_back(L);
   }
   b.final_norm = take_f32(a, "norm", "weights:small", d.hidden);
   b.lm_head = take_qmatrix(a, "lm_head", LM_HEAD, d.vocab, d.hidden, r[LM_HEAD]);
+  if (s.mtp_drafts > 0) {
+    // the head's fc input [T, 2 hidden] fp16 is staged in the SwiGLU output buffer ([T, intermediate] fp16)
+    if (d.intermediate < 2 * d.hidden)
+      throw std::invalid_argument("the MTP head needs intermediate_size >= 2 x hidden_size (its fc input's buffer)");
+    b.mtp = take_mtp_weights(a, d, s, attn_i);
+  }
   if (s.vision_max_tokens > 0 && d.vision_params > 0)
     b.vision_weights = a.take("visual", "weights:vision", d.vision_params * 2);
 
   // 2. KV pool: per attention layer, K and V for kv_capacity tokens.
-  int64_t row = d.n_kv_heads * d.head_dim;
-  for (auto& L : b.layers) {
-    if (!L.full) continue;
-    std::string p = "kv." + std::to_string(L.attn_index) + ".";
-    L.k_cache = a.take(p + "k", "kv", kv_code_bytes(s.kv, s.kv_capacity * row));
-    L.v_cache = a.take(p + "v", "kv", kv_code_bytes(s.kv, s.kv_capacity * row));
-    if (s.kv != KvDtype::BF16) {
-      L.k_scales = a.take(p + "k_scales", "kv", kv_scale_bytes(s.kv, s.kv_capacity * row));
-      L.v_scales = a.take(p + "v_scales", "kv", kv_scale_bytes(s.kv, s.kv_capacity * row));
-    }
-  }
+  for (auto& L : b.layers)
+    if (L.full) take_layer_kv(a, L, "kv." + std::to_string(L.attn_index) + ".", "kv", d, s);
+  if (b.mtp.on) take_layer_kv(a, b.mtp.layer, "kv.mtp.", "mtp_kv", d, s);
   // 3. per-lane recurrent state and sampling state.
   int64_t nl = d.n_linear();
   b.gdn_state = take_f32(a, "gdn_state", "gdn_state", s.max_lanes * nl * d.lin_v_heads * d.lin_k_dim * d.lin_v_dim);
@@ -274,6 +324,10 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
   b.conv_state = take_f32(a, "conv_state", "conv_state", s.max_lanes * nl * d.conv_dim() * d.conv_kernel);
   b.token_counts = reinterpret_cast<int32_t*>(a.take("token_counts", "lane_state", s.max_lanes * d.vocab * 4));
   b.lane_meta = a.take("lane_meta", "lane_state", s.max_lanes * kLaneMetaBytes);
+  if (b.mtp.on) {
+    b.mtp.hidden = take_f32(a, "mtp.hidden", "mtp_hidden", s.max_lanes * s.max_step_tokens * d.hidden);
+    b.mtp.chain = take_f32(a, "mtp.chain", "mtp_hidden", d.hidden);
+  }
 
   // 4. workspace: the max over decode/verify, prefill chunk and vision; the decode layout is
   //    carved at its start.

@@ -46,8 +46,11 @@ struct QuantSpec {
 // so that an artifact's 8-bit a/b and 6-bit k/v are held as stored. MLP_GATE_UP has no tail: its
 // gate and up rows are interleaved pairs for the SwiGLU epilogue.
 enum Role : int { EMBED = 0, LM_HEAD, GDN_IN, GDN_OUT, ATTN_QKV, ATTN_O, MLP_GATE_UP, MLP_DOWN, N_ROLES };
-const char* role_name(int role);
-int role_index(const std::string& name);  // -1 when no role has this name
+// The MTP head's fc ([hidden, 2 hidden]) as a load_matrix role. It is not a recipe role: it takes attn_qkv's head
+// format (an input projection of normalised activations), and the MTP layer takes its roles' formats.
+constexpr int kMtpFcRole = N_ROLES;
+const char* role_name(int role);     // also "mtp_fc" for kMtpFcRole
+int role_index(const std::string& name);  // -1 when no role has this name; kMtpFcRole for "mtp_fc"
 bool role_has_tail(int role);
 // Rows of `role`'s tail segment (0 for a role without one).
 int64_t role_tail_rows(const ModelDims& d, int role);
@@ -107,6 +110,8 @@ class Arena {
   int64_t used() const { return used_; }
   const std::vector<Allocation>& log() const { return log_; }
   bool dry() const { return base_ == nullptr; }
+  // Moves the quantized matrices taken since log entry `first` to another plan line (the MTP head's own line).
+  void recategorize_matrices(size_t first, const std::string& category);
 
  private:
   char* base_;
@@ -200,8 +205,24 @@ constexpr int64_t kCublasWorkspaceBytes = 32ll << 20;
 // checks that its own need is within this.
 int64_t gdn_prefill_scratch_reserve(const ModelDims& d, int64_t T);
 
+// The multi-token-prediction head (shape.mtp_drafts > 0): h' = fc([norm_e(embed(token_{t+1})) | norm_h(h_t)]), one
+// full-attention layer with its own KV (slot i pairs the trunk's hidden at position i with the token after it), then
+// lm_head(norm(h')). The head reads the trunk's residual rows of the last step (hidden, before the final norm),
+// or, for a chained draft, its own last output row (chain).
+struct MtpBuffers {
+  bool on = false;
+  QMatrix fc;
+  float* norm_embedding = nullptr;  // mtp.pre_fc_norm_embedding [hidden]
+  float* norm_hidden = nullptr;     // mtp.pre_fc_norm_hidden [hidden]
+  float* norm = nullptr;            // mtp.norm [hidden]
+  LayerBuffers layer;               // mtp.layers.0 (full attention; attn_index = the trunk's attention layer count)
+  float* hidden = nullptr;          // [lanes, max_step_tokens, hidden] the last step's residual rows (pre final norm)
+  float* chain = nullptr;           // [hidden] the head's last output row (pre mtp.norm), a chained draft's input
+};
+
 struct EngineBuffers {
   std::vector<LayerBuffers> layers;
+  MtpBuffers mtp;
   float* final_norm = nullptr;
   QMatrix embed, lm_head;
   char* vision_weights = nullptr;

@@ -48,7 +48,7 @@ DEFAULT_PREFILL_CHUNK = None
 def launch_plan(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_budget_bytes: int | None,
                 free_bytes: int | None, recipe: Recipe = DEFAULT_RECIPE, lanes: int = 1,
                 step_tokens: int = STEP_TOKENS, margin: int = DEFAULT_MARGIN,
-                prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK):
+                prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK, mtp_drafts: int = 0):
     """The plan the native engine launches with, as (PlanRequest, MemoryPlan); one function so that the app's
     "Show memory plan" (engine/worker.py) shows the very plan a load would use.
 
@@ -63,7 +63,7 @@ def launch_plan(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_bu
     else:
         budget, planned_margin = PlanRequest.vram_budget, margin
     req = PlanRequest(max_context=max_context, kv_dtype=kv_dtype, max_concurrency=lanes,
-                      speculative_window=step_tokens - 1, vram_budget=budget, recipe=recipe,
+                      speculative_window=step_tokens - 1, mtp_drafts=mtp_drafts, vram_budget=budget, recipe=recipe,
                       margin=planned_margin,
                       prefill_chunk=PREFILL_CHUNK_CHOICES[-1] if prefill_chunk is None else prefill_chunk)
     if prefill_chunk is None:
@@ -87,6 +87,10 @@ class NativeState:
     seq_len: int = 0
     rope_delta: int = 0
     revoked: bool = False
+    # MTP head (engine planned with mtp_drafts): the last step's positions not yet paired with their next token in the
+    # head's cache, as (first hidden row, cache slot of that row, next tokens known so far); the first token sampled
+    # after them closes the last pair (NativeModel.mtp_draft). None: nothing pending (or no head).
+    mtp_pending: "tuple[int, int, list[int]] | None" = None
     _model: "NativeModel | None" = field(default=None, repr=False)
 
 
@@ -288,6 +292,7 @@ class NativeModel:
         self.max_context = max_context
         self.kv_dtype = kv_dtype
         self.recipe: Recipe | None = None   # the weights' formats (from_checkpoint); part of a saved state's identity
+        self.mtp_drafts = 0   # drafts a verify step was planned for (0: no MTP head in the engine)
         self._free_lanes = list(range(lanes))
         self._owners: dict[int, "weakref.ref[NativeState]"] = {}  # lane -> state, oldest first
         self._lane_epoch = [0] * lanes  # fresh claims of each lane (a snapshot is valid within one)
@@ -297,11 +302,15 @@ class NativeModel:
     @staticmethod
     def _make_engine(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_budget_bytes: int | None,
                      recipe: Recipe, lanes: int, step_tokens: int, margin: int,
-                     prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK):
+                     prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK, mtp_drafts: int = 0):
         from engine.native import load_native, native_status
         if kv_dtype not in KV_DTYPES:  # before the device check: a bad option is the caller's error on any machine
             raise NativeBackendError(f"kv_dtype {kv_dtype!r} is not a KV format of the native engine "
                                      f"({', '.join(KV_DTYPES)})")
+        if mtp_drafts and not config.text.mtp_num_hidden_layers:
+            raise NativeBackendError("this model has no MTP head (mtp_num_hidden_layers = 0): load it with mtp_drafts=0")
+        if not 0 <= mtp_drafts < step_tokens:
+            raise NativeBackendError(f"mtp_drafts must be in 0..{step_tokens - 1} (a verify step runs the drafts + 1)")
         st = native_status()
         if not st.gpu_usable:
             raise NativeBackendError(f"the native backend needs a CUDA GPU: {st.reason}")
@@ -309,7 +318,8 @@ class NativeModel:
         free, _total = native.device_memory()
         req, plan = launch_plan(config, kv_dtype=kv_dtype, max_context=max_context,
                                 vram_budget_bytes=vram_budget_bytes, free_bytes=free, recipe=recipe, lanes=lanes,
-                                step_tokens=step_tokens, margin=margin, prefill_chunk=prefill_chunk)
+                                step_tokens=step_tokens, margin=margin, prefill_chunk=prefill_chunk,
+                                mtp_drafts=mtp_drafts)
         if not plan.fits:  # refuse before the engine touches the device
             raise native.BudgetError(f"{plan.shortfall()}\n\n{plan.format_table()}")
         t = config.text
@@ -323,7 +333,9 @@ class NativeModel:
     def from_checkpoint(cls, path_or_ckpt, *, kv_dtype: str = "int8", max_context: int = 32768,
                         vram_budget_bytes: int | None = None, recipe: Recipe | None = None, lanes: int = 1,
                         progress: ProgressFn | None = None, margin: int = DEFAULT_MARGIN,
-                        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK) -> "NativeModel":
+                        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK, mtp_drafts: int = 0) -> "NativeModel":
+        """``mtp_drafts`` > 0 loads the MTP head too and plans verify steps of that many drafts
+        (engine.native_speculative); the checkpoint must have the head's tensors."""
         from engine.loader import Checkpoint
         src = Checkpoint.open(path_or_ckpt) if not hasattr(path_or_ckpt, "text") else path_or_ckpt
         cfg: ModelConfig = src.config
@@ -334,8 +346,10 @@ class NativeModel:
         report(0.1, "Planning device memory")
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=lanes,
-                                        step_tokens=STEP_TOKENS, margin=margin, prefill_chunk=prefill_chunk)
+                                        step_tokens=STEP_TOKENS, margin=margin, prefill_chunk=prefill_chunk,
+                                        mtp_drafts=mtp_drafts)
         model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=lanes)
+        model.mtp_drafts = mtp_drafts
         model.recipe = recipe
         model._load_weights(src, recipe, report)
         report(1.0, "Native engine ready")
@@ -344,16 +358,20 @@ class NativeModel:
     @classmethod
     def random_27b(cls, *, kv_dtype: str = "int8", max_context: int = 131072 + 512, recipe: Recipe = DEFAULT_RECIPE,
                    seed: int = 0, vram_budget_bytes: int | None = None,
-                   prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK, step_tokens: int = 1) -> "NativeModel":
+                   prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK, step_tokens: int = 1,
+                   mtp_drafts: int = 0) -> "NativeModel":
         """Real 27B shapes, random weights generated on the GPU (benchmarks). One-token steps by default (the
         decode benchmarks' plan); STEP_TOKENS plans what a loaded checkpoint gets (prompts through the API)."""
         from engine.registry import config_27b
         cfg = config_27b(vision=False)
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=1,
-                                        step_tokens=step_tokens, margin=DEFAULT_MARGIN, prefill_chunk=prefill_chunk)
+                                        step_tokens=step_tokens, margin=DEFAULT_MARGIN, prefill_chunk=prefill_chunk,
+                                        mtp_drafts=mtp_drafts)
         engine.randomize(seed)
-        return cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1, step_tokens=step_tokens)
+        model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1, step_tokens=step_tokens)
+        model.mtp_drafts = mtp_drafts
+        return model
 
     def _load_weights(self, src, recipe: Recipe, report: ProgressFn) -> None:
         t = self.config.text
@@ -369,7 +387,8 @@ class NativeModel:
             offset counts over the whole fused role; the engine puts tail rows into its tail matrix)."""
             nonlocal done
             tail = rel_key.endswith(NATIVE_TAIL_MEMBERS.get(role, ()))
-            bits, group = recipe.tail_spec(role) if tail else recipe.spec(role)
+            spec_role = "attn_qkv" if role == "mtp_fc" else role   # the head's fc: attn_qkv's head format
+            bits, group = recipe.tail_spec(spec_role) if tail else recipe.spec(spec_role)
             q = native_weight(src, rel_key, bits, group)
             codes, scales = _np(q.codes), _np(q.scales, np.uint16)
             high = None if q.high is None else _np(q.high)
@@ -416,6 +435,33 @@ class NativeModel:
             matrix("mlp_gate_up", i, m + "gate_proj.weight", 0, 2)  # rows interleaved gate/up
             matrix("mlp_gate_up", i, m + "up_proj.weight", 1, 2)
             matrix("mlp_down", i, m + "down_proj.weight")
+        if e.has_mtp:
+            self._load_mtp(src, matrix, vec)
+
+    def _load_mtp(self, src, matrix, vec) -> None:
+        """The MTP head: fc in attn_qkv's format (csrc/alloc_sequence.h kMtpFcRole), its attention layer as engine
+        layer num_hidden_layers, in the formats of the trunk roles it mirrors."""
+        t = self.config.text
+        n = t.num_hidden_layers
+        matrix("mtp_fc", -1, "mtp.fc.weight")
+        vec("mtp_norm_embedding", -1, src.text("mtp.pre_fc_norm_embedding.weight"))
+        vec("mtp_norm_hidden", -1, src.text("mtp.pre_fc_norm_hidden.weight"))
+        vec("mtp_norm", -1, src.text("mtp.norm.weight"))
+        p = "mtp.layers.0."
+        vec("input_norm", n, src.text(p + "input_layernorm.weight"))
+        vec("post_norm", n, src.text(p + "post_attention_layernorm.weight"))
+        a = p + "self_attn."
+        q_rows = t.num_attention_heads * t.head_dim * 2
+        k_rows = t.num_key_value_heads * t.head_dim
+        matrix("attn_qkv", n, a + "q_proj.weight", 0)
+        matrix("attn_qkv", n, a + "k_proj.weight", q_rows)
+        matrix("attn_qkv", n, a + "v_proj.weight", q_rows + k_rows)
+        matrix("attn_o", n, a + "o_proj.weight")
+        vec("q_norm", n, src.text(a + "q_norm.weight"))
+        vec("k_norm", n, src.text(a + "k_norm.weight"))
+        matrix("mlp_gate_up", n, p + "mlp.gate_proj.weight", 0, 2)
+        matrix("mlp_gate_up", n, p + "mlp.up_proj.weight", 1, 2)
+        matrix("mlp_down", n, p + "mlp.down_proj.weight")
 
     @property
     def preferred_prefill_call(self) -> int:
@@ -430,7 +476,8 @@ class NativeModel:
 
     @property
     def has_mtp(self) -> bool:
-        return False  # the MTP head is not in the native engine yet
+        """Whether the engine holds the MTP head (loaded with mtp_drafts > 0)."""
+        return bool(self.engine.has_mtp)
 
     @property
     def vision(self):
@@ -588,9 +635,12 @@ class NativeModel:
         else:
             base = state.seq_len + state.rope_delta
             rope = [base + j for j in range(len(ids)) for _ in range(3)]
+        mtp = self.has_mtp
         if last_only and len(ids) > max(self.step_tokens, self.step_path_max_tokens) and self.engine.prefill_chunk > 0:
+            # with the MTP head, prefill also runs it over the input's pairs, all but the last (engine.cu prefill)
             self.engine.prefill(state.lane, ids, rope, state.seq_len)
             state.seq_len += len(ids)
+            state.mtp_pending = (0, state.seq_len - 1, []) if mtp else None
             self._last_rows = 1
             return NativeOutput(torch.from_numpy(self.engine.logits(1)))
         outs = []
@@ -598,12 +648,48 @@ class NativeModel:
         for s in range(0, len(ids), step):
             chunk = ids[s:s + step]
             self.engine.forward(state.lane, chunk, rope[3 * s:3 * (s + len(chunk))], state.seq_len)
+            first = state.seq_len
             state.seq_len += len(chunk)
             self._last_rows = len(chunk)
             if not last_only or s + step >= len(ids):
                 outs.append(torch.from_numpy(self.engine.logits(len(chunk))))
+            if mtp:
+                state.mtp_pending = (0, first, ids[s + 1:s + len(chunk)])
+                if s + step < len(ids):   # the next chunk's first token closes this chunk's last pair
+                    self._mtp_pairs(state, ids[s + len(chunk)])
         logits = torch.cat(outs)
         return NativeOutput(logits[-1:] if last_only else logits)
+
+    # ---- the MTP head (engine planned with mtp_drafts > 0; engine.native_speculative) --------------------------
+    def _mtp_pairs(self, state: NativeState, next_token: int) -> None:
+        """Runs the head over the state's pending pairs, the last one closed by ``next_token`` (logits rows 0 ..
+        pairs - 1 on the device; the last row is the draft for the token after ``next_token``)."""
+        if state.mtp_pending is None:
+            raise NativeBackendError("no trunk step is pending for the MTP head (forward a token first)")
+        row, slot, tokens = state.mtp_pending
+        pairs = tokens + [int(next_token)]
+        base = slot + state.rope_delta
+        rope = [base + j for j in range(len(pairs)) for _ in range(3)]
+        self.engine.mtp_step(state.lane, pairs, rope, slot, row, False)
+        state.mtp_pending = None
+        self._last_rows = len(pairs)
+
+    def mtp_draft(self, state: NativeState, next_token: int) -> None:
+        """The head over the last step's pending pairs closed by ``next_token`` (the token sampled after that
+        step): its last logits row (``sample(state)``, ``mtp_logits()``) drafts the token after ``next_token``."""
+        self._mtp_pairs(state, next_token)
+
+    def mtp_chain(self, state: NativeState, draft: int, slot: int) -> None:
+        """One more draft: the head on its own last output and the draft it made (at cache slot ``slot``, the
+        position of that output); its logits row drafts the token after ``draft``."""
+        base = slot + state.rope_delta
+        self.engine.mtp_step(state.lane, [int(draft)], [base] * 3, slot, 0, True)
+        self._last_rows = 1
+
+    def mtp_logits(self):
+        """The logits rows the last MTP call left (torch [rows, V] fp32)."""
+        import torch
+        return torch.from_numpy(self.engine.logits(self.last_logit_rows))
 
     @property
     def last_logit_rows(self) -> int:

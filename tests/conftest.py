@@ -46,6 +46,17 @@ def tiny_native_ckpt(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_native_mtp_ckpt(tmp_path_factory):
+    """tiny_native_ckpt's shapes with an MTP head (intermediate 2 x hidden: the head's fc input buffer)."""
+    pytest.importorskip("transformers")
+    from tiny_models import TinyShape, make_tiny_hf_model
+    shape = TinyShape(hidden_size=256, intermediate_size=512, linear_head_dim=128)
+    _, path = make_tiny_hf_model(tmp_path_factory.mktemp("tiny_native_mtp"), seed=6, vision=False, mtp=True,
+                                 text_only_layout=True, vocab_size=1024, num_hidden_layers=8, shape=shape)
+    return path
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Empty the Qt clipboard while Python is still alive.
 

@@ -44,7 +44,9 @@ class DictSource:
 def dequantized_source(src: DictSource, recipe) -> DictSource:
     """The same checkpoint with every quantized matrix replaced by its dequantized value (RTN, as loaded)."""
     from engine.native_backend import _quantize
-    roles = {"embed_tokens.weight": "embed", "lm_head.weight": "lm_head"}
+    # the MTP head's fc is held in attn_qkv's format (csrc/alloc_sequence.h kMtpFcRole); its layer's matrices match
+    # the trunk's by name below
+    roles = {"embed_tokens.weight": "embed", "lm_head.weight": "lm_head", "mtp.fc.weight": "attn_qkv"}
     out = {}
     for k, v in src.tensors.items():
         role = roles.get(k)
@@ -69,11 +71,12 @@ def dequantized_source(src: DictSource, recipe) -> DictSource:
     return DictSource(src.config, out)
 
 
-def source_from_checkpoint(path) -> DictSource:
+def source_from_checkpoint(path, *, mtp: bool = False) -> DictSource:
+    """The checkpoint's text tensors in fp32 (and the MTP head's with ``mtp``)."""
     from engine.loader import Checkpoint
     from engine.loader import text_tensor_shapes
     ck = Checkpoint.open(path)
-    keys = [k for k in text_tensor_shapes(ck.config.text) if not k.startswith("mtp.")]
+    keys = [k for k in text_tensor_shapes(ck.config.text) if mtp or not k.startswith("mtp.")]
     return DictSource(ck.config, {k: ck.text(k).float() for k in keys})
 
 

@@ -309,3 +309,41 @@ def test_auto_prefill_chunk_is_the_largest_that_fits():
     # nothing fits: the smallest choice, and the plan reports the deficit
     tiny = fit_prefill_chunk(cfg, replace(base, vram_budget=8 * GiB))
     assert tiny.prefill_chunk == PREFILL_CHUNK_CHOICES[-1] and not make_plan(cfg, tiny).fits
+
+
+def test_mtp_head_lines():
+    """mtp_drafts > 0 plans the MTP head: its matrices (MODEL.md: 424,699,392 parameters, less its five hidden-size
+    norms and two head-size q/k norms) at the recipe's 4.25 bits, one attention layer's KV, and its hidden rows;
+    every trunk line stays as it was."""
+    base = PlanRequest(max_context=8192, speculative_window=3, vram_budget=1 << 50)
+    plain = make_plan(CFG, base)
+    from dataclasses import replace
+    mtp = make_plan(CFG, replace(base, mtp_drafts=3))
+    matrix_params = 424_699_392 - 5 * 5120 - 2 * 256
+    assert mtp.line("weights mtp").bytes == matrix_params * 4.25 / 8
+    assert mtp.line("MTP KV").bytes == 8192 * 2 * 4 * 256 * (1 + 2 / 64)   # int8 codes + fp16 group-64 scales
+    assert mtp.line("MTP hidden rows").bytes == (4 + 1) * 5120 * 4          # 4 step rows per lane, 1 chained row
+    small = mtp.line("weights small").bytes - plain.line("weights small").bytes
+    assert small == (5 * 5120 + 2 * 256) * 4
+    for ln in plain.lines:
+        if ln.label not in ("alignment padding", "weights small"):
+            assert mtp.line(ln.label).bytes == ln.bytes, ln.label
+    with pytest.raises(KeyError):
+        plain.line("weights mtp")
+
+
+def test_mtp_drafts_beyond_the_verify_step_are_refused():
+    with pytest.raises(ValueError, match="mtp_drafts"):
+        make_plan(CFG, PlanRequest(max_context=4096, speculative_window=2, mtp_drafts=3))
+
+
+def test_mtp_drafts_on_a_model_without_the_head_is_refused():
+    import copy
+
+    from engine.config import parse_config
+    from engine.native_backend import NativeBackendError, NativeModel
+    raw = copy.deepcopy(CFG.raw)
+    raw["text_config"]["mtp_num_hidden_layers"] = 0
+    with pytest.raises(NativeBackendError, match="no MTP head"):
+        NativeModel._make_engine(parse_config(raw), kv_dtype="int8", max_context=4096, vram_budget_bytes=None,
+                                 recipe=uniform_recipe(4, 64), lanes=1, step_tokens=4, margin=0, mtp_drafts=2)

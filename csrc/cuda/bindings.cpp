@@ -128,6 +128,9 @@ void register_cuda_bindings(py::module_& m) {
            }, py::arg("lane"), py::arg("n_tokens"), py::arg("data"))
       .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false)
       .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
+      .def("mtp_step", &NativeEngine::mtp_step, py::arg("lane"), py::arg("next_tokens"), py::arg("rope_pos"),
+           py::arg("kv_start"), py::arg("hidden_row") = 0, py::arg("chained") = false)
+      .def_property_readonly("has_mtp", &NativeEngine::has_mtp)
       .def("prefill", &NativeEngine::prefill, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("prefill_chunk", &NativeEngine::prefill_chunk)

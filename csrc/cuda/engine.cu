@@ -127,9 +127,14 @@ NativeEngine::~NativeEngine() {
 
 void NativeEngine::synchronize() { MR_CHECK(cudaStreamSynchronize(stream_), "decode step (synchronize)"); }
 
-LayerBuffers& NativeEngine::layer_of(int role, int layer) {
+LayerBuffers& NativeEngine::layer_at(int layer) {
+  if (layer == (int)buf_.layers.size() && buf_.mtp.on) return buf_.mtp.layer;  // the MTP head's layer: index n_layers
   if (layer < 0 || layer >= (int)buf_.layers.size()) throw std::out_of_range("layer index out of range");
-  LayerBuffers& L = buf_.layers[layer];
+  return buf_.layers[layer];
+}
+
+LayerBuffers& NativeEngine::layer_of(int role, int layer) {
+  LayerBuffers& L = layer_at(layer);
   const bool attention_role = role == ATTN_QKV || role == ATTN_O;
   const bool gdn_role = role == GDN_IN || role == GDN_OUT;
   if ((attention_role && !L.full) || (gdn_role && L.full))
@@ -140,6 +145,10 @@ LayerBuffers& NativeEngine::layer_of(int role, int layer) {
 QMatrix& NativeEngine::segment_of(int role, int layer, int64_t& row) {
   if (role == EMBED) return buf_.embed;
   if (role == LM_HEAD) return buf_.lm_head;
+  if (role == kMtpFcRole) {
+    if (!buf_.mtp.on) throw std::invalid_argument("load_matrix: this engine was planned without the MTP head");
+    return buf_.mtp.fc;
+  }
   LayerBuffers& L = layer_of(role, layer);
   switch (role) {
     case GDN_IN: case ATTN_QKV:
@@ -194,10 +203,17 @@ void NativeEngine::load_matrix(int role, int layer, int64_t row_offset, int64_t 
 void NativeEngine::load_vector(const std::string& kind, int layer, const float* data, int64_t n) {
   float* dst = nullptr;
   int64_t want = 0;
+  const MtpBuffers& M = buf_.mtp;
   if (kind == "final_norm") { dst = buf_.final_norm; want = dims_.hidden; }
-  else {
-    if (layer < 0 || layer >= (int)buf_.layers.size()) throw std::out_of_range("layer index out of range");
-    LayerBuffers& L = buf_.layers[layer];
+  else if (kind.rfind("mtp_", 0) == 0) {
+    if (!M.on) throw std::invalid_argument("load_vector: this engine was planned without the MTP head");
+    want = dims_.hidden;
+    if (kind == "mtp_norm_embedding") dst = M.norm_embedding;
+    else if (kind == "mtp_norm_hidden") dst = M.norm_hidden;
+    else if (kind == "mtp_norm") dst = M.norm;
+    else throw std::invalid_argument("load_vector: unknown kind " + kind);
+  } else {
+    LayerBuffers& L = layer_at(layer);
     if (kind == "input_norm") { dst = L.input_norm; want = dims_.hidden; }
     else if (kind == "post_norm") { dst = L.post_norm; want = dims_.hidden; }
     else if (kind == "conv_w") { dst = L.conv_w; want = dims_.conv_dim() * dims_.conv_kernel; }
@@ -244,10 +260,32 @@ void NativeEngine::randomize(uint64_t seed) {
       fill_random_f32(L.gdn_norm, dims_.lin_v_dim, s++, 0.5f, 1.5f, stream_);
     }
   }
+  std::vector<LayerBuffers*> attention_layers;
+  for (auto& L : buf_.layers)
+    if (L.full) attention_layers.push_back(&L);
+  if (buf_.mtp.on) {  // seeds past the trunk's (which stay what they were without the head)
+    MtpBuffers& M = buf_.mtp;
+    uint64_t m = ~(seed * 1000003ull) * 31;
+    mat(M.fc, m++ * 7919);
+    fill_random_f32(M.norm_embedding, dims_.hidden, m++, -0.1f, 0.1f, stream_);
+    fill_random_f32(M.norm_hidden, dims_.hidden, m++, -0.1f, 0.1f, stream_);
+    fill_random_f32(M.norm, dims_.hidden, m++, -0.1f, 0.1f, stream_);
+    LayerBuffers& L = M.layer;
+    mat(L.mixer_in.head, m++ * 7919);
+    if (L.mixer_in.split()) mat(L.mixer_in.tail, m++ * 7919);
+    mat(L.mixer_out, m++ * 7919);
+    mat(L.gate_up, m++ * 7919);
+    mat(L.down, m++ * 7919);
+    fill_random_f32(L.input_norm, dims_.hidden, m++, -0.1f, 0.1f, stream_);
+    fill_random_f32(L.post_norm, dims_.hidden, m++, -0.1f, 0.1f, stream_);
+    fill_random_f32(L.q_norm, dims_.head_dim, m++, -0.1f, 0.1f, stream_);
+    fill_random_f32(L.k_norm, dims_.head_dim, m++, -0.1f, 0.1f, stream_);
+    attention_layers.push_back(&L);  // its KV after the trunk's, from the same seed sequence
+  }
   // the KV pool too, so attention at depth is timed on real-looking data, never on zeros
   const int64_t kv_elems = shape_.kv_capacity * dims_.n_kv_heads * dims_.head_dim;
-  for (auto& L : buf_.layers) {
-    if (!L.full) continue;
+  for (LayerBuffers* Lp : attention_layers) {
+    LayerBuffers& L = *Lp;
     if (shape_.kv == KvDtype::BF16) {
       fill_bf16_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__nv_bfloat16*>(L.k_cache), kv_elems, s++, -2.f, 2.f);
       fill_bf16_kernel<<<1024, 256, 0, stream_>>>(reinterpret_cast<__nv_bfloat16*>(L.v_cache), kv_elems, s++, -2.f, 2.f);
@@ -428,7 +466,7 @@ NativeEngine::LaneLayer NativeEngine::lane_layer(const LayerBuffers& L, int lane
   return S;
 }
 
-void NativeEngine::enqueue_step(int lane, int T) {
+void NativeEngine::enqueue_step(int lane, int T, bool keep_hidden) {
   const PdlScope pdl_scope;  // the step's kernels may overlap their predecessor's tail (pdl.cuh)
   const ModelDims& d = dims_;
   StepWorkspace& w = buf_.ws;
@@ -436,11 +474,9 @@ void NativeEngine::enqueue_step(int lane, int T) {
   cudaStream_t st = stream_;
   const StepInputs* in = reinterpret_cast<const StepInputs*>(w.inputs);
   auto* xin = reinterpret_cast<__half*>(w.xin);
-  auto* act = reinterpret_cast<__half*>(w.act);
   auto* mix = reinterpret_cast<__half*>(w.mix);
-  const int H = (int)d.hidden, I = (int)d.intermediate;
+  const int H = (int)d.hidden;
   const GdnDims gd = gdn_dims();
-  const AttnDims ad = attn_dims();
 
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
   mark("embed");
@@ -470,36 +506,94 @@ void NativeEngine::enqueue_step(int lane, int T) {
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
       mark("gemv gdn_out");
     } else {
-      const int ldp = (int)d.attn_qkv_rows();
-      normed_store(L.mixer_in, L.input_norm, T, w.proj, ldp);
-      mark("gemv attn_qkv");
-      const LaneLayer S = lane_layer(L, lane);
-      char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
-      if (!(skip_ & 8)) attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
-      mark("attn_prep");
-      const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order the output GEMV reads fastest
-      if (!(skip_ & 8))
-        attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st, mix_layout);
-      mark("attn_decode");
-      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
-      mark("gemv attn_o");
+      enqueue_attention_mixer(L, lane, T);
     }
-    // the SwiGLU output in the order down's GEMV reads fastest (ops.h GemvXLayout)
-    const int act_layout = qgemv_x_layout(L.down, T);
-    if (!(skip_ & 16) && !(skip_ & 1)) {  // qgemv_normed fuses the norm where it can, else runs it first
-      qgemv_normed(L.gate_up, w.resid, L.post_norm, eps_, true, T, GEMV_SWIGLU, nullptr, act, I, xin, st, act_layout);
-    } else {  // leave-one-out timings (skip_): the norm or the GEMV alone
-      if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
-      mark("rmsnorm");
-      if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st, GEMV_X_PERM8, act_layout);
-    }
-    mark("gemv gate_up");
-    if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st, act_layout);
-    mark("gemv down");
+    enqueue_mlp(L, T);
   }
   qgemv_normed(buf_.lm_head, w.resid, buf_.final_norm, eps_, true, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, xin,
                st);
   mark("gemv lm_head");
+  if (keep_hidden && buf_.mtp.on)  // the MTP head's input: these residual rows, until the lane's next step
+    MR_CHECK(cudaMemcpyAsync(mtp_hidden_rows(lane), w.resid, (size_t)T * H * 4, cudaMemcpyDeviceToDevice, st),
+             "decode step (MTP hidden rows)");
+}
+
+// A full-attention layer's mixer in a decode/verify step (a trunk layer or the MTP head's): the normed q|k|v
+// projection, q/k norm + mRoPE + the KV write, attention over the lane's cache, the output GEMV into the residual.
+void NativeEngine::enqueue_attention_mixer(const LayerBuffers& L, int lane, int T) {
+  const ModelDims& d = dims_;
+  StepWorkspace& w = buf_.ws;
+  cudaStream_t st = stream_;
+  const StepInputs* in = reinterpret_cast<const StepInputs*>(w.inputs);
+  auto* mix = reinterpret_cast<__half*>(w.mix);
+  const AttnDims ad = attn_dims();
+  const int ldp = (int)d.attn_qkv_rows();
+  normed_store(L.mixer_in, L.input_norm, T, w.proj, ldp);
+  mark("gemv attn_qkv");
+  const LaneLayer S = lane_layer(L, lane);
+  char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
+  if (!(skip_ & 8)) attn_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, in, w.q, kc, vc, ks, vs, st);
+  mark("attn_prep");
+  const int mix_layout = qgemv_x_layout(L.mixer_out, T);  // the order the output GEMV reads fastest
+  if (!(skip_ & 8))
+    attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st, mix_layout);
+  mark("attn_decode");
+  if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, (int)d.hidden, st, mix_layout);
+  mark("gemv attn_o");
+}
+
+// A layer's MLP in a decode/verify step: post-norm, gate|up GEMV with the SwiGLU epilogue, down GEMV into the residual.
+void NativeEngine::enqueue_mlp(const LayerBuffers& L, int T) {
+  StepWorkspace& w = buf_.ws;
+  cudaStream_t st = stream_;
+  auto* xin = reinterpret_cast<__half*>(w.xin);
+  auto* act = reinterpret_cast<__half*>(w.act);
+  const int H = (int)dims_.hidden, I = (int)dims_.intermediate;
+  // the SwiGLU output in the order down's GEMV reads fastest (ops.h GemvXLayout)
+  const int act_layout = qgemv_x_layout(L.down, T);
+  if (!(skip_ & 16) && !(skip_ & 1)) {  // qgemv_normed fuses the norm where it can, else runs it first
+    qgemv_normed(L.gate_up, w.resid, L.post_norm, eps_, true, T, GEMV_SWIGLU, nullptr, act, I, xin, st, act_layout);
+  } else {  // leave-one-out timings (skip_): the norm or the GEMV alone
+    if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
+    mark("rmsnorm");
+    if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st, GEMV_X_PERM8, act_layout);
+  }
+  mark("gemv gate_up");
+  if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st, act_layout);
+  mark("gemv down");
+}
+
+float* NativeEngine::mtp_hidden_rows(int lane) const {
+  return buf_.mtp.hidden + (int64_t)lane * shape_.max_step_tokens * dims_.hidden;
+}
+
+// The MTP head over T pairs (hidden row, next token) of `lane` at its cache slots kv_start .. kv_start + T - 1 (step
+// inputs: the tokens, positions and kv_start). The hidden rows are rows hidden_row .. of the lane's last trunk step,
+// or (chained, T = 1) the head's own last output. Leaves logits rows 0 .. T - 1, and its last output row in chain.
+void NativeEngine::enqueue_mtp(int lane, int T, int hidden_row, bool chained) {
+  const PdlScope pdl_scope;
+  const ModelDims& d = dims_;
+  const MtpBuffers& M = buf_.mtp;
+  StepWorkspace& w = buf_.ws;
+  const GemvScratchScope gemv_scratch(w.gemv_part, w.gemv_part_floats);
+  cudaStream_t st = stream_;
+  const StepInputs* in = reinterpret_cast<const StepInputs*>(w.inputs);
+  const int H = (int)d.hidden;
+  auto* fc_in = reinterpret_cast<__half*>(w.act);  // [T, 2H] fp16 (intermediate >= 2 hidden: allocate_engine)
+  // the next tokens' embeddings go to the projection buffer, free until the layer's q|k|v projection
+  embed_gather(buf_.embed, in->tokens, T, w.proj, st);
+  const float* h = chained ? M.chain : mtp_hidden_rows(lane) + (int64_t)hidden_row * H;
+  mtp_fc_input(w.proj, h, T, H, M.norm_embedding, chained ? M.norm : buf_.final_norm, M.norm_hidden, eps_, fc_in, st);
+  mark("mtp fc input");
+  qgemv(M.fc, fc_in, T, GEMV_STORE, w.resid, nullptr, H, st);
+  mark("gemv mtp fc");
+  enqueue_attention_mixer(M.layer, lane, T);
+  enqueue_mlp(M.layer, T);
+  qgemv_normed(buf_.lm_head, w.resid, M.norm, eps_, true, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab,
+               reinterpret_cast<__half*>(w.xin), st);
+  mark("gemv lm_head (mtp)");
+  MR_CHECK(cudaMemcpyAsync(M.chain, w.resid + (int64_t)(T - 1) * H, (size_t)H * 4, cudaMemcpyDeviceToDevice, st),
+           "MTP step (chain row)");
 }
 
 // A layer's input projection on its normalised input: qgemv_normed (the norm fused into the GEMV where the GEMV can
@@ -552,14 +646,9 @@ void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
   const StepWorkspace& w = P.step;
   cudaStream_t st = stream_;
   auto* xin = reinterpret_cast<__half*>(w.xin);
-  auto* act = reinterpret_cast<__half*>(w.act);
   auto* mix = reinterpret_cast<__half*>(w.mix);
-  const int H = (int)d.hidden, I = (int)d.intermediate;
+  const int H = (int)d.hidden;
   const GdnDims gd = gdn_dims();
-  const AttnDims ad = attn_dims();
-  // the SwiGLU GEMM stages its gate/up products in the projection buffer, which is free by then
-  float* swiglu_scratch = w.proj;
-  const int64_t swiglu_scratch_bytes = P.chunk * std::max(d.gdn_in_rows(), d.attn_qkv_rows()) * 4;
 
   embed_gather(buf_.embed, P.tokens, T, w.resid, st);
   for (auto& L : buf_.layers) {
@@ -578,21 +667,63 @@ void NativeEngine::enqueue_prefill_chunk(int lane, int T, int kv_start) {
                                     P.gdn_scratch, P.gdn_scratch_bytes, st);
       if (!(skip_ & 32)) matmul(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
     } else {
-      const int ldp = (int)d.attn_qkv_rows();
-      if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
-      const LaneLayer S = lane_layer(L, lane);
-      char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
-      if (!(skip_ & 8)) {
-        attn_prefill_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, P.pos3, kv_start, w.q,
-                          kc, vc, ks, vs, st);
-        attn_prefill(w.q, T, kv_start, ad, kc, vc, ks, vs, w.proj + d.head_dim, ldp, mix, st);
-      }
-      if (!(skip_ & 32)) matmul(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
+      prefill_attention_mixer(L, lane, T, kv_start);
     }
-    rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
-    if (!(skip_ & 16)) matmul(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, swiglu_scratch, swiglu_scratch_bytes);
-    if (!(skip_ & 16)) matmul(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
+    prefill_mlp(L, T);
   }
+}
+
+// A full-attention layer's mixer over a prefill chunk (its input norm already in xin): projections by GEMM, q/k norm
+// + mRoPE + the KV write, flash attention over the lane's cache, the output GEMM into the residual.
+void NativeEngine::prefill_attention_mixer(const LayerBuffers& L, int lane, int T, int kv_start) {
+  const ModelDims& d = dims_;
+  const PrefillWorkspace& P = buf_.pre;
+  const StepWorkspace& w = P.step;
+  cudaStream_t st = stream_;
+  auto* xin = reinterpret_cast<__half*>(w.xin);
+  auto* mix = reinterpret_cast<__half*>(w.mix);
+  const AttnDims ad = attn_dims();
+  const int ldp = (int)d.attn_qkv_rows();
+  if (!(skip_ & 32)) matmul_store(L.mixer_in, xin, T, w.proj, ldp);
+  const LaneLayer S = lane_layer(L, lane);
+  char *kc = S.k_cache, *vc = S.v_cache, *ks = S.k_scales, *vs = S.v_scales;
+  if (!(skip_ & 8)) {
+    attn_prefill_prep(w.proj, ldp, T, ad, L.q_norm, L.k_norm, inv_freq_dev_, mrope_section_, P.pos3, kv_start, w.q, kc,
+                      vc, ks, vs, st);
+    attn_prefill(w.q, T, kv_start, ad, kc, vc, ks, vs, w.proj + d.head_dim, ldp, mix, st);
+  }
+  if (!(skip_ & 32)) matmul(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, (int)d.hidden, nullptr, 0);
+}
+
+void NativeEngine::prefill_mlp(const LayerBuffers& L, int T) {
+  const ModelDims& d = dims_;
+  const PrefillWorkspace& P = buf_.pre;
+  const StepWorkspace& w = P.step;
+  auto* xin = reinterpret_cast<__half*>(w.xin);
+  auto* act = reinterpret_cast<__half*>(w.act);
+  const int H = (int)d.hidden, I = (int)d.intermediate;
+  // the SwiGLU GEMM stages its gate/up products in the projection buffer, which is free by then
+  float* swiglu_scratch = w.proj;
+  const int64_t swiglu_scratch_bytes = P.chunk * std::max(d.gdn_in_rows(), d.attn_qkv_rows()) * 4;
+  rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, stream_);
+  if (!(skip_ & 16)) matmul(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, swiglu_scratch, swiglu_scratch_bytes);
+  if (!(skip_ & 16)) matmul(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, nullptr, 0);
+}
+
+void NativeEngine::enqueue_prefill_mtp(int lane, int T, int kv_start) {
+  const ModelDims& d = dims_;
+  const PrefillWorkspace& P = buf_.pre;
+  const StepWorkspace& w = P.step;
+  const MtpBuffers& M = buf_.mtp;
+  cudaStream_t st = stream_;
+  const int H = (int)d.hidden;
+  auto* fc_in = reinterpret_cast<__half*>(w.act);  // [T, 2H] fp16
+  embed_gather(buf_.embed, P.tokens, T, w.proj, st);  // the next tokens' embeddings
+  mtp_fc_input(w.proj, w.resid, T, H, M.norm_embedding, buf_.final_norm, M.norm_hidden, eps_, fc_in, st);
+  matmul(M.fc, fc_in, T, GEMV_STORE, w.resid, nullptr, H, nullptr, 0);
+  rmsnorm_to_gemv_input(w.resid, T, H, M.layer.input_norm, eps_, true, reinterpret_cast<__half*>(w.xin), st);
+  prefill_attention_mixer(M.layer, lane, T, kv_start);
+  prefill_mlp(M.layer, T);
 }
 
 void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos,
@@ -620,12 +751,29 @@ void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const s
     MR_CHECK(cudaMemcpyAsync(P.tokens, tokens.data() + s, T * 4, cudaMemcpyHostToDevice, stream_), "prefill (tokens)");
     MR_CHECK(cudaMemcpyAsync(P.pos3, pos.data(), T * 12, cudaMemcpyHostToDevice, stream_), "prefill (positions)");
     enqueue_prefill_chunk(lane, T, kv_start + s);
+    if (buf_.mtp.on) {
+      // The MTP head over this chunk's pairs whose next token is in the prompt (all but the prompt's last position:
+      // its token is the first one sampled, and mtp_step pairs it with hidden row 0, kept here for it and the logits).
+      const int64_t H = dims_.hidden;
+      if (s + T == n)
+        MR_CHECK(cudaMemcpyAsync(mtp_hidden_rows(lane), P.step.resid + (T - 1) * H, H * 4, cudaMemcpyDeviceToDevice,
+                                 stream_), "prefill (MTP hidden row)");
+      const int pairs = s + T < n ? T : T - 1;
+      if (pairs > 0) {
+        MR_CHECK(cudaMemcpyAsync(P.tokens, tokens.data() + s + 1, pairs * 4, cudaMemcpyHostToDevice, stream_),
+                 "prefill (MTP next tokens)");
+        enqueue_prefill_mtp(lane, pairs, kv_start + s);
+      }
+    }
   }
   // Logits of the last token, in the decode workspace (whose residual rows start where the prefill
   // view's do): move that row to row 0, then the final norm and lm_head as a T = 1 step.
   const int last = (n - 1) % C;
   const int64_t H = dims_.hidden;
-  if (last > 0)
+  if (buf_.mtp.on)  // the MTP pass overwrote the residual rows; the last one was kept
+    MR_CHECK(cudaMemcpyAsync(buf_.ws.resid, mtp_hidden_rows(lane), H * 4, cudaMemcpyDeviceToDevice, stream_),
+             "prefill (last row)");
+  else if (last > 0)
     MR_CHECK(cudaMemcpyAsync(buf_.ws.resid, P.step.resid + last * H, H * 4, cudaMemcpyDeviceToDevice, stream_),
              "prefill (last row)");
   qgemv_normed(buf_.lm_head, buf_.ws.resid, buf_.final_norm, eps_, true, 1, GEMV_STORE, buf_.ws.logits, nullptr,
@@ -731,10 +879,46 @@ void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const s
   in->lane = lane;
   upload_inputs(stream_);
   if (!use_graphs_) {
-    enqueue_step(lane, T);
+    enqueue_step(lane, T, true);
   } else {
-    cudaGraphExec_t ge = captured(std::make_pair(lane, T), [&] { enqueue_step(lane, T); });
+    cudaGraphExec_t ge = captured(std::make_pair(lane, T), [&] { enqueue_step(lane, T, true); });
     MR_CHECK(cudaGraphLaunch(ge, stream_), "decode step (graph launch)");
+  }
+}
+
+void NativeEngine::mtp_step(int lane, const std::vector<int32_t>& next_tokens, const std::vector<int32_t>& rope_pos,
+                            int kv_start, int hidden_row, bool chained) {
+  const int T = (int)next_tokens.size();
+  if (!buf_.mtp.on) throw std::logic_error("mtp_step: this engine was planned without the MTP head (mtp_drafts = 0)");
+  if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
+  refuse_while_looping("mtp_step");
+  if (T < 1 || T > shape_.max_step_tokens)
+    throw std::invalid_argument("mtp_step: 1 <= pairs <= max_step_tokens (" + std::to_string(shape_.max_step_tokens) + ")");
+  if (chained && (T != 1 || hidden_row != 0))
+    throw std::invalid_argument("mtp_step: a chained draft is one pair on the head's own last output (hidden_row 0)");
+  if (hidden_row < 0 || hidden_row + T > shape_.max_step_tokens)
+    throw std::out_of_range("mtp_step: hidden rows past the step's rows");
+  if (kv_start < 0 || kv_start + T > shape_.max_context)
+    throw std::out_of_range("mtp_step: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
+  if (!rope_pos.empty() && (int)rope_pos.size() != 3 * T) throw std::invalid_argument("rope_pos must be T x 3");
+  for (int t = 0; t < T; ++t)
+    if (next_tokens[t] < 0 || next_tokens[t] >= dims_.vocab) throw std::out_of_range("token id out of range");
+  StepInputs* in = inputs_for_write();
+  for (int t = 0; t < T; ++t) {
+    in->tokens[t] = next_tokens[t];
+    for (int a = 0; a < 3; ++a) in->rope_pos[t][a] = rope_pos.empty() ? kv_start + t : rope_pos[3 * t + a];
+  }
+  in->kv_start = kv_start;
+  in->T = T;
+  in->lane = lane;
+  upload_inputs(stream_);
+  if (!use_graphs_) {
+    enqueue_mtp(lane, T, hidden_row, chained);
+  } else {
+    // graph keys past the trunk's (lane, 0..16): one per (rows, first row, chained)
+    const int key = 1000 + (chained ? 500 : 0) + hidden_row * 17 + T;
+    cudaGraphExec_t ge = captured(std::make_pair(lane, key), [&] { enqueue_mtp(lane, T, hidden_row, chained); });
+    MR_CHECK(cudaGraphLaunch(ge, stream_), "MTP step (graph launch)");
   }
 }
 

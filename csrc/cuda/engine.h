@@ -57,6 +57,14 @@ class NativeEngine {
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
   // rope_pos: T x 3 (t, h, w) positions; empty means text positions kv_start + i on all axes.
   void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
+  // The MTP head (shape mtp_drafts > 0) over T pairs: the lane's hidden rows hidden_row .. hidden_row + T - 1 of its
+  // last forward (or row 0 after a prefill: the prompt's last position), each with the token that follows it
+  // (next_tokens), at the head's cache slots kv_start .. (the pairs' positions; rope_pos as in forward). chained: one
+  // pair on the head's own last output instead (a second draft from the first). Logits rows 0 .. T - 1 as forward's;
+  // sample() draws from them.
+  void mtp_step(int lane, const std::vector<int32_t>& next_tokens, const std::vector<int32_t>& rope_pos, int kv_start,
+                int hidden_row, bool chained);
+  bool has_mtp() const { return buf_.mtp.on; }
   // Prefill: any number of tokens of `lane` from cache slot kv_start, in chunks of the planned
   // prefill_chunk (GEMMs on tensor cores, chunked GDN, flash attention), no graph, no allocation.
   // Leaves the last token's logits in row 0 (logits(1)) and the step inputs set so that sample(lane, 1)
@@ -127,7 +135,16 @@ class NativeEngine {
   LaneStateRegions lane_state_for_copy(int lane, int64_t n, const char* op) const;
   GdnDims gdn_dims() const;
   AttnDims attn_dims() const;
-  void enqueue_step(int lane, int T);
+  // keep_hidden: copy the residual rows to the lane's MTP hidden rows (forward; the decode loop does not)
+  void enqueue_step(int lane, int T, bool keep_hidden = false);
+  void enqueue_attention_mixer(const LayerBuffers& L, int lane, int T);
+  void enqueue_mlp(const LayerBuffers& L, int T);
+  void enqueue_mtp(int lane, int T, int hidden_row, bool chained);
+  float* mtp_hidden_rows(int lane) const;
+  void prefill_attention_mixer(const LayerBuffers& L, int lane, int T, int kv_start);
+  void prefill_mlp(const LayerBuffers& L, int T);
+  // The MTP head over a prefill chunk's T pairs (the chunk's residual rows, the prompt's next tokens in pre.tokens).
+  void enqueue_prefill_mtp(int lane, int T, int kv_start);
   void enqueue_prefill_chunk(int lane, int T, int kv_start);
   // y = W x for T tokens: the GEMV for T <= 16, the GEMM (prefill workspace) above.
   void matmul(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
@@ -137,6 +154,7 @@ class NativeEngine {
   void matmul_store(const SplitQMatrix& W, const __half* x, int T, float* out, int ldo);
   void normed_store(const SplitQMatrix& W, const float* norm_w, int T, float* out, int ldo);
   void upload_inputs(cudaStream_t st);
+  LayerBuffers& layer_at(int layer);  // n_layers: the MTP head's layer
   LayerBuffers& layer_of(int role, int layer);
   // The device matrix holding row `row` of a role; `row` becomes that row's index inside it.
   QMatrix& segment_of(int role, int layer, int64_t& row);

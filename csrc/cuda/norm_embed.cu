@@ -42,6 +42,52 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, i
   }
 }
 
+// The MTP head's fc input for one token (block): [norm_e(e) | norm_h(norm_src(h))] in fp16 perm8 order, row width
+// 2H. h is a residual row before its own final norm (the trunk's final norm, or mtp.norm for a chained draft), so
+// it is normalised twice, as the reference normalises the trunk's output. Zero-centred norms (weight + 1).
+__global__ void __launch_bounds__(kNormThreads) mtp_fc_input_kernel(const float* e, const float* h, int H,
+                                                                    const float* w_e, const float* w_src,
+                                                                    const float* w_h, float eps, __half* out) {
+  __shared__ float red[32];
+  const float* er = e + (size_t)blockIdx.x * H;
+  const float* hr = h + (size_t)blockIdx.x * H;
+  pdl_wait();
+  pdl_trigger();
+  float ev[kPer], hv[kPer];
+  float se = 0.f, sh = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int k = threadIdx.x + i * kNormThreads;
+    ev[i] = k < H ? er[k] : 0.f;
+    hv[i] = k < H ? hr[k] : 0.f;
+    se += ev[i] * ev[i];
+    sh += hv[i] * hv[i];
+  }
+  se = block_sum(se, red);
+  __syncthreads();  // red[] reuse
+  sh = block_sum(sh, red);
+  const float re = rsqrtf(se / H + eps), rs = rsqrtf(sh / H + eps);
+  float s2 = 0.f;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int k = threadIdx.x + i * kNormThreads;
+    hv[i] = k < H ? hv[i] * rs * (w_src[k] + 1.f) : 0.f;
+    s2 += hv[i] * hv[i];
+  }
+  __syncthreads();
+  s2 = block_sum(s2, red);
+  const float r2 = rsqrtf(s2 / H + eps);
+  __half* o = out + (size_t)blockIdx.x * 2 * H;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int k = threadIdx.x + i * kNormThreads;
+    if (k < H) {
+      o[perm8(k)] = __float2half(ev[i] * re * (w_e[k] + 1.f));
+      o[H + perm8(k)] = __float2half(hv[i] * r2 * (w_h[k] + 1.f));
+    }
+  }
+}
+
 __device__ inline int qcode(const QMatrix& E, const uint8_t* codes, const uint8_t* high, size_t row, int k) {
   const size_t K = E.cols;
   const int bits = E.q.bits;
@@ -78,6 +124,14 @@ void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float e
                            cudaStream_t stream) {
   if (H > kNormThreads * kPer) throw std::invalid_argument("rmsnorm: hidden size above 8192 is not built");
   launch_pdl("rmsnorm", rmsnorm_kernel, dim3(T), dim3(kNormThreads), 0, stream, x, H, w, eps, add_one ? 1.f : 0.f, out);
+}
+
+void mtp_fc_input(const float* e, const float* h, int T, int H, const float* w_e, const float* w_src, const float* w_h,
+                  float eps, __half* out, cudaStream_t stream) {
+  if (H > kNormThreads * kPer) throw std::invalid_argument("mtp_fc_input: hidden size above 8192 is not built");
+  if (H % 8 != 0) throw std::invalid_argument("mtp_fc_input: hidden size must be a multiple of 8 (perm8 halves)");
+  launch_pdl("mtp_fc_input", mtp_fc_input_kernel, dim3(T), dim3(kNormThreads), 0, stream, e, h, H, w_e, w_src, w_h, eps,
+             out);
 }
 
 void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cudaStream_t stream) {

@@ -111,6 +111,11 @@ void set_qgemv_norm_weights_early(bool on);
 void rmsnorm_to_gemv_input(const float* x, int T, int H, const float* w, float eps, bool add_one, __half* out,
                            cudaStream_t stream);
 
+// The MTP head's fc input, fp16 perm8 [T, 2H]: [rmsnorm(e, w_e) | rmsnorm(rmsnorm(h, w_src), w_h)], zero-centred
+// norms (weight + 1). e: the next tokens' embeddings, h: residual rows before their final norm (w_src), fp32 [T, H].
+void mtp_fc_input(const float* e, const float* h, int T, int H, const float* w_e, const float* w_src, const float* w_h,
+                  float eps, __half* out, cudaStream_t stream);
+
 // out[t, :] = dequantized row tokens[t] of the quantized embedding table (fp32).
 void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cudaStream_t stream);
 

@@ -1,0 +1,163 @@
+"""The native MTP head and greedy speculative decoding (GPU), against the reference model on the same dequantized
+weights (engine/reference/mtp.py is the head's oracle) and against the native trunk's own one-token steps."""
+
+from __future__ import annotations
+
+import pytest
+
+from native_helpers import TOL_MODEL_BF16KV, rel_err, requires_gpu
+from test_native_model import dequantized_source, source_from_checkpoint
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+torch = pytest.importorskip("torch")
+
+VOCAB_LIMIT = 1000
+
+
+@pytest.fixture(scope="module")
+def models(tiny_native_mtp_ckpt):
+    """(native with the head and 3-draft verify steps, reference with the head), both on the same weights."""
+    from engine.native_backend import NativeModel
+    from engine.plan import DEFAULT_RECIPE
+    from engine.reference.model import ReferenceModel
+    src = source_from_checkpoint(tiny_native_mtp_ckpt, mtp=True)
+    native = NativeModel.from_checkpoint(src, kv_dtype="bf16", max_context=512, vram_budget_bytes=2 << 30,
+                                         mtp_drafts=3)
+    ref = ReferenceModel.from_checkpoint(dequantized_source(src, DEFAULT_RECIPE), device="cuda", gdn_mode="recurrent",
+                                         mtp=True)
+    return native, ref
+
+
+def _prompt(n: int, seed: int) -> list[int]:
+    return torch.randint(0, VOCAB_LIMIT, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+# 200 tokens: the prefill path (the head runs over each chunk's pairs inside prefill); 40 tokens through forward with
+# every row's logits: steps of 16, 16 and 8 (each step's pairs closed by the next step's first token)
+@pytest.mark.parametrize("n, last_only", [(200, True), (40, False)], ids=["prefill", "steps"])
+def test_mtp_draft_logits_match_reference(models, n, last_only):
+    native, ref = models
+    prompt = _prompt(n, seed=n)
+    ns, rs = native.new_state(n + 8), ref.new_state(n + 8)
+    try:
+        first = int(native.forward(torch.tensor(prompt), ns, last_only=last_only).logits[-1].argmax())
+        out = ref.forward(torch.tensor(prompt), rs)
+        assert int(out.logits[-1].argmax()) == first
+        native.mtp_draft(ns, first)
+        got = native.mtp_logits().double()
+        want, h = ref.mtp_forward(out.hidden, torch.tensor(prompt[1:] + [first]), rs, return_hidden=True)
+        want = want[-got.shape[0]:].double().cpu()   # the rows of the pairs this call closed
+        err = rel_err(got, want)
+        # a chained draft: the head on its own last output and the draft it made
+        draft = int(got[-1].argmax())
+        native.mtp_chain(ns, draft, slot=n)
+        chained = native.mtp_logits()[-1].double()
+        want_chained = ref.mtp_forward(h[-1:], torch.tensor([draft]), rs)[-1].double().cpu()
+        err_chained = rel_err(chained, want_chained)
+        print(f"MTP {n} tokens ({'prefill' if last_only else 'steps'}): draft logits rel err {err:.2e} over "
+              f"{got.shape[0]} rows, chained {err_chained:.2e}")
+        assert err < TOL_MODEL_BF16KV
+        assert err_chained < TOL_MODEL_BF16KV
+    finally:
+        native.release(ns)
+
+
+def _plain_greedy(native, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
+    """n greedy tokens by one-token steps, and the top-2 logit margin at each (relative to the logits' rms)."""
+    s = native.new_state(len(prompt) + n + 8)
+    try:
+        logits = native.forward(torch.tensor(prompt), s, last_only=True).logits[-1]
+        tokens, margins = [], []
+        for _ in range(n):
+            row = logits[:VOCAB_LIMIT].double()
+            top2 = torch.topk(row, 2).values
+            margins.append(float(top2[0] - top2[1]) / float(row.norm() / row.numel() ** 0.5))
+            tokens.append(int(row.argmax()))
+            logits = native.forward(torch.tensor([tokens[-1]]), s).logits[-1]
+        return tokens, margins
+    finally:
+        native.release(s)
+
+
+def _agree_until_near_tie(got: list[int], want: list[int], margins: list[float]) -> int:
+    """Positions compared: up to the first near tie of the plain run (where the verify step's other summation order
+    may pick the other token); every one of them must agree."""
+    for i, (g, w) in enumerate(zip(got, want)):
+        if margins[i] < 4 * TOL_MODEL_BF16KV:
+            return i
+        assert g == w, f"token {i}: speculative {g}, plain greedy {w}"
+    return min(len(got), len(want))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_speculative_with_mtp_drafts_gives_the_greedy_tokens(models, k):
+    from engine.native_speculative import greedy_speculative_tokens
+    from engine.speculative import SpecStats
+    native, _ = models
+    prompt, n = _prompt(30, seed=7), 40
+    want, margins = _plain_greedy(native, prompt, n + 1)
+    s = native.new_state(len(prompt) + n + 8)
+    stats = SpecStats()
+    try:
+        native.forward(torch.tensor(prompt), s, last_only=True)
+        got = [want[0]] + [t for _, t in zip(range(n), greedy_speculative_tokens(
+            native, s, want[0], k=k, vocab_limit=VOCAB_LIMIT, stats=stats))]
+    finally:
+        native.release(s)
+    compared = _agree_until_near_tie(got, want, margins)
+    print(f"k={k}: {compared} tokens compared, {stats.accepted}/{stats.drafted} drafts kept")
+    assert compared >= 20
+    assert stats.drafted > 0
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_speculative_commits_every_kept_length(models, k):
+    """Drafts from an oracle (the plain greedy continuation) with one draft spoiled at a position that cycles through
+    0 .. k (k: none spoiled), so that rounds keep every count of drafts and each checkpoint is committed."""
+    from engine.native_speculative import greedy_speculative_tokens
+    from engine.speculative import SpecStats
+    native, _ = models
+    prompt, n = _prompt(25, seed=11), 48
+    want, margins = _plain_greedy(native, prompt, n + k + 2)
+    start = len(prompt)
+    rounds = []
+
+    def oracle(base: int, drafts: list[int]) -> list[int]:
+        i = base - start          # want[i] is the token at `base`: the drafts are want[i + 1 ..]
+        out = want[i + 1:i + 1 + k]
+        spoil = len(rounds) % (k + 1)
+        rounds.append(spoil)
+        if spoil < k:
+            out[spoil] = (out[spoil] + 1) % VOCAB_LIMIT
+        return out
+
+    s = native.new_state(len(prompt) + n + 2 * k + 8)
+    stats = SpecStats()
+    try:
+        native.forward(torch.tensor(prompt), s, last_only=True)
+        got = [want[0]] + [t for _, t in zip(range(n), greedy_speculative_tokens(
+            native, s, want[0], k=k, vocab_limit=VOCAB_LIMIT, stats=stats, draft_filter=oracle))]
+    finally:
+        native.release(s)
+    compared = _agree_until_near_tie(got, want, margins)
+    print(f"k={k} oracle drafts: {compared} tokens compared, {stats.accepted}/{stats.drafted} kept, "
+          f"{len(rounds)} rounds")
+    assert compared >= 30
+    assert len(rounds) >= 2 * (k + 1)   # every spoiled position (and none) at least twice
+    assert stats.accepted > 0
+
+
+def test_mtp_refusals(models, tiny_native_ckpt):
+    from engine.native_backend import NativeBackendError, NativeModel
+    native, _ = models
+    s = native.new_state(64)
+    try:
+        with pytest.raises(NativeBackendError, match="no trunk step is pending"):
+            native.mtp_draft(s, 1)
+        with pytest.raises(ValueError, match="chained"):
+            native.engine.mtp_step(s.lane, [1, 2], [], 0, 0, True)
+    finally:
+        native.release(s)
+    with pytest.raises(NativeBackendError, match="no MTP head"):
+        NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="bf16", max_context=64,
+                                    vram_budget_bytes=1 << 30, mtp_drafts=2)
