@@ -127,7 +127,9 @@ void register_cuda_bindings(py::module_& m) {
              e.load_lane_kv(lane, n_tokens, a.data(), a.size());
            }, py::arg("lane"), py::arg("n_tokens"), py::arg("data"))
       .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false)
-      .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
+      .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"),
+           py::arg("kv_start"), py::arg("keep_states") = false)
+      .def("commit_states", &NativeEngine::commit_states, py::arg("lane"), py::arg("kept"))
       .def("prefill", &NativeEngine::prefill, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("prefill_chunk", &NativeEngine::prefill_chunk)

@@ -56,7 +56,15 @@ class NativeEngine {
   void count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt = false);
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
   // rope_pos: T x 3 (t, h, w) positions; empty means text positions kv_start + i on all axes.
-  void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
+  // keep_states (a speculative verify step, 2 <= T <= mtp_drafts + 1): the step also keeps the lane's recurrent
+  // state after each of its first T - 1 tokens (checkpoints), so that commit_states can settle on any prefix.
+  void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start,
+               bool keep_states = false);
+  // After a keep_states forward of T tokens (the last forward: any other forward, prefill, decode loop or change of
+  // the lane's state forgets its checkpoints): makes the lane's recurrent state the one after its first `kept`
+  // tokens, 1 <= kept <= T. The KV cache needs nothing: the slots past the kept tokens are rewritten before any
+  // step reads them. Once per verify step.
+  void commit_states(int lane, int kept);
   // Prefill: any number of tokens of `lane` from cache slot kv_start, in chunks of the planned
   // prefill_chunk (GEMMs on tensor cores, chunked GDN, flash attention), no graph, no allocation.
   // Leaves the last token's logits in row 0 (logits(1)) and the step inputs set so that sample(lane, 1)
@@ -124,10 +132,13 @@ class NativeEngine {
     int64_t conv_floats;
   };
   LaneStateRegions lane_state_regions(int lane) const;
+  // Checkpoint image t of a verify step (EngineBuffers::spec_ckpt), in lane_state_regions' layout.
+  LaneStateRegions checkpoint_regions(int t) const;
+  void forget_checkpoints() { kept_ = KeptStates{}; }
   LaneStateRegions lane_state_for_copy(int lane, int64_t n, const char* op) const;
   GdnDims gdn_dims() const;
   AttnDims attn_dims() const;
-  void enqueue_step(int lane, int T);
+  void enqueue_step(int lane, int T, bool keep_states = false);
   void enqueue_prefill_chunk(int lane, int T, int kv_start);
   // y = W x for T tokens: the GEMV for T <= 16, the GEMM (prefill workspace) above.
   void matmul(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f32, __half* out_h, int ldo,
@@ -159,7 +170,12 @@ class NativeEngine {
   int mrope_section_[3];
   bool use_graphs_ = true;
   int skip_ = 0;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (lane, T); (lane, 0): the decode loop's step + draw
+  // (lane, T); (lane, 0): the decode loop's step + draw; (lane, -T): a verify step that keeps checkpoints
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  // The verify step whose checkpoints commit_states may still use (T = 0: none).
+  struct KeptStates {
+    int lane = -1, T = 0;
+  } kept_;
   struct DecodeLoop {
     bool active = false;
     int lane = 0;
