@@ -324,6 +324,10 @@ EngineBuffers allocate_engine(Arena& a, const ModelDims& d, const EngineShape& s
   b.conv_state = take_f32(a, "conv_state", "conv_state", s.max_lanes * nl * d.conv_dim() * d.conv_kernel);
   b.token_counts = reinterpret_cast<int32_t*>(a.take("token_counts", "lane_state", s.max_lanes * d.vocab * 4));
   b.lane_meta = a.take("lane_meta", "lane_state", s.max_lanes * kLaneMetaBytes);
+  if (s.mtp_drafts > 0) {  // verify checkpoints: one lane's GDN states and conv rings per draft (EngineBuffers)
+    const int64_t image = nl * (d.lin_v_heads * d.lin_k_dim * d.lin_v_dim + d.conv_dim() * d.conv_kernel);
+    b.spec_ckpt = take_f32(a, "spec_ckpt", "spec_ckpt", s.mtp_drafts * image);
+  }
   if (b.mtp.on) {
     b.mtp.hidden = take_f32(a, "mtp.hidden", "mtp_hidden", s.max_lanes * s.max_step_tokens * d.hidden);
     b.mtp.chain = take_f32(a, "mtp.chain", "mtp_hidden", d.hidden);

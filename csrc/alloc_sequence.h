@@ -230,6 +230,10 @@ struct EngineBuffers {
   float* conv_state = nullptr;  // [lanes, n_linear, conv_dim, kernel]: a ring, position p in slot p mod kernel
   int32_t* token_counts = nullptr;  // [lanes, vocab] for repetition penalties
   char* lane_meta = nullptr;        // [lanes] LaneMeta
+  // mtp_drafts images of one lane's recurrent state, each laid out as NativeEngine::lane_state_regions (every GDN
+  // layer's state, then every conv ring): image t is the state after token t of a verify step (keep_states), so
+  // that accepting t + 1 of its tokens is a copy. One set for all lanes: a verify is committed before the next step.
+  float* spec_ckpt = nullptr;
   StepWorkspace ws;
   PrefillWorkspace pre;
 };

@@ -6,6 +6,10 @@
     state = model.new_state(max_tokens)            # a lane of the engine
     out = model.forward(input_ids, state)          # out.logits: [T, V] fp32 (CPU)
     ids = model.sample(state, temperature=0.7, top_p=0.9, seed=1)
+    # a speculative verify step (a model made with mtp_drafts=k): the last token and up to k drafts, then the
+    # recurrent state after the first `kept` of them (the KV needs nothing) and seq_len = the step's start + kept
+    out = model.forward(torch.tensor([last, *drafts]), state, keep_states=True)
+    model.commit(state, kept)
     for token in model.decode_tokens(state, params, seed=1, vocab_limit=V):   # engine.native_loop
         ...
 
@@ -281,9 +285,12 @@ def _np(t, dtype=None):
 
 class NativeModel:
     def __init__(self, config: ModelConfig, engine, plan, *, max_context: int, kv_dtype: str, lanes: int,
-                 step_tokens: int = STEP_TOKENS):
+                 step_tokens: int = STEP_TOKENS, mtp_drafts: int = 0):
         self.config = config
         self.step_tokens = step_tokens   # the widest step the engine was planned for (forward's short chunks)
+        self.mtp_drafts = mtp_drafts     # drafts a verify step may carry (forward(keep_states=True) runs 2..k + 1)
+        # the last forward when it kept checkpoints: (its state, seq_len before it, its tokens), for commit
+        self._verify: tuple["weakref.ref[NativeState]", int, int] | None = None
         # forward(last_only=True) runs inputs longer than this through the prefill path (when planned), shorter
         # ones as steps of step_tokens; Engine raises it to CHAT_STEP_PATH_MAX_TOKENS
         self.step_path_max_tokens = step_tokens
@@ -292,7 +299,6 @@ class NativeModel:
         self.max_context = max_context
         self.kv_dtype = kv_dtype
         self.recipe: Recipe | None = None   # the weights' formats (from_checkpoint); part of a saved state's identity
-        self.mtp_drafts = 0   # drafts a verify step was planned for (0: no MTP head in the engine)
         self._free_lanes = list(range(lanes))
         self._owners: dict[int, "weakref.ref[NativeState]"] = {}  # lane -> state, oldest first
         self._lane_epoch = [0] * lanes  # fresh claims of each lane (a snapshot is valid within one)
@@ -348,8 +354,7 @@ class NativeModel:
                                         vram_budget_bytes=vram_budget_bytes, recipe=recipe, lanes=lanes,
                                         step_tokens=STEP_TOKENS, margin=margin, prefill_chunk=prefill_chunk,
                                         mtp_drafts=mtp_drafts)
-        model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=lanes)
-        model.mtp_drafts = mtp_drafts
+        model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=lanes, mtp_drafts=mtp_drafts)
         model.recipe = recipe
         model._load_weights(src, recipe, report)
         report(1.0, "Native engine ready")
@@ -361,7 +366,8 @@ class NativeModel:
                    prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK, step_tokens: int = 1,
                    mtp_drafts: int = 0) -> "NativeModel":
         """Real 27B shapes, random weights generated on the GPU (benchmarks). One-token steps by default (the
-        decode benchmarks' plan); STEP_TOKENS plans what a loaded checkpoint gets (prompts through the API)."""
+        decode benchmarks' plan); STEP_TOKENS plans what a loaded checkpoint gets (prompts through the API).
+        mtp_drafts (verify steps that keep checkpoints) needs step_tokens > mtp_drafts."""
         from engine.registry import config_27b
         cfg = config_27b(vision=False)
         engine, plan = cls._make_engine(cfg, kv_dtype=kv_dtype, max_context=max_context,
@@ -369,9 +375,8 @@ class NativeModel:
                                         step_tokens=step_tokens, margin=DEFAULT_MARGIN, prefill_chunk=prefill_chunk,
                                         mtp_drafts=mtp_drafts)
         engine.randomize(seed)
-        model = cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1, step_tokens=step_tokens)
-        model.mtp_drafts = mtp_drafts
-        return model
+        return cls(cfg, engine, plan, max_context=max_context, kv_dtype=kv_dtype, lanes=1, step_tokens=step_tokens,
+                   mtp_drafts=mtp_drafts)
 
     def _load_weights(self, src, recipe: Recipe, report: ProgressFn) -> None:
         t = self.config.text
@@ -505,6 +510,7 @@ class NativeModel:
             old.revoked = True
 
     def _claim(self, lane: int, max_tokens: int) -> NativeState:
+        self._verify = None  # the engine forgets a verify step's checkpoints when any lane is reset
         self.engine.reset_lane(lane)
         state = NativeState(lane=lane, max_tokens=max_tokens, _model=self)
         self._owners[lane] = weakref.ref(state, lambda _ref, lane=lane: self._lane_dropped(lane, _ref))
@@ -614,8 +620,12 @@ class NativeModel:
         state.revoked = True
 
     def forward(self, input_ids, state: NativeState, position_ids=None, inputs_embeds=None, *,
-                last_only: bool = False) -> NativeOutput:
+                last_only: bool = False, keep_states: bool = False) -> NativeOutput:
+        """Logits of the input's tokens (the last row only with last_only). keep_states: a speculative verify step
+        (2..mtp_drafts + 1 tokens, one engine step, every row's logits) that also keeps the recurrent state after
+        each of its tokens, so that commit(state, kept) can keep only the accepted ones."""
         import torch
+        self._verify = None  # any forward changes the engine's state: the last verify step can commit no longer
         if state.revoked:
             raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
         if inputs_embeds is not None:
@@ -635,6 +645,8 @@ class NativeModel:
         else:
             base = state.seq_len + state.rope_delta
             rope = [base + j for j in range(len(ids)) for _ in range(3)]
+        if keep_states:
+            return self._verify_step(ids, rope, state)
         mtp = self.has_mtp
         if last_only and len(ids) > max(self.step_tokens, self.step_path_max_tokens) and self.engine.prefill_chunk > 0:
             # with the MTP head, prefill also runs it over the input's pairs, all but the last (engine.cu prefill)
@@ -659,6 +671,35 @@ class NativeModel:
                     self._mtp_pairs(state, ids[s + len(chunk)])
         logits = torch.cat(outs)
         return NativeOutput(logits[-1:] if last_only else logits)
+
+    def _verify_step(self, ids: list[int], rope: list[int], state: NativeState) -> NativeOutput:
+        import torch
+        if not 2 <= len(ids) <= self.mtp_drafts + 1:
+            raise NativeBackendError(f"a verify step runs 2..{self.mtp_drafts + 1} tokens (the last token and at most "
+                                     f"mtp_drafts = {self.mtp_drafts} drafts), not {len(ids)}")
+        start = state.seq_len
+        self.engine.forward(state.lane, ids, rope, start, keep_states=True)
+        state.seq_len += len(ids)
+        self._last_rows = len(ids)
+        self._verify = (weakref.ref(state), start, len(ids))
+        return NativeOutput(torch.from_numpy(self.engine.logits(len(ids))))
+
+    def commit(self, state: NativeState, kept: int) -> None:
+        """After forward(..., keep_states=True) of T tokens (the last forward): the sequence keeps only the first
+        `kept` of them (1 <= kept <= T: the last token and the accepted drafts). Its recurrent state becomes the one
+        after them and seq_len the step's start + kept; the KV slots past that are rewritten by the next step."""
+        verify = self._verify
+        if verify is None or verify[0]() is not state:
+            raise NativeBackendError("commit follows a verify step of this sequence (forward with keep_states=True) "
+                                     "with no other forward in between")
+        if state.revoked:
+            raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
+        _, start, T = verify
+        if not 1 <= kept <= T:
+            raise NativeBackendError(f"commit keeps 1..{T} tokens of the verify step, not {kept}")
+        self.engine.commit_states(state.lane, kept)
+        self._verify = None
+        state.seq_len = start + kept
 
     # ---- the MTP head (engine planned with mtp_drafts > 0; engine.native_speculative) --------------------------
     def _mtp_pairs(self, state: NativeState, next_token: int) -> None:
@@ -719,5 +760,6 @@ class NativeModel:
                       prompt_ids=(), ahead: int = 2):
         """Tokens drawn and stepped on the GPU from the state's last logits on (engine.native_loop)."""
         from engine.native_loop import decode_tokens
+        self._verify = None  # the loop's steps change the lane's state
         return decode_tokens(self, state, params, seed=seed, vocab_limit=vocab_limit, prompt_ids=prompt_ids,
                              ahead=ahead)

@@ -939,6 +939,72 @@ def test_gdn_step(nat, T):
     assert rel_err(state.transpose(1, 2), S) < TOL_FP32 * 10  # exp/softplus intrinsics in the decay
 
 
+@pytest.mark.parametrize("Kc, p0", [(4, 0), (4, 2), (4, 1001), (2, 5), (3, 7)])
+@pytest.mark.parametrize("T", [2, 4, 16])
+@pytest.mark.parametrize("pos_on_device", [False, True])
+def test_conv_checkpoints_are_the_rings_after_each_token(nat, Kc, p0, T, pos_on_device):
+    """A verify step's conv checkpoints (conv_ring_checkpoints, run before the step's conv): image t is, bit for bit,
+    the whole ring the conv leaves after the step's first t + 1 tokens, for t < T - 1; from a zero ring at position 0
+    (the slots of negative positions stay zero), below Kc - 1 and wrapped, with more tokens than slots (T = 16:
+    later inputs over earlier ones in a slot); the ring itself and the images past T - 2 untouched."""
+    gen = torch.Generator(device="cuda").manual_seed(Kc * 1000 + p0 + T)
+    C, ld = 1000, 1037
+    x = torch.randn(T, ld, device="cuda", generator=gen)
+    ring0 = torch.zeros(C, Kc, device="cuda") if p0 == 0 else torch.randn(C, Kc, device="cuda", generator=gen)
+    w = torch.randn(C, Kc, device="cuda", generator=gen)
+    stride = C * Kc + 37                          # images apart by more than one ring
+    ckpt = torch.full((T, stride), float("nan"), device="cuda")  # one image more than written: stays NaN
+    ring = ring0.clone()
+    pos_dev = torch.tensor([p0], dtype=torch.int32, device="cuda")
+    nat.op_conv_checkpoints(x.data_ptr(), ld, T, C, Kc, ring.data_ptr(), -999 if pos_on_device else p0,
+                            ckpt.data_ptr(), stride, pos_dev.data_ptr() if pos_on_device else 0)
+    assert torch.equal(ring, ring0)
+    out = torch.empty(T, C, device="cuda")
+    for t in range(T - 1):
+        expect = ring0.clone()
+        nat.op_conv(x.data_ptr(), ld, t + 1, C, Kc, w.data_ptr(), expect.data_ptr(), p0, out.data_ptr())
+        assert torch.equal(ckpt[t, :C * Kc].view(C, Kc), expect), t
+        assert ckpt[t, C * Kc:].isnan().all()
+    assert ckpt[T - 1].isnan().all()
+
+
+@pytest.mark.parametrize("T", [2, 4, 16])
+def test_gdn_checkpoints_are_the_states_after_each_token(nat, T):
+    """gdn_step with checkpoints (a verify step): image t is the state after the first t + 1 tokens, bit for bit as
+    the kernel without checkpoints leaves it after t + 1 tokens (the same source and the same float instructions,
+    scheduled differently), at the state's own offsets; the final state and outputs are as without checkpoints,
+    and image T - 1 is not written (the final state is the lane's own)."""
+    kh, vh, eps = 4, 12, 1e-6
+    gen = torch.Generator(device="cuda").manual_seed(T)
+    conv_dim = 2 * kh * 128 + vh * 128
+    ldp = vh * 128 + 2 * vh + 7
+    conv_out = torch.randn(T, conv_dim, device="cuda", generator=gen)
+    zba = torch.randn(T, ldp, device="cuda", generator=gen)
+    zp, bp, ap = (zba.data_ptr() + off * 4 for off in (0, vh * 128, vh * 128 + vh))
+    a_log, dt_bias = (torch.randn(vh, device="cuda", generator=gen) * 0.5 for _ in range(2))
+    norm_w = torch.rand(128, device="cuda", generator=gen) + 0.5
+    S0 = torch.randn(vh, 128, 128, device="cuda", generator=gen) * 0.1
+    state_floats = vh * 128 * 128
+    stride = state_floats + 4 * 37               # images apart by more than one state (16-byte aligned)
+
+    def run(n, ckpt=None):
+        S = S0.clone()
+        out = torch.full((n, vh * 128), float("nan"), device="cuda").half()
+        nat.op_gdn(conv_out.data_ptr(), zp, bp, ap, ldp, n, kh, vh, eps, a_log.data_ptr(), dt_bias.data_ptr(),
+                   norm_w.data_ptr(), S.data_ptr(), out.data_ptr(), 0 if ckpt is None else ckpt.data_ptr(),
+                   0 if ckpt is None else stride)
+        return S, out
+
+    ckpt = torch.full((T, stride), float("nan"), device="cuda")
+    S_kept, out_kept = run(T, ckpt)
+    S_plain, out_plain = run(T)
+    assert torch.equal(S_kept, S_plain) and torch.equal(out_kept, out_plain)
+    for t in range(T - 1):
+        assert torch.equal(ckpt[t, :state_floats].view(vh, 128, 128), run(t + 1)[0]), t
+        assert ckpt[t, state_floats:].isnan().all()
+    assert ckpt[T - 1].isnan().all()
+
+
 def _gdn_conv_case(kh: int, vh: int, Kc: int, p0: int, gen: torch.Generator, device: str = "cuda"):
     """The inputs of a GDN decode step with the conv inside: (conv_dim, conv_w, a_log, dt_bias, norm_w, the conv ring
     (zeros at position 0, else random: a wrapped ring), the recurrent state S [vh, 128, 128])."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS, STEP_TOKENS, NativeModel
@@ -17,6 +18,7 @@ VOCAB = 50
 
 class RecordingEngine:
     prefill_chunk = 4096
+    has_mtp = False   # no MTP head: forward runs no head pairs
 
     def __init__(self):
         self.calls = []
@@ -24,9 +26,12 @@ class RecordingEngine:
     def reset_lane(self, lane):
         pass
 
-    def forward(self, lane, tokens, rope_pos, kv_start):
+    def forward(self, lane, tokens, rope_pos, kv_start, keep_states=False):
         assert len(rope_pos) == 3 * len(tokens)
-        self.calls.append(("step", len(tokens), kv_start))
+        self.calls.append(("verify" if keep_states else "step", len(tokens), kv_start))
+
+    def commit_states(self, lane, kept):
+        self.calls.append(("commit", lane, kept))
 
     def prefill(self, lane, tokens, rope_pos, kv_start):
         self.calls.append(("prefill", len(tokens), kv_start))
@@ -35,10 +40,10 @@ class RecordingEngine:
         return np.zeros((rows, VOCAB), dtype=np.float32)
 
 
-def make(step_tokens=STEP_TOKENS):
+def make(step_tokens=STEP_TOKENS, mtp_drafts=0, lanes=1):
     cfg = SimpleNamespace(text=SimpleNamespace(vocab_size=VOCAB))
-    return NativeModel(config=cfg, engine=RecordingEngine(), plan=None, max_context=4096, kv_dtype="int8", lanes=1,
-                       step_tokens=step_tokens)
+    return NativeModel(config=cfg, engine=RecordingEngine(), plan=None, max_context=4096, kv_dtype="int8", lanes=lanes,
+                       step_tokens=step_tokens, mtp_drafts=mtp_drafts)
 
 
 def test_inputs_longer_than_a_step_take_one_prefill_call_by_default():
@@ -69,3 +74,49 @@ def test_a_one_token_plan_steps_one_token_at_a_time():
     m.engine.calls.clear()
     m.forward(torch.arange(3), s)                 # every row wanted: steps, within the planned width
     assert m.engine.calls == [("step", 1, 3), ("step", 1, 4), ("step", 1, 5)]
+
+
+def test_a_verify_step_is_one_step_that_keeps_states_and_commit_keeps_the_accepted_tokens():
+    m = make(mtp_drafts=3)
+    s = m.new_state(1000)
+    m.forward(torch.arange(40) % VOCAB, s, last_only=True)
+    out = m.forward(torch.tensor([7, 8, 9, 10]), s, keep_states=True)
+    assert out.logits.shape == (4, VOCAB) and m.last_logit_rows == 4 and s.seq_len == 44
+    m.commit(s, 2)                                # the last token and one accepted draft
+    assert s.seq_len == 42
+    m.forward(torch.tensor([11]), s)              # the next step starts where the kept tokens end
+    assert m.engine.calls == [("prefill", 40, 0), ("verify", 4, 40), ("commit", s.lane, 2), ("step", 1, 42)]
+
+
+def test_commit_needs_the_verify_step_of_its_sequence_just_before():
+    from engine.native_backend import NativeBackendError
+    m = make(mtp_drafts=2, lanes=2)
+    s, other = m.new_state(100), m.new_state(100)
+    with pytest.raises(NativeBackendError, match="keep_states"):
+        m.commit(s, 1)                            # no verify step at all
+    m.forward([1, 2, 3], s, keep_states=True)
+    with pytest.raises(NativeBackendError, match="keep_states"):
+        m.commit(other, 1)                        # another sequence's verify step
+    with pytest.raises(NativeBackendError, match="1..3"):
+        m.commit(s, 4)
+    with pytest.raises(NativeBackendError, match="1..3"):
+        m.commit(s, 0)
+    m.commit(s, 3)                                # everything accepted
+    assert s.seq_len == 3
+    with pytest.raises(NativeBackendError, match="keep_states"):
+        m.commit(s, 1)                            # once per verify step
+    m.forward([1, 2], s, keep_states=True)
+    m.forward([3], s)                             # any other forward in between
+    with pytest.raises(NativeBackendError, match="keep_states"):
+        m.commit(s, 1)
+    assert [c for c in m.engine.calls if c[0] == "commit"] == [("commit", s.lane, 3)]
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_a_verify_step_runs_the_last_token_and_at_most_mtp_drafts(n):
+    from engine.native_backend import NativeBackendError
+    m = make(mtp_drafts=2)
+    s = m.new_state(100)
+    with pytest.raises(NativeBackendError, match="2..3 tokens"):
+        m.forward(list(range(n)), s, keep_states=True)
+    assert m.engine.calls == [] and s.seq_len == 0

@@ -347,3 +347,48 @@ def test_mtp_drafts_on_a_model_without_the_head_is_refused():
     with pytest.raises(NativeBackendError, match="no MTP head"):
         NativeModel._make_engine(parse_config(raw), kv_dtype="int8", max_context=4096, vram_budget_bytes=None,
                                  recipe=uniform_recipe(4, 64), lanes=1, step_tokens=4, margin=0, mtp_drafts=2)
+
+
+def _state_image_bytes(t) -> int:
+    """One lane's recurrent state: every GDN layer's state [v_heads, k_dim, v_dim] and conv ring [conv_dim, kernel],
+    fp32 (NativeEngine.lane_state_floats x 4)."""
+    n_linear = t.num_hidden_layers - len(t.full_attention_layers)
+    per_layer = (t.linear_num_value_heads * t.linear_key_head_dim * t.linear_value_head_dim
+                 + t.linear_conv_dim * t.linear_conv_kernel_dim)
+    return n_linear * per_layer * 4
+
+
+@pytest.mark.parametrize("drafts", [1, 3, 15])
+def test_mtp_drafts_add_the_verify_checkpoints_and_nothing_else(drafts):
+    """mtp_drafts = k: one line of k images of a lane's recurrent state (the state after each draft position of a
+    verify step), 158,859,264 bytes each for the 27B; every other allocation as without drafts. No drafts: no line."""
+    from dataclasses import replace
+    base = PlanRequest(max_context=4096, speculative_window=15, vram_budget=1 << 50)
+    plain = make_plan(CFG, base)
+    assert "GDN state checkpoints (verify)" not in [ln.label for ln in plain.lines]
+    assert not [a for a in plain.allocations if a.category == "spec_ckpt"]
+    plan = make_plan(CFG, replace(base, mtp_drafts=drafts))
+    assert _state_image_bytes(T) == 158_859_264
+    assert plan.line("GDN state checkpoints (verify)").bytes == drafts * _state_image_bytes(T)
+    # images of one lane whatever the lanes: the verify step of one lane is committed before the next step
+    lanes3 = make_plan(CFG, replace(base, mtp_drafts=drafts, max_concurrency=3))
+    assert lanes3.line("GDN state checkpoints (verify)").bytes == drafts * _state_image_bytes(T)
+    # every other allocation as before, besides the MTP head's own (test_mtp_head_lines)
+    head = ("weights:mtp", "mtp_kv", "mtp_hidden")
+    others = [(a.name, a.category, a.bytes) for a in plan.allocations
+              if a.category != "spec_ckpt" and a.category not in head and not a.name.startswith("mtp.")]
+    assert others == [(a.name, a.category, a.bytes) for a in plain.allocations]
+
+
+def test_mtp_drafts_beyond_the_speculative_window_are_refused():
+    with pytest.raises(ValueError, match="mtp_drafts"):
+        make_plan(CFG, PlanRequest(max_context=1024, speculative_window=3, mtp_drafts=4))
+    with pytest.raises(ValueError, match="mtp_drafts"):
+        make_plan(CFG, PlanRequest(max_context=1024, speculative_window=3, mtp_drafts=-1))
+    # the allocation sequence itself refuses what PlanRequest would: drafts beyond the step's tokens - 1
+    from engine.native import load_native
+    from engine.plan import model_dims
+    shape = PlanRequest(max_context=1024, speculative_window=3, mtp_drafts=3).shape_dict()
+    load_native().dry_run(model_dims(CFG), shape)
+    with pytest.raises(ValueError, match="mtp_drafts"):
+        load_native().dry_run(model_dims(CFG), dict(shape, mtp_drafts=4))

@@ -127,7 +127,9 @@ void register_cuda_bindings(py::module_& m) {
              e.load_lane_kv(lane, n_tokens, a.data(), a.size());
            }, py::arg("lane"), py::arg("n_tokens"), py::arg("data"))
       .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false)
-      .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"))
+      .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"),
+           py::arg("kv_start"), py::arg("keep_states") = false)
+      .def("commit_states", &NativeEngine::commit_states, py::arg("lane"), py::arg("kept"))
       .def("mtp_step", &NativeEngine::mtp_step, py::arg("lane"), py::arg("next_tokens"), py::arg("rope_pos"),
            py::arg("kv_start"), py::arg("hidden_row") = 0, py::arg("chained") = false)
       .def_property_readonly("has_mtp", &NativeEngine::has_mtp)
@@ -310,14 +312,26 @@ void register_cuda_bindings(py::module_& m) {
      py::arg("eps"), py::arg("Kc"), py::arg("conv_w"), py::arg("conv_state"), py::arg("pos"), py::arg("a_log"),
      py::arg("dt_bias"), py::arg("norm_w"), py::arg("state"), py::arg("out_h"), py::arg("pos_dev") = 0,
      py::arg("out_layout") = 0);
+  // ckpt: the state after each token t < T - 1 also into ckpt + t * ckpt_stride floats (0: off)
   m.def("op_gdn", [](uintptr_t conv_out, uintptr_t z, uintptr_t b, uintptr_t a, int ldp, int T, int k_heads,
                      int v_heads, float eps, uintptr_t a_log, uintptr_t dt_bias, uintptr_t norm_w, uintptr_t state,
-                     uintptr_t out_h) {
+                     uintptr_t out_h, uintptr_t ckpt, int64_t ckpt_stride) {
     GdnDims d{k_heads, v_heads, 128, 128, eps};
     gdn_step(ptr<float>(conv_out), ptr<float>(z), ptr<float>(b), ptr<float>(a), ldp, T, d, ptr<float>(a_log),
-             ptr<float>(dt_bias), ptr<float>(norm_w), ptr<float>(state), ptr<__half>(out_h), 0);
+             ptr<float>(dt_bias), ptr<float>(norm_w), ptr<float>(state), ptr<__half>(out_h), 0, GEMV_X_PERM8,
+             ptr<float>(ckpt), ckpt_stride);
     sync0("gdn_step");
-  });
+  }, py::arg("conv_out"), py::arg("z"), py::arg("b"), py::arg("a"), py::arg("ldp"), py::arg("T"), py::arg("k_heads"),
+     py::arg("v_heads"), py::arg("eps"), py::arg("a_log"), py::arg("dt_bias"), py::arg("norm_w"), py::arg("state"),
+     py::arg("out_h"), py::arg("ckpt") = 0, py::arg("ckpt_stride") = 0);
+  // the rings [C, Kc] after each token t < T - 1 of a step at pos (pos_dev as op_conv's) into ckpt + t * ckpt_stride
+  m.def("op_conv_checkpoints", [](uintptr_t x, int ldx, int T, int C, int Kc, uintptr_t state, int pos, uintptr_t ckpt,
+                                  int64_t ckpt_stride, uintptr_t pos_dev) {
+    conv_ring_checkpoints(ptr<float>(x), ldx, T, C, Kc, ptr<float>(state), pos, ptr<int32_t>(pos_dev), ptr<float>(ckpt),
+                          ckpt_stride, 0);
+    sync0("conv_ring_checkpoints");
+  }, py::arg("x"), py::arg("ldx"), py::arg("T"), py::arg("C"), py::arg("Kc"), py::arg("state"), py::arg("pos"),
+     py::arg("ckpt"), py::arg("ckpt_stride"), py::arg("pos_dev") = 0);
   // kv_fmt: KvFormat (ops.h): 0 bf16, 1 int8 group 64, 2 int4 group 64 (ks, vs: fp16 scales; unused for bf16)
   m.def("op_attention", [](uintptr_t qkv, int ldp, int T, int n_heads, int n_kv, int rotary_dim, float eps, int kv_fmt,
                            uintptr_t q_norm, uintptr_t k_norm, uintptr_t inv_freq, std::vector<int> sec, uintptr_t inputs,

@@ -305,6 +305,7 @@ void NativeEngine::randomize(uint64_t seed) {
 void NativeEngine::reset_lane(int lane) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   refuse_while_looping("reset_lane");
+  forget_checkpoints();
   const LaneStateRegions r = lane_state_regions(lane);
   MR_CHECK(cudaMemsetAsync(r.gdn, 0, r.gdn_floats * 4, stream_), "reset_lane");
   MR_CHECK(cudaMemsetAsync(r.conv, 0, r.conv_floats * 4, stream_), "reset_lane");
@@ -317,6 +318,12 @@ NativeEngine::LaneStateRegions NativeEngine::lane_state_regions(int lane) const 
   const int64_t gs = nl * dims_.lin_v_heads * dims_.lin_k_dim * dims_.lin_v_dim;
   const int64_t cs = nl * dims_.conv_dim() * dims_.conv_kernel;  // a ring of conv_kernel slots per channel (gdn.cu)
   return {buf_.gdn_state + lane * gs, gs, buf_.conv_state + lane * cs, cs};
+}
+
+NativeEngine::LaneStateRegions NativeEngine::checkpoint_regions(int t) const {
+  const LaneStateRegions lane0 = lane_state_regions(0);
+  float* image = buf_.spec_ckpt + t * (lane0.gdn_floats + lane0.conv_floats);
+  return {image, lane0.gdn_floats, image + lane0.gdn_floats, lane0.conv_floats};
 }
 
 int64_t NativeEngine::lane_state_floats() const {
@@ -342,6 +349,7 @@ void NativeEngine::save_lane_state(int lane, float* host, int64_t n) {
 
 void NativeEngine::load_lane_state(int lane, const float* host, int64_t n) {
   const LaneStateRegions r = lane_state_for_copy(lane, n, "load_lane_state");
+  forget_checkpoints();
   MR_CHECK(cudaMemcpyAsync(r.gdn, host, r.gdn_floats * 4, cudaMemcpyHostToDevice, stream_), "load_lane_state");
   MR_CHECK(cudaMemcpyAsync(r.conv, host + r.gdn_floats, r.conv_floats * 4, cudaMemcpyHostToDevice, stream_),
            "load_lane_state");
@@ -466,7 +474,7 @@ NativeEngine::LaneLayer NativeEngine::lane_layer(const LayerBuffers& L, int lane
   return S;
 }
 
-void NativeEngine::enqueue_step(int lane, int T, bool keep_hidden) {
+void NativeEngine::enqueue_step(int lane, int T, bool keep_hidden, bool keep_states) {
   const PdlScope pdl_scope;  // the step's kernels may overlap their predecessor's tail (pdl.cuh)
   const ModelDims& d = dims_;
   StepWorkspace& w = buf_.ws;
@@ -477,6 +485,11 @@ void NativeEngine::enqueue_step(int lane, int T, bool keep_hidden) {
   auto* mix = reinterpret_cast<__half*>(w.mix);
   const int H = (int)d.hidden;
   const GdnDims gd = gdn_dims();
+  // keep_states: checkpoint image 0's regions; a layer's part of an image sits at its gdn_index, as in a lane's
+  const LaneStateRegions ckpt = keep_states ? checkpoint_regions(0) : LaneStateRegions{};
+  const int64_t ckpt_stride = ckpt.gdn_floats + ckpt.conv_floats;
+  const int64_t gdn_layer_floats = d.lin_v_heads * d.lin_k_dim * d.lin_v_dim;
+  const int64_t conv_layer_floats = d.conv_dim() * d.conv_kernel;
 
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
   mark("embed");
@@ -497,10 +510,17 @@ void NativeEngine::enqueue_step(int lane, int T, bool keep_hidden) {
                       L.gdn_norm, S.gdn_state, mix, st, mix_layout);
         mark("gdn_conv_step");
       } else {  // T > 1, or leave-one-out timings (skip_ bit 2: the conv alone left out, 4: the recurrence)
+        if (keep_states && !(skip_ & 2)) {  // the rings after each token, before the conv rewrites the ring
+          conv_ring_checkpoints(w.proj, ldp, T, C, Kc, S.conv_state, 0, &in->kv_start,
+                                ckpt.conv + L.gdn_index * conv_layer_floats, ckpt_stride, st);
+          mark("conv checkpoints");
+        }
         if (!(skip_ & 2)) conv_update_silu(w.proj, ldp, T, C, Kc, L.conv_w, S.conv_state, 0, &in->kv_start, w.conv_out, st);
         mark("conv_update_silu");
+        float* gdn_ckpt = keep_states ? ckpt.gdn + L.gdn_index * gdn_layer_floats : nullptr;
         if (!(skip_ & 4))
-          gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st, mix_layout);
+          gdn_step(w.conv_out, z, b, a, ldp, T, gd, L.a_log, L.dt_bias, L.gdn_norm, S.gdn_state, mix, st, mix_layout,
+                   gdn_ckpt, ckpt_stride);
         mark("gdn_step");
       }
       if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
@@ -735,6 +755,7 @@ void NativeEngine::prefill(int lane, const std::vector<int32_t>& tokens, const s
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   if (n < 1) throw std::invalid_argument("prefill needs at least one token");
   refuse_while_looping("prefill");
+  forget_checkpoints();
   if (kv_start < 0 || (int64_t)kv_start + n > shape_.max_context)
     throw std::out_of_range("prefill: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
   if (!rope_pos.empty() && (int64_t)rope_pos.size() != 3ll * n) throw std::invalid_argument("rope_pos must be T x 3");
@@ -858,12 +879,17 @@ cudaGraphExec_t NativeEngine::captured(std::pair<int, int> key, const std::funct
 }
 
 void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos,
-                           int kv_start) {
+                           int kv_start, bool keep_states) {
   const int T = (int)tokens.size();
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   refuse_while_looping("forward");
+  forget_checkpoints();  // this step changes the lane's state (a keep_states step sets new checkpoints below)
   if (T < 1 || T > shape_.max_step_tokens)
     throw std::invalid_argument("forward: 1 <= T <= max_step_tokens (" + std::to_string(shape_.max_step_tokens) + ")");
+  if (keep_states && (T < 2 || T > shape_.mtp_drafts + 1))
+    throw std::invalid_argument("forward: keep_states needs 2 <= T <= mtp_drafts + 1 (a verify step of the drafts and "
+                                "the token before them; T = " + std::to_string(T) + ", mtp_drafts = " +
+                                std::to_string(shape_.mtp_drafts) + " in the plan)");
   if (kv_start < 0 || kv_start + T > shape_.max_context)
     throw std::out_of_range("forward: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
   if (!rope_pos.empty() && (int)rope_pos.size() != 3 * T) throw std::invalid_argument("rope_pos must be T x 3");
@@ -879,11 +905,33 @@ void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const s
   in->lane = lane;
   upload_inputs(stream_);
   if (!use_graphs_) {
-    enqueue_step(lane, T, true);
+    enqueue_step(lane, T, true, keep_states);
   } else {
-    cudaGraphExec_t ge = captured(std::make_pair(lane, T), [&] { enqueue_step(lane, T, true); });
+    const int key = keep_states ? -T : T;  // a verify step's graph also writes the checkpoints
+    cudaGraphExec_t ge = captured(std::make_pair(lane, key), [&] { enqueue_step(lane, T, true, keep_states); });
     MR_CHECK(cudaGraphLaunch(ge, stream_), "decode step (graph launch)");
   }
+  if (keep_states) kept_ = KeptStates{lane, T};
+}
+
+void NativeEngine::commit_states(int lane, int kept) {
+  refuse_while_looping("commit_states");
+  if (kept_.T == 0)
+    throw std::logic_error("commit_states: no verify step kept checkpoints (forward with keep_states, then commit "
+                           "before any other forward, prefill or change of the lane's state)");
+  if (lane != kept_.lane)
+    throw std::invalid_argument("commit_states: the verify step ran lane " + std::to_string(kept_.lane) + ", not " +
+                                std::to_string(lane));
+  if (kept < 1 || kept > kept_.T)
+    throw std::invalid_argument("commit_states: kept must be in 1.." + std::to_string(kept_.T) +
+                                " (the verify step's tokens), got " + std::to_string(kept));
+  const int T = kept_.T;
+  forget_checkpoints();  // the lane's state is the step's end no longer: a second commit would start from elsewhere
+  if (kept == T) return;  // the step's own end state
+  const LaneStateRegions r = lane_state_regions(lane), image = checkpoint_regions(kept - 1);
+  // stream order: after the step that wrote the image, before the next step reads the lane's state
+  MR_CHECK(cudaMemcpyAsync(r.gdn, image.gdn, r.gdn_floats * 4, cudaMemcpyDeviceToDevice, stream_), "commit_states");
+  MR_CHECK(cudaMemcpyAsync(r.conv, image.conv, r.conv_floats * 4, cudaMemcpyDeviceToDevice, stream_), "commit_states");
 }
 
 void NativeEngine::mtp_step(int lane, const std::vector<int32_t>& next_tokens, const std::vector<int32_t>& rope_pos,
@@ -963,6 +1011,7 @@ void NativeEngine::record_draw_event() {
 
 void NativeEngine::decode_start(int lane, int logits_row, int kv_next, const SamplingParams& p, int64_t draw) {
   refuse_while_looping("decode_start");
+  forget_checkpoints();  // the loop's steps change the lane's state
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   if (logits_row < 0 || logits_row >= shape_.max_step_tokens) throw std::out_of_range("decode_start: logits row out of range");
   if (kv_next < 1 || kv_next > shape_.max_context) throw std::out_of_range("decode_start: kv_next out of range");

@@ -56,7 +56,15 @@ class NativeEngine {
   void count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt = false);
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
   // rope_pos: T x 3 (t, h, w) positions; empty means text positions kv_start + i on all axes.
-  void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
+  // keep_states (a speculative verify step, 2 <= T <= mtp_drafts + 1): the step also keeps the lane's recurrent
+  // state after each of its first T - 1 tokens (checkpoints), so that commit_states can settle on any prefix.
+  void forward(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start,
+               bool keep_states = false);
+  // After a keep_states forward of T tokens (the last forward: any other forward, prefill, decode loop or change of
+  // the lane's state forgets its checkpoints): makes the lane's recurrent state the one after its first `kept`
+  // tokens, 1 <= kept <= T. The KV cache needs nothing: the slots past the kept tokens are rewritten before any
+  // step reads them. Once per verify step.
+  void commit_states(int lane, int kept);
   // The MTP head (shape mtp_drafts > 0) over T pairs: the lane's hidden rows hidden_row .. hidden_row + T - 1 of its
   // last forward (or row 0 after a prefill: the prompt's last position), each with the token that follows it
   // (next_tokens), at the head's cache slots kv_start .. (the pairs' positions; rope_pos as in forward). chained: one
@@ -132,11 +140,15 @@ class NativeEngine {
     int64_t conv_floats;
   };
   LaneStateRegions lane_state_regions(int lane) const;
+  // Checkpoint image t of a verify step (EngineBuffers::spec_ckpt), in lane_state_regions' layout.
+  LaneStateRegions checkpoint_regions(int t) const;
+  void forget_checkpoints() { kept_ = KeptStates{}; }
   LaneStateRegions lane_state_for_copy(int lane, int64_t n, const char* op) const;
   GdnDims gdn_dims() const;
   AttnDims attn_dims() const;
-  // keep_hidden: copy the residual rows to the lane's MTP hidden rows (forward; the decode loop does not)
-  void enqueue_step(int lane, int T, bool keep_hidden = false);
+  // keep_hidden: copy the residual rows to the lane's MTP hidden rows (forward; the decode loop does not);
+  // keep_states: write the verify checkpoints (forward's keep_states)
+  void enqueue_step(int lane, int T, bool keep_hidden = false, bool keep_states = false);
   void enqueue_attention_mixer(const LayerBuffers& L, int lane, int T);
   void enqueue_mlp(const LayerBuffers& L, int T);
   void enqueue_mtp(int lane, int T, int hidden_row, bool chained);
@@ -177,7 +189,12 @@ class NativeEngine {
   int mrope_section_[3];
   bool use_graphs_ = true;
   int skip_ = 0;
-  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (lane, T); (lane, 0): the decode loop's step + draw
+  // (lane, T); (lane, 0): the decode loop's step + draw; (lane, -T): a verify step that keeps checkpoints
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  // The verify step whose checkpoints commit_states may still use (T = 0: none).
+  struct KeptStates {
+    int lane = -1, T = 0;
+  } kept_;
   struct DecodeLoop {
     bool active = false;
     int lane = 0;

@@ -151,6 +151,28 @@ __global__ void conv_state_kernel(const float* x, int ldx, int T, int C, int Kc,
   state[(size_t)c * Kc + ring_slot(p0 + t, Kc)] = x[(size_t)t * ldx + c];
 }
 
+// A verify step's conv checkpoints (conv_ring_checkpoints): thread i is slot i % Kc of channel i / Kc; image t gets
+// the slot as it stands after token t of the step at p0, i.e. the ring the step found with the inputs of positions
+// p0 .. p0 + t written into their slots (a later input over an earlier one in the same slot, as the step itself
+// writes them). Slots no input reaches keep the ring's value: older inputs, or the zeros of positions below 0.
+// Launched before the step's conv (which rewrites the ring after its PDL wait): the ring, written one step earlier,
+// and the position are read before the wait, the inputs (the projection just computed) after it.
+__global__ void conv_checkpoint_kernel(const float* x, int ldx, int T, int C, int Kc, const float* state,
+                                       int pos_host, const int32_t* pos_dev, float* ckpt, int64_t ckpt_stride) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  const bool mine = i < C * Kc;
+  const int p0 = step_pos(pos_host, pos_dev);
+  float v = mine ? state[i] : 0.f;
+  pdl_wait();
+  pdl_trigger();
+  if (!mine) return;
+  const int c = i / Kc, slot = i - c * Kc;
+  for (int t = 0; t < T - 1; ++t) {
+    if (ring_slot(p0 + t, Kc) == slot) v = x[(size_t)t * ldx + c];
+    ckpt[t * ckpt_stride + i] = v;
+  }
+}
+
 constexpr int kDk = 128, kDv = 128;
 
 // Thread (j = tid / 4, part = tid % 4) owns state column j (one value dim), 32 of its 128 key rows:
@@ -216,10 +238,14 @@ struct ConvIn {
   int Kc, pos_host;
   const int32_t* pos_dev;
 };
+// CKPT (a verify step that keeps checkpoints, gdn_step's ckpt): after each token t < T - 1 the state is also stored
+// into checkpoint image t, at the same offset as in the layer's state (ckpt: the layer's state in image 0, images
+// ckpt_stride floats apart). A template argument, so that the step without checkpoints compiles as before.
+template <bool CKPT>
 __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const float* z, const float* b,
                                                   const float* a, int ldp, int T, GdnDims d, const float* a_log,
                                                   const float* dt_bias, const float* norm_w, float* state,
-                                                  __half* out_h, int out_lanes) {
+                                                  __half* out_h, int out_lanes, float* ckpt, int64_t ckpt_stride) {
   MR_WARP_STAMP(kStampGdnStep, state);
   __shared__ __align__(16) float qs[kDk];
   __shared__ __align__(16) float ks[kDk];
@@ -228,7 +254,8 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
   const int h = blockIdx.x, hk = h / (d.v_heads / d.k_heads);
   const int tid = threadIdx.x, j = tid >> 2, part = tid & 3;
   const int conv_dim = 2 * d.k_heads * kDk + d.v_heads * kDv;
-  float* S = state + ((size_t)h * kDv + j) * kDk + 4 * part;
+  const size_t own = ((size_t)h * kDv + j) * kDk + 4 * part;  // this thread's values in the state (and in an image)
+  float* S = state + own;
   float s[32];
   load_state(S, s);
   const float q_scale = rsqrtf((float)kDk);
@@ -270,6 +297,8 @@ __global__ void __launch_bounds__(512) gdn_kernel(const float* conv_out, const f
     const float4* k4 = reinterpret_cast<const float4*>(ks) + part;  // piece m of this thread: k4[4m]
     const float4* q4 = reinterpret_cast<const float4*>(qs) + part;
     float o = delta_rule_token(s, k4, q4, decay, kn, beta, vj);
+    if constexpr (CKPT)
+      if (t < T - 1) store_state(ckpt + t * ckpt_stride + own, s);  // the state after token t (the last: below)
     o += __shfl_xor_sync(0xffffffffu, o, 1);
     o += __shfl_xor_sync(0xffffffffu, o, 2);
     o *= qn;
@@ -413,13 +442,32 @@ void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float
   }
 }
 
+void conv_ring_checkpoints(const float* x, int ldx, int T, int C, int Kc, const float* state, int pos_host,
+                           const int32_t* pos_dev, float* ckpt, int64_t ckpt_stride, cudaStream_t stream) {
+  if (Kc < 1 || Kc > 8) throw std::invalid_argument("conv_ring_checkpoints: kernel width must be 1..8");
+  if (T < 2 || T > kMaxStepTokens)
+    throw std::invalid_argument("conv_ring_checkpoints: a verify step runs 2..16 tokens");
+  if (ckpt_stride < (int64_t)C * Kc) throw std::invalid_argument("conv_ring_checkpoints: images overlap");
+  launch_pdl("conv_ring_checkpoints", conv_checkpoint_kernel, dim3(ceil_div(C * Kc, 256)), dim3(256), 0, stream, x,
+             ldx, T, C, Kc, state, pos_host, pos_dev, ckpt, ckpt_stride);
+}
+
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
-              __half* out_h, cudaStream_t stream, int out_layout) {
+              __half* out_h, cudaStream_t stream, int out_layout, float* ckpt, int64_t ckpt_stride) {
   if (d.dk != kDk || d.dv != kDv) throw std::invalid_argument("gdn_step: head dims must be 128 x 128");
   if (d.v_heads % d.k_heads) throw std::invalid_argument("gdn_step: v_heads must be a multiple of k_heads");
-  launch_pdl("gdn_step", gdn_kernel, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log,
-             dt_bias, norm_w, state, out_h, out_layout == GEMV_X_LANES);
+  const int out_lanes = out_layout == GEMV_X_LANES;
+  if (!ckpt) {
+    launch_pdl("gdn_step", gdn_kernel<false>, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d,
+               a_log, dt_bias, norm_w, state, out_h, out_lanes, ckpt, ckpt_stride);
+    return;
+  }
+  // the images are stored 16 bytes at a time, at the state's own offsets
+  if (ckpt_stride < (int64_t)d.v_heads * kDv * kDk || ckpt_stride % 4 || reinterpret_cast<uintptr_t>(ckpt) % 16)
+    throw std::invalid_argument("gdn_step: checkpoint images must not overlap and must be 16-byte aligned");
+  launch_pdl("gdn_step", gdn_kernel<true>, dim3(d.v_heads), dim3(512), 0, stream, conv_out, z, b, a, ldp, T, d, a_log,
+             dt_bias, norm_w, state, out_h, out_lanes, ckpt, ckpt_stride);
 }
 
 static bool g_conv_ring = true;  // set_gdn_conv_ring

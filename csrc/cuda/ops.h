@@ -125,6 +125,11 @@ void embed_gather(const QMatrix& E, const int32_t* tokens, int T, float* out, cu
 // reads its position from its inputs; T <= 16 only), else pos_host.
 void conv_update_silu(const float* x, int ldx, int T, int C, int Kc, const float* w, float* state, int pos_host,
                       const int32_t* pos_dev, float* out, cudaStream_t stream);
+// A verify step's conv checkpoints: image t (t = 0 .. T - 2, ckpt_stride floats apart) gets the ring [C, Kc] as it
+// stands after token t of the T tokens (2..16) at positions p0 .. that conv_update_silu is about to consume, so it
+// runs before that call, on the same x, state and position (pos_host / pos_dev as there).
+void conv_ring_checkpoints(const float* x, int ldx, int T, int C, int Kc, const float* state, int pos_host,
+                           const int32_t* pos_dev, float* ckpt, int64_t ckpt_stride, cudaStream_t stream);
 
 struct GdnDims {
   int k_heads, v_heads, dk, dv;
@@ -134,9 +139,12 @@ struct GdnDims {
 // the gated RMS norm: out_h[t, perm8(h*dv + j)] = rmsnorm(o)[j] * norm_w[j] * silu(z[t, h*dv + j]).
 // conv_out: [T, 2*k_heads*dk + v_heads*dv] (q | k | v after conv+SiLU); z/b/a rows have stride ldp.
 // out_layout: the order of out_h (GemvXLayout: the output GEMV's qgemv_x_layout).
+// ckpt (a verify step's checkpoints; null: none): the state after each token t < T - 1 is also written to
+// ckpt + t * ckpt_stride, laid out as `state` (16-byte aligned, images ckpt_stride floats apart).
 void gdn_step(const float* conv_out, const float* z, const float* b, const float* a, int ldp, int T,
               const GdnDims& d, const float* a_log, const float* dt_bias, const float* norm_w, float* state,
-              __half* out_h, cudaStream_t stream, int out_layout = GEMV_X_PERM8);
+              __half* out_h, cudaStream_t stream, int out_layout = GEMV_X_PERM8, float* ckpt = nullptr,
+              int64_t ckpt_stride = 0);
 // conv_update_silu then gdn_step for one token in one kernel (the same arithmetic; the state matched the two-kernel
 // path to the last bits only up to the compiler, session 8): x is the raw projection row (its first
 // 2*k_heads*dk + v_heads*dv entries are the conv's inputs), conv_w [C, Kc] and conv_state the ring above.
