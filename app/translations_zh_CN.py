@@ -15,7 +15,7 @@ ZH_CN: dict[str, str] = {
     "No model loaded": "未加载模型",
     "Export chat": "导出对话",
     "(random weights)": "（随机权重）",
-    "Speculative decoding with the MTP head (reference backend)": "使用 MTP 头进行推测解码（参考后端）",
+    "Speculative decoding with the MTP head (native: greedy replies)": "使用 MTP 头进行推测解码（原生后端：贪心回复）",
     "Speculation": "推测解码",
     "Delete “{title}” and all its messages?": "删除“{title}”及其全部消息？",
     "Restarting the engine…": "正在重启引擎…",

@@ -80,10 +80,12 @@ def main(argv=None) -> int:
                     continue
                 before = nat.qgemv_mma()
                 nat.set_qgemv_mma(on)
+                model.engine.reset_graphs()   # a step's graph holds the kernels it was captured with
                 try:
                     row[f"{name}_ms"] = round(step_seconds(model, depth, T, args.reps) * 1e3, 3)
                 finally:
                     nat.set_qgemv_mma(before)
+                    model.engine.reset_graphs()
             rows.append(row)
             print(json.dumps(row), flush=True)
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),

@@ -160,11 +160,19 @@ class _ResolvedModel:
     chat_template: str      # the checkpoint's own template, else the default one
 
 
-def mtp_can_draft(backend: str) -> bool:
-    """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation): only
-    the reference backend drafts (greedy requests by the greedy rule, sampled ones by the speculative sampling rule,
-    engine/speculative.py). The model must also have an MTP head and the prompt no images (Engine._can_speculate)."""
-    return backend == "reference"
+def mtp_can_draft(backend: str, sampling: "SamplingParams | None" = None) -> bool:
+    """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation). The
+    reference backend drafts for every request (greedy ones by the greedy rule, sampled ones by the speculative
+    sampling rule, engine/speculative.py); the native one for greedy requests without penalties
+    (engine/native_speculative.py: the drafts and the verify step's choices are argmaxes on the GPU). The model must
+    also have an MTP head and the prompt no images (Engine._can_speculate). Without ``sampling``: whether the backend
+    drafts for some request."""
+    if backend == "reference":
+        return True
+    if backend != "native":
+        return False
+    return sampling is None or (sampling.greedy and sampling.repetition_penalty == 1.0
+                                and sampling.presence_penalty == 0.0 and sampling.frequency_penalty == 0.0)
 
 
 def _resolve_model(model: str) -> _ResolvedModel:
@@ -283,8 +291,11 @@ class Engine:
 
         report(0.1, "Planning device memory")
         try:
+            # the MTP head and its verify checkpoints are planned only when requests may draft with it
+            drafts = options.mtp_draft_tokens if options.mtp_speculation and ckpt.config.text.mtp_num_hidden_layers else 0
             model = NativeModel.from_checkpoint(ckpt, kv_dtype=options.kv_dtype, max_context=context_limit,
-                                                vram_budget_bytes=options.vram_budget_bytes, progress=report)
+                                                vram_budget_bytes=options.vram_budget_bytes, progress=report,
+                                                mtp_drafts=drafts)
         except EngineError:
             raise
         except MemoryError as exc:  # BudgetError: the plan's shortfall sentence, then its table
@@ -404,10 +415,12 @@ class Engine:
         parser = OutputParser.for_prompt(prompt.text, tools)
 
         t0 = time.perf_counter()
-        speculate = self._can_speculate(prompt)
+        speculate = self._can_speculate(prompt, sampling)
+        native_spec = speculate and self.options.backend == "native"   # the hidden rows stay on the GPU
         # a speculative round runs up to mtp_draft_tokens past the last committed token before it is verified
         room = n_prompt + budget + 1 + (self.options.mtp_draft_tokens if speculate else 0)
-        state, logits, prompt_hidden, cached = self._prefill(prompt, room, cancel, keep_hidden=speculate)
+        state, logits, prompt_hidden, cached = self._prefill(prompt, room, cancel,
+                                                             keep_hidden=speculate and not native_spec)
         t_prefill = time.perf_counter() - t0
         generated: list[int] = []
         reason = "length"  # the context limit, unless the stop checker says otherwise
@@ -416,6 +429,11 @@ class Engine:
         spec_stats = None
         if state is None:
             tokens = iter(())
+        elif native_spec:
+            from engine.speculative import SpecStats
+
+            spec_stats = SpecStats()
+            tokens = self._native_speculative_tokens(state, logits, sampler, prompt.ids, spec_stats)
         elif speculate:
             from engine.speculative import (MTPDrafter, SampledDrafter, SampledSpeculation, SpecStats,
                                             speculative_tokens)
@@ -476,10 +494,10 @@ class Engine:
             cached_tokens=cached,
         )
 
-    def _can_speculate(self, prompt: _Prompt) -> bool:
+    def _can_speculate(self, prompt: _Prompt, sampling: SamplingParams) -> bool:
         """MTP drafting keeps the output's distribution (greedy: the same tokens); images would need 3-axis
         positions in the MTP pass."""
-        return (self.options.mtp_speculation and mtp_can_draft(self.options.backend)
+        return (self.options.mtp_speculation and mtp_can_draft(self.options.backend, sampling)
                 and self.info.has_mtp and not prompt.images)
 
     def _plain_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
@@ -490,6 +508,16 @@ class Engine:
             return self._model.decode_tokens(state, sampler.params, seed=sampler.seed,
                                              vocab_limit=sampler.valid_vocab_size, prompt_ids=prompt_ids)
         return self._host_tokens(state, logits, sampler, prompt_ids)
+
+    def _native_speculative_tokens(self, state, logits, sampler, prompt_ids: list[int], stats) -> Iterator[int]:
+        """Greedy tokens on the native engine with MTP drafts: the first from the prompt's logits, as plain decoding
+        chooses it, then engine.native_speculative's rounds."""
+        from engine.native_speculative import greedy_speculative_tokens
+
+        first = sampler.sample(logits, [], prompt_ids=prompt_ids)
+        yield first
+        yield from greedy_speculative_tokens(self._model, state, first, k=self.options.mtp_draft_tokens,
+                                             vocab_limit=sampler.valid_vocab_size, stats=stats)
 
     def _host_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
         generated: list[int] = []

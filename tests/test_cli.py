@@ -75,17 +75,20 @@ def test_chat_refuses_bad_sampling_settings_before_loading_a_model(capsys, args,
 
 
 def test_chat_says_when_mtp_cannot_draft(capsys):
-    """--mtp on the native backend decodes without drafting (only the reference drafts): the terminal says so up
-    front; on the reference backend, greedy or sampled, it drafts."""
+    """--mtp on the native backend drafts for greedy replies without penalties only: a sampled reply there decodes
+    without drafting and the terminal says so up front; greedy native replies and reference ones, greedy or sampled,
+    draft (no note)."""
     from engine.cli import main
 
-    assert main(["chat", "--mtp", "--backend", "native", "--model", "/nonexistent-monorail-model",
-                 "--prompt", "hi"]) == 2
-    assert "--mtp drafts only on the reference backend" in capsys.readouterr().err
-    for temperature in ("0", "0.7"):
-        assert main(["chat", "--mtp", "--backend", "reference", "--temperature", temperature, "--model",
+    def note(backend: str, temperature: str) -> str:
+        assert main(["chat", "--mtp", "--backend", backend, "--temperature", temperature, "--model",
                      "/nonexistent-monorail-model", "--prompt", "hi"]) == 2
-        assert "--mtp drafts only" not in capsys.readouterr().err
+        return capsys.readouterr().err
+
+    assert "drafts for greedy replies (--temperature 0) without penalties" in note("native", "0.7")
+    assert "--mtp drafts" not in note("native", "0")
+    for temperature in ("0", "0.7"):
+        assert "--mtp drafts" not in note("reference", temperature)
 
 
 def test_ctrl_c_stops_a_reply_and_keeps_the_chat_going(data_dir):

@@ -161,3 +161,33 @@ def test_mtp_refusals(models, tiny_native_ckpt):
     with pytest.raises(NativeBackendError, match="no MTP head"):
         NativeModel.from_checkpoint(source_from_checkpoint(tiny_native_ckpt), kv_dtype="bf16", max_context=64,
                                     vram_budget_bytes=1 << 30, mtp_drafts=2)
+
+
+def test_engine_drafts_greedy_replies_on_the_native_engine(tmp_path_factory):
+    """engine.api with mtp_speculation on the native backend: a greedy reply drafts (an acceptance rate is reported)
+    and reads as the plain engine's; a sampled one decodes without drafts."""
+    from engine.api import Engine, EngineOptions, Finished, TextDelta
+    from engine.sampling import SamplingParams
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    try:
+        spec = Engine.load("demo", EngineOptions(backend="native", max_context=2048, mtp_speculation=True,
+                                                 mtp_draft_tokens=3, prefix_reuse=False))
+        plain = Engine.load("demo", EngineOptions(backend="native", max_context=2048, prefix_reuse=False))
+    finally:
+        mp.undo()
+    messages = [{"role": "user", "content": "Name three kinds of trains."}]
+
+    def reply(engine, sampling):
+        events = list(engine.generate(messages, sampling))
+        return "".join(e.text for e in events if isinstance(e, TextDelta)), events[-1]
+
+    greedy = SamplingParams(temperature=0.0, max_tokens=80)
+    text, fin = reply(spec, greedy)
+    want, fin_plain = reply(plain, greedy)
+    assert isinstance(fin, Finished) and fin.spec_accept_rate is not None
+    assert fin_plain.spec_accept_rate is None
+    print(f"engine: {fin.completion_tokens} tokens, drafts kept {fin.spec_accept_rate:.2f}")
+    assert (text, fin.completion_tokens) == (want, fin_plain.completion_tokens)
+    _, fin_sampled = reply(spec, SamplingParams(temperature=0.8, seed=3, max_tokens=20))
+    assert fin_sampled.spec_accept_rate is None and fin_sampled.completion_tokens > 0

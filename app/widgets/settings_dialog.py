@@ -156,7 +156,7 @@ class SettingsDialog(QDialog):
             "Serve the loaded model to agents and editors over the OpenAI chat-completions API at "
             "http://127.0.0.1:PORT/v1 (this computer only), sharing the app's model and memory."))
         f.addRow(tr("Local API server port"), self.api_port)
-        self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (reference backend)"))
+        self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (native: greedy replies)"))
         self.mtp.setChecked(self.s.mtp_speculation)
         f.addRow(tr("Speculation"), self.mtp)
         self.plan_button = QPushButton(tr("Show memory plan"))

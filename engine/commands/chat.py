@@ -85,7 +85,10 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     backend, backend_note = choose_backend(args.backend)
     if args.mtp and not mtp_can_draft(backend):
-        print("note: --mtp drafts only on the reference backend (--backend reference); "
+        print("note: --mtp drafts only on the reference and native backends; these replies decode without it.",
+              file=sys.stderr)
+    elif args.mtp and not mtp_can_draft(backend, sampling):
+        print("note: on the native backend --mtp drafts for greedy replies (--temperature 0) without penalties; "
               "these replies decode without it.", file=sys.stderr)
     opts = EngineOptions(backend=backend, max_context=args.max_context, kv_dtype=args.kv,
                          mtp_speculation=args.mtp, mtp_draft_tokens=args.mtp_drafts)
@@ -155,8 +158,9 @@ def register(subparsers) -> None:
     p.add_argument("--system", help="system prompt")
     p.add_argument("--no-think", action="store_true", help="disable the thinking phase")
     p.add_argument("--mtp", action="store_true",
-                   help="speculative decoding with the model's MTP head (reference backend; greedy replies keep their "
-                        "tokens, sampled ones their distribution)")
+                   help="speculative decoding with the model's MTP head (greedy replies keep their tokens; on the "
+                        "reference backend sampled ones keep their distribution, on the native one only greedy "
+                        "replies draft)")
     p.add_argument("--mtp-drafts", type=int, choices=range(1, 6), default=1, metavar="K",
                    help="with --mtp: tokens drafted a round, 1..5 (default 1)")
     p.add_argument("--temperature", type=float, default=0.7)
