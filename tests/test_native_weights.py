@@ -157,6 +157,7 @@ def test_split_recipe_uploads_each_segment_in_its_format(q4_27b_artifact, monkey
 
 class Recorder:
     """A stand-in for the device engine that records what would be uploaded."""
+    has_mtp = False   # planned without the MTP head: its tensors are not uploaded
 
     def __init__(self):
         self.matrix_bytes = 0
