@@ -190,3 +190,26 @@ def test_load_progress_counts_bytes_up_to_the_planned_weights(tiny_checkpoint):
     planned = sum(a.bytes for a in plan.allocations if a.category.startswith("weights:")
                   and a.category not in ("weights:vision", "weights:small"))
     assert rec.matrix_bytes == planned  # every planned matrix byte went up, once
+
+
+def test_the_mtp_head_uploads_into_its_planned_bytes(tiny_native_mtp_ckpt):
+    """A plan with drafts holds the MTP head: loading uploads its fc (load role mtp_fc, attn_qkv's format) and its
+    layer's matrices as engine layer num_hidden_layers, so that every planned matrix byte (the "weights mtp" line
+    included) goes up once (CPU: the recording stand-in)."""
+    from engine.loader import Checkpoint
+    from engine.native_backend import NativeModel
+    from engine.plan import DEFAULT_RECIPE, PlanRequest, make_plan
+
+    ck = Checkpoint.open(tiny_native_mtp_ckpt)
+    plan = make_plan(ck.config, PlanRequest(max_context=256, speculative_window=3, mtp_drafts=3, vram_budget=1 << 40))
+    rec = Recorder()
+    rec.has_mtp = True
+    model = NativeModel(ck.config, rec, plan, max_context=256, kv_dtype="int8", lanes=1, step_tokens=4, mtp_drafts=3)
+    model._load_weights(ck, DEFAULT_RECIPE, lambda f, m: None)
+    planned = sum(a.bytes for a in plan.allocations if a.category.startswith("weights:")
+                  and a.category not in ("weights:vision", "weights:small"))
+    assert plan.line("weights mtp").bytes > 0
+    assert rec.matrix_bytes == planned
+    n = ck.config.text.num_hidden_layers
+    head = sorted({(role, layer) for role, layer, *_ in rec.uploads if layer == n or role == "mtp_fc"})
+    assert head == [("attn_o", n), ("attn_qkv", n), ("mlp_down", n), ("mlp_gate_up", n), ("mtp_fc", -1)]

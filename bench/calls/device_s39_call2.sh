@@ -24,7 +24,7 @@ if [ $mma_rc -eq 0 ]; then
     tests/test_native_verify.py tests/test_native_model.py -k "not int4 and not full_width and not attn_variant" \
     > "$out/tests-mma-on.log" 2>&1
   echo "modules with mma on rc=$?"; grep -E "MTP|k=|engine:|passed|failed|^FAILED" "$out/tests-mma-on.log" | head -20
-  left=$(( ${BUDGET:-540} - ($(date +%s) - t0) ))
+  left=$(( ${BUDGET:-480} - ($(date +%s) - t0) ))
   (cd bench && timeout $left python3 step_widths.py --depths 0 --widths 1,4,16 --reps 5 \
     --out "$out/step-widths-$gpu.json") 2>&1 | tail -6
 fi
