@@ -17,14 +17,13 @@ python3 -m pytest -q -p no:cacheprovider -rfE tests/test_native_qgemv_mma.py > "
 mma_rc=$?; echo "mma op tests rc=$mma_rc"; grep -E "passed|failed|^FAILED" "$out/tests-mma.log" | head -12
 echo "at $(( $(date +%s) - t0 )) s"
 mma=$([ $mma_rc -eq 0 ] && echo 1 || echo 0)
-(cd bench && MONORAIL_QGEMV_MMA=$mma timeout 150 python3 spec_decode.py --out "$out/spec-decode-$gpu.json") 2>&1 | tail -10
+(cd bench && MONORAIL_QGEMV_MMA=$mma timeout 120 python3 spec_decode.py --out "$out/spec-decode-$gpu.json") 2>&1 | tail -10
 echo "at $(( $(date +%s) - t0 )) s"
 if [ $mma_rc -eq 0 ]; then
-  MONORAIL_QGEMV_MMA=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE -s tests/test_native_mtp.py \
-    tests/test_native_verify.py tests/test_native_model.py -k "not int4 and not full_width and not attn_variant" \
-    > "$out/tests-mma-on.log" 2>&1
+  MONORAIL_QGEMV_MMA=1 timeout 110 python3 -m pytest -q -p no:cacheprovider -rfE -s tests/test_native_mtp.py \
+    tests/test_native_verify.py > "$out/tests-mma-on.log" 2>&1
   echo "modules with mma on rc=$?"; grep -E "MTP|k=|engine:|passed|failed|^FAILED" "$out/tests-mma-on.log" | head -20
-  left=$(( ${BUDGET:-480} - ($(date +%s) - t0) ))
+  left=$(( ${BUDGET:-400} - ($(date +%s) - t0) ))
   (cd bench && timeout $left python3 step_widths.py --depths 0 --widths 1,4,16 --reps 5 \
     --out "$out/step-widths-$gpu.json") 2>&1 | tail -6
 fi
