@@ -278,6 +278,25 @@ def native_weight(src, rel_key: str, bits: int, group: int):
     return _quantize(src.text(rel_key), bits, group)
 
 
+def _upload_attention(t: TextConfig, src, matrix, vec, layer: int, a: str) -> None:
+    """A full-attention layer's q|k|v rows (per head [q | gate]), o_proj and q/k norms (``a``: its key prefix), through
+    NativeModel._load_weights' upload functions."""
+    q_rows = t.num_attention_heads * t.head_dim * 2
+    k_rows = t.num_key_value_heads * t.head_dim
+    matrix("attn_qkv", layer, a + "q_proj.weight", 0)
+    matrix("attn_qkv", layer, a + "k_proj.weight", q_rows)
+    matrix("attn_qkv", layer, a + "v_proj.weight", q_rows + k_rows)
+    matrix("attn_o", layer, a + "o_proj.weight")
+    vec("q_norm", layer, src.text(a + "q_norm.weight"))
+    vec("k_norm", layer, src.text(a + "k_norm.weight"))
+
+
+def _upload_mlp(matrix, layer: int, m: str) -> None:
+    matrix("mlp_gate_up", layer, m + "gate_proj.weight", 0, 2)  # rows interleaved gate/up
+    matrix("mlp_gate_up", layer, m + "up_proj.weight", 1, 2)
+    matrix("mlp_down", layer, m + "down_proj.weight")
+
+
 def _np(t, dtype=None):
     a = t.detach().cpu().contiguous().numpy()
     return a if dtype is None else a.view(dtype)
@@ -414,15 +433,7 @@ class NativeModel:
             vec("input_norm", i, src.text(p + "input_layernorm.weight"))
             vec("post_norm", i, src.text(p + "post_attention_layernorm.weight"))
             if t.is_full_attention(i):
-                a = p + "self_attn."
-                q_rows = t.num_attention_heads * t.head_dim * 2   # per head [q | gate]
-                k_rows = t.num_key_value_heads * t.head_dim
-                matrix("attn_qkv", i, a + "q_proj.weight", 0)
-                matrix("attn_qkv", i, a + "k_proj.weight", q_rows)
-                matrix("attn_qkv", i, a + "v_proj.weight", q_rows + k_rows)
-                matrix("attn_o", i, a + "o_proj.weight")
-                vec("q_norm", i, src.text(a + "q_norm.weight"))
-                vec("k_norm", i, src.text(a + "k_norm.weight"))
+                _upload_attention(t, src, matrix, vec, i, p + "self_attn.")
             else:
                 g = p + "linear_attn."
                 row = 0
@@ -436,10 +447,7 @@ class NativeModel:
                 vec("a_log", i, src.text(g + "A_log"))
                 vec("dt_bias", i, src.text(g + "dt_bias"))
                 vec("gdn_norm", i, src.text(g + "norm.weight"))
-            m = p + "mlp."
-            matrix("mlp_gate_up", i, m + "gate_proj.weight", 0, 2)  # rows interleaved gate/up
-            matrix("mlp_gate_up", i, m + "up_proj.weight", 1, 2)
-            matrix("mlp_down", i, m + "down_proj.weight")
+            _upload_mlp(matrix, i, p + "mlp.")
         if e.has_mtp:
             self._load_mtp(src, matrix, vec)
 
@@ -455,18 +463,8 @@ class NativeModel:
         p = "mtp.layers.0."
         vec("input_norm", n, src.text(p + "input_layernorm.weight"))
         vec("post_norm", n, src.text(p + "post_attention_layernorm.weight"))
-        a = p + "self_attn."
-        q_rows = t.num_attention_heads * t.head_dim * 2
-        k_rows = t.num_key_value_heads * t.head_dim
-        matrix("attn_qkv", n, a + "q_proj.weight", 0)
-        matrix("attn_qkv", n, a + "k_proj.weight", q_rows)
-        matrix("attn_qkv", n, a + "v_proj.weight", q_rows + k_rows)
-        matrix("attn_o", n, a + "o_proj.weight")
-        vec("q_norm", n, src.text(a + "q_norm.weight"))
-        vec("k_norm", n, src.text(a + "k_norm.weight"))
-        matrix("mlp_gate_up", n, p + "mlp.gate_proj.weight", 0, 2)
-        matrix("mlp_gate_up", n, p + "mlp.up_proj.weight", 1, 2)
-        matrix("mlp_down", n, p + "mlp.down_proj.weight")
+        _upload_attention(t, src, matrix, vec, n, p + "self_attn.")
+        _upload_mlp(matrix, n, p + "mlp.")
 
     @property
     def preferred_prefill_call(self) -> int:

@@ -890,8 +890,25 @@ void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const s
     throw std::invalid_argument("forward: keep_states needs 2 <= T <= mtp_drafts + 1 (a verify step of the drafts and "
                                 "the token before them; T = " + std::to_string(T) + ", mtp_drafts = " +
                                 std::to_string(shape_.mtp_drafts) + " in the plan)");
+  stage_step_inputs("forward", lane, tokens, rope_pos, kv_start);
+  if (!use_graphs_) {
+    enqueue_step(lane, T, true, keep_states);
+  } else {
+    const int key = keep_states ? -T : T;  // a verify step's graph also writes the checkpoints
+    cudaGraphExec_t ge = captured(std::make_pair(lane, key), [&] { enqueue_step(lane, T, true, keep_states); });
+    MR_CHECK(cudaGraphLaunch(ge, stream_), "decode step (graph launch)");
+  }
+  if (keep_states) kept_ = KeptStates{lane, T};
+}
+
+// A step's inputs checked (cache slots, positions, token ids) and uploaded: tokens at slots kv_start .., rope_pos
+// T x 3 or text positions kv_start + t on all axes.
+void NativeEngine::stage_step_inputs(const char* op, int lane, const std::vector<int32_t>& tokens,
+                                     const std::vector<int32_t>& rope_pos, int kv_start) {
+  const int T = (int)tokens.size();
   if (kv_start < 0 || kv_start + T > shape_.max_context)
-    throw std::out_of_range("forward: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
+    throw std::out_of_range(std::string(op) + ": context would exceed max_context (" +
+                            std::to_string(shape_.max_context) + ")");
   if (!rope_pos.empty() && (int)rope_pos.size() != 3 * T) throw std::invalid_argument("rope_pos must be T x 3");
   for (int t = 0; t < T; ++t)
     if (tokens[t] < 0 || tokens[t] >= dims_.vocab) throw std::out_of_range("token id out of range");
@@ -904,14 +921,6 @@ void NativeEngine::forward(int lane, const std::vector<int32_t>& tokens, const s
   in->T = T;
   in->lane = lane;
   upload_inputs(stream_);
-  if (!use_graphs_) {
-    enqueue_step(lane, T, true, keep_states);
-  } else {
-    const int key = keep_states ? -T : T;  // a verify step's graph also writes the checkpoints
-    cudaGraphExec_t ge = captured(std::make_pair(lane, key), [&] { enqueue_step(lane, T, true, keep_states); });
-    MR_CHECK(cudaGraphLaunch(ge, stream_), "decode step (graph launch)");
-  }
-  if (keep_states) kept_ = KeptStates{lane, T};
 }
 
 void NativeEngine::commit_states(int lane, int kept) {
@@ -946,20 +955,7 @@ void NativeEngine::mtp_step(int lane, const std::vector<int32_t>& next_tokens, c
     throw std::invalid_argument("mtp_step: a chained draft is one pair on the head's own last output (hidden_row 0)");
   if (hidden_row < 0 || hidden_row + T > shape_.max_step_tokens)
     throw std::out_of_range("mtp_step: hidden rows past the step's rows");
-  if (kv_start < 0 || kv_start + T > shape_.max_context)
-    throw std::out_of_range("mtp_step: context would exceed max_context (" + std::to_string(shape_.max_context) + ")");
-  if (!rope_pos.empty() && (int)rope_pos.size() != 3 * T) throw std::invalid_argument("rope_pos must be T x 3");
-  for (int t = 0; t < T; ++t)
-    if (next_tokens[t] < 0 || next_tokens[t] >= dims_.vocab) throw std::out_of_range("token id out of range");
-  StepInputs* in = inputs_for_write();
-  for (int t = 0; t < T; ++t) {
-    in->tokens[t] = next_tokens[t];
-    for (int a = 0; a < 3; ++a) in->rope_pos[t][a] = rope_pos.empty() ? kv_start + t : rope_pos[3 * t + a];
-  }
-  in->kv_start = kv_start;
-  in->T = T;
-  in->lane = lane;
-  upload_inputs(stream_);
+  stage_step_inputs("mtp_step", lane, next_tokens, rope_pos, kv_start);
   if (!use_graphs_) {
     enqueue_mtp(lane, T, hidden_row, chained);
   } else {

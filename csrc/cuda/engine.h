@@ -166,6 +166,8 @@ class NativeEngine {
   void matmul_store(const SplitQMatrix& W, const __half* x, int T, float* out, int ldo);
   void normed_store(const SplitQMatrix& W, const float* norm_w, int T, float* out, int ldo);
   void upload_inputs(cudaStream_t st);
+  void stage_step_inputs(const char* op, int lane, const std::vector<int32_t>& tokens,
+                         const std::vector<int32_t>& rope_pos, int kv_start);
   LayerBuffers& layer_at(int layer);  // n_layers: the MTP head's layer
   LayerBuffers& layer_of(int role, int layer);
   // The device matrix holding row `row` of a role; `row` becomes that row's index inside it.
