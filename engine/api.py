@@ -287,12 +287,11 @@ class Engine:
             raise BackendUnavailableError(f"The native backend needs a CUDA GPU: {st.reason}. "
                                           "Use the reference backend instead (`--backend reference` in the terminal, "
                                           "Settings → Engine backend in the app).")
-        from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS, NativeModel
+        from engine.native_backend import CHAT_STEP_PATH_MAX_TOKENS, NativeModel, planned_mtp_drafts
 
         report(0.1, "Planning device memory")
         try:
-            # the MTP head and its verify checkpoints are planned only when requests may draft with it
-            drafts = options.mtp_draft_tokens if options.mtp_speculation and ckpt.config.text.mtp_num_hidden_layers else 0
+            drafts = planned_mtp_drafts(ckpt.config, options.mtp_speculation, options.mtp_draft_tokens)
             model = NativeModel.from_checkpoint(ckpt, kv_dtype=options.kv_dtype, max_context=context_limit,
                                                 vram_budget_bytes=options.vram_budget_bytes, progress=report,
                                                 mtp_drafts=drafts)

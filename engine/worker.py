@@ -111,7 +111,7 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
     """The memory plan the native engine would launch with for (model, options): the same function as a load
     (engine.native_backend.launch_plan), computed in the worker so the GUI never imports the engine.
     Returns (Plan.as_dict() for the dashboard, the plan's own table)."""
-    from engine.native_backend import DEFAULT_RECIPE, launch_plan, recipe_from_artifact
+    from engine.native_backend import DEFAULT_RECIPE, launch_plan, planned_mtp_drafts, recipe_from_artifact
 
     cfg, artifact = _model_source(model)
     context = cfg.text.max_position_embeddings
@@ -120,7 +120,9 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
     budget, free = options.get("vram_budget_bytes") or None, _free_device_bytes()
     _, plan = launch_plan(cfg, kv_dtype=options.get("kv_dtype", "int8"), max_context=context,
                           vram_budget_bytes=budget, free_bytes=free,
-                          recipe=recipe_from_artifact(artifact) if artifact is not None else DEFAULT_RECIPE)
+                          recipe=recipe_from_artifact(artifact) if artifact is not None else DEFAULT_RECIPE,
+                          mtp_drafts=planned_mtp_drafts(cfg, bool(options.get("mtp_speculation")),
+                                                        int(options.get("mtp_draft_tokens", 1))))
     if budget:
         source = "the VRAM budget set in Settings"
     elif free is not None:

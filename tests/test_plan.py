@@ -392,3 +392,17 @@ def test_mtp_drafts_beyond_the_speculative_window_are_refused():
     load_native().dry_run(model_dims(CFG), shape)
     with pytest.raises(ValueError, match="mtp_drafts"):
         load_native().dry_run(model_dims(CFG), dict(shape, mtp_drafts=4))
+
+
+def test_the_app_shows_the_plan_with_the_mtp_head_when_replies_draft(tmp_path, monkeypatch):
+    """The worker's "Show memory plan" (engine.worker._compute_plan) is the plan a load uses: with speculation on it
+    holds the MTP head and the verify checkpoints, without it neither."""
+    from engine.worker import _compute_plan
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    on, text = _compute_plan("demo", {"mtp_speculation": True, "mtp_draft_tokens": 2, "max_context": 1024})
+    off, _ = _compute_plan("demo", {"max_context": 1024})
+    labels_on = {ln["label"] for ln in on["lines"]}
+    labels_off = {ln["label"] for ln in off["lines"]}
+    assert {"weights mtp", "MTP KV", "GDN state checkpoints (verify)"} <= labels_on
+    assert not {"weights mtp", "MTP KV", "GDN state checkpoints (verify)"} & labels_off
+    assert "MTP drafts 2" in text
