@@ -55,7 +55,7 @@ def main() -> int:
         drafts = want[i + 1:i + 1 + k]
         out = m.forward([last] + drafts, s, keep_states=True).logits[:, :V].double()
         for t in range(k + 1):
-            ref = rows[i + t]
+            ref = rows[i + t + 1]   # the one-token logits after want[i + t]
             top2 = torch.topk(ref, 2).values
             diff = float((out[t] - ref).abs().max())
             tok = int(out[t].argmax())
