@@ -22,7 +22,7 @@ def models(tiny_native_mtp_ckpt):
     from engine.reference.model import ReferenceModel
     src = source_from_checkpoint(tiny_native_mtp_ckpt, mtp=True)
     native = NativeModel.from_checkpoint(src, kv_dtype="bf16", max_context=512, vram_budget_bytes=2 << 30,
-                                         mtp_drafts=3)
+                                         mtp_drafts=3, lanes=2)
     ref = ReferenceModel.from_checkpoint(dequantized_source(src, DEFAULT_RECIPE), device="cuda", gdn_mode="recurrent",
                                          mtp=True)
     return native, ref
@@ -62,89 +62,97 @@ def test_mtp_draft_logits_match_reference(models, n, last_only):
         native.release(ns)
 
 
-def _plain_greedy(native, prompt: list[int], n: int) -> tuple[list[int], list[float]]:
-    """n greedy tokens by one-token steps, and the top-2 logit margin at each (relative to the logits' rms)."""
-    s = native.new_state(len(prompt) + n + 8)
+def _check_greedy(native, prompt: list[int], tokens: list[int]) -> int:
+    """Teacher-forces ``tokens`` after ``prompt`` by one-token steps: each must be the argmax there wherever the top-2
+    margin is clear of the rounding a step of another width may bring (4 x TOL_MODEL_BF16KV of the logits' rms; a
+    verify step's kernels sum in another order than a one-token step's). Returns the positions checked."""
+    s = native.new_state(len(prompt) + len(tokens) + 8)
+    checked = 0
     try:
         logits = native.forward(torch.tensor(prompt), s, last_only=True).logits[-1]
-        tokens, margins = [], []
-        for _ in range(n):
+        for i, tok in enumerate(tokens):
             row = logits[:VOCAB_LIMIT].double()
             top2 = torch.topk(row, 2).values
-            margins.append(float(top2[0] - top2[1]) / float(row.norm() / row.numel() ** 0.5))
-            tokens.append(int(row.argmax()))
-            logits = native.forward(torch.tensor([tokens[-1]]), s).logits[-1]
-        return tokens, margins
+            if float(top2[0] - top2[1]) > 4 * TOL_MODEL_BF16KV * float(row.norm() / row.numel() ** 0.5):
+                assert tok == int(row.argmax()), f"token {i}: {tok}, the trunk's argmax {int(row.argmax())}"
+                checked += 1
+            logits = native.forward(torch.tensor([tok]), s).logits[-1]
     finally:
         native.release(s)
+    return checked
 
 
-def _agree_until_near_tie(got: list[int], want: list[int], margins: list[float]) -> int:
-    """Positions compared: up to the first near tie of the plain run (where the verify step's other summation order
-    may pick the other token); every one of them must agree."""
-    for i, (g, w) in enumerate(zip(got, want)):
-        if margins[i] < 4 * TOL_MODEL_BF16KV:
-            return i
-        assert g == w, f"token {i}: speculative {g}, plain greedy {w}"
-    return min(len(got), len(want))
+def _speculate(native, prompt: list[int], n: int, k: int, **kw) -> tuple[list[int], "object"]:
+    """n tokens: the prompt's greedy token, then speculative rounds (kw: draft_filter, and the list the filter reads
+    the tokens from)."""
+    from engine.native_speculative import greedy_speculative_tokens
+    from engine.speculative import SpecStats
+    got = kw.pop("got", [])
+    stats = SpecStats()
+    s = native.new_state(len(prompt) + n + 2 * k + 8)
+    try:
+        first = int(native.forward(torch.tensor(prompt), s, last_only=True).logits[-1][:VOCAB_LIMIT].argmax())
+        got.append(first)
+        for tok in greedy_speculative_tokens(native, s, first, k=k, vocab_limit=VOCAB_LIMIT, stats=stats, **kw):
+            got.append(tok)
+            if len(got) >= n:
+                break
+    finally:
+        native.release(s)
+    return got, stats
 
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_speculative_with_mtp_drafts_gives_the_greedy_tokens(models, k):
-    from engine.native_speculative import greedy_speculative_tokens
-    from engine.speculative import SpecStats
     native, _ = models
-    prompt, n = _prompt(30, seed=7), 40
-    want, margins = _plain_greedy(native, prompt, n + 1)
-    s = native.new_state(len(prompt) + n + 8)
-    stats = SpecStats()
-    try:
-        native.forward(torch.tensor(prompt), s, last_only=True)
-        got = [want[0]] + [t for _, t in zip(range(n), greedy_speculative_tokens(
-            native, s, want[0], k=k, vocab_limit=VOCAB_LIMIT, stats=stats))]
-    finally:
-        native.release(s)
-    compared = _agree_until_near_tie(got, want, margins)
-    print(f"k={k}: {compared} tokens compared, {stats.accepted}/{stats.drafted} drafts kept")
-    assert compared >= 20
+    prompt = _prompt(30, seed=7)
+    got, stats = _speculate(native, prompt, 41, k)
+    checked = _check_greedy(native, prompt, got)
+    print(f"k={k}: {checked} of {len(got)} tokens checked, {stats.accepted}/{stats.drafted} drafts kept")
+    assert checked >= len(got) // 3
     assert stats.drafted > 0
 
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_speculative_commits_every_kept_length(models, k):
-    """Drafts from an oracle (the plain greedy continuation) with one draft spoiled at a position that cycles through
-    0 .. k (k: none spoiled), so that rounds keep every count of drafts and each checkpoint is committed."""
-    from engine.native_speculative import greedy_speculative_tokens
-    from engine.speculative import SpecStats
+    """Drafts from an oracle, the trunk's own greedy continuation of the tokens committed so far (a second lane that
+    follows them, looks k tokens ahead by one-token steps and goes back to a snapshot), with one draft spoiled at a
+    position that cycles through 0 .. k (k: none spoiled), so that rounds keep every count of drafts and every
+    checkpoint is committed."""
     native, _ = models
     prompt, n = _prompt(25, seed=11), 48
-    want, margins = _plain_greedy(native, prompt, n + k + 2)
-    start = len(prompt)
-    rounds = []
+    got, rounds = [], []
+    shadow = {"state": native.new_state(len(prompt) + n + 4 * k + 8), "fed": 0}
+    shadow["logits"] = native.forward(torch.tensor(prompt), shadow["state"], last_only=True).logits[-1]
 
     def oracle(base: int, drafts: list[int]) -> list[int]:
-        i = base - start          # want[i] is the token at `base`: the drafts are want[i + 1 ..]
-        out = want[i + 1:i + 1 + k]
+        sh = shadow["state"]
+        for tok in got[shadow["fed"]:]:          # the committed tokens, up to the round's last one
+            shadow["logits"] = native.forward(torch.tensor([tok]), sh).logits[-1]
+        shadow["fed"] = len(got)
+        snap = native.snapshot(sh)
+        logits, out = shadow["logits"], []
+        for _ in range(k):
+            out.append(int(logits[:VOCAB_LIMIT].argmax()))
+            logits = native.forward(torch.tensor([out[-1]]), sh).logits[-1]
+        shadow["state"] = native.resume(snap, sh.max_tokens)
         spoil = len(rounds) % (k + 1)
         rounds.append(spoil)
         if spoil < k:
             out[spoil] = (out[spoil] + 1) % VOCAB_LIMIT
         return out
 
-    s = native.new_state(len(prompt) + n + 2 * k + 8)
-    stats = SpecStats()
     try:
-        native.forward(torch.tensor(prompt), s, last_only=True)
-        got = [want[0]] + [t for _, t in zip(range(n), greedy_speculative_tokens(
-            native, s, want[0], k=k, vocab_limit=VOCAB_LIMIT, stats=stats, draft_filter=oracle))]
+        got, stats = _speculate(native, prompt, n, k, draft_filter=oracle, got=got)
     finally:
-        native.release(s)
-    compared = _agree_until_near_tie(got, want, margins)
-    print(f"k={k} oracle drafts: {compared} tokens compared, {stats.accepted}/{stats.drafted} kept, "
+        native.release(shadow["state"])
+    checked = _check_greedy(native, prompt, got)
+    print(f"k={k} oracle drafts: {checked} of {len(got)} tokens checked, {stats.accepted}/{stats.drafted} kept, "
           f"{len(rounds)} rounds")
-    assert compared >= 30
+    assert checked >= len(got) // 3
     assert len(rounds) >= 2 * (k + 1)   # every spoiled position (and none) at least twice
-    assert stats.accepted > 0
+    # the rounds keep 0 .. k drafts in turn (half of all drafts), less where a near tie resolved otherwise
+    assert stats.accepted >= stats.drafted // (2 * (k + 1))
 
 
 def test_mtp_refusals(models, tiny_native_ckpt):
@@ -165,7 +173,10 @@ def test_mtp_refusals(models, tiny_native_ckpt):
 
 def test_engine_drafts_greedy_replies_on_the_native_engine(tmp_path_factory):
     """engine.api with mtp_speculation on the native backend: a greedy reply drafts (an acceptance rate is reported)
-    and reads as the plain engine's; a sampled one decodes without drafts."""
+    and runs to the same length as the plain engine's; a sampled one decodes without drafts. (Token for token the
+    speculative reply is the trunk's greedy one up to near ties: the model-level tests above check that; the demo
+    model's random logits over 248K ids have near ties that a verify step's other summation order may resolve
+    otherwise, so the texts are not compared.)"""
     from engine.api import Engine, EngineOptions, Finished, TextDelta
     from engine.sampling import SamplingParams
     mp = pytest.MonkeyPatch()
@@ -188,6 +199,6 @@ def test_engine_drafts_greedy_replies_on_the_native_engine(tmp_path_factory):
     assert isinstance(fin, Finished) and fin.spec_accept_rate is not None
     assert fin_plain.spec_accept_rate is None
     print(f"engine: {fin.completion_tokens} tokens, drafts kept {fin.spec_accept_rate:.2f}")
-    assert (text, fin.completion_tokens) == (want, fin_plain.completion_tokens)
+    assert fin.completion_tokens == fin_plain.completion_tokens and text
     _, fin_sampled = reply(spec, SamplingParams(temperature=0.8, seed=3, max_tokens=20))
     assert fin_sampled.spec_accept_rate is None and fin_sampled.completion_tokens > 0
