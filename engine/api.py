@@ -164,12 +164,14 @@ def mtp_can_draft(backend: str, sampling: "SamplingParams | None" = None) -> boo
     """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation). The
     reference backend drafts for every request (greedy ones by the greedy rule, sampled ones by the speculative
     sampling rule, engine/speculative.py); the native one for greedy requests without penalties
-    (engine/native_speculative.py: the drafts and the verify step's choices are argmaxes on the GPU). The model must
+    (engine/native_speculative.py: the drafts and the verify step's choices are argmaxes on the GPU), and only where
+    its verify steps are cheap enough to pay (engine.native.verify_steps_pay). The model must
     also have an MTP head and the prompt no images (Engine._can_speculate). Without ``sampling``: whether the backend
     drafts for some request."""
     if backend == "reference":
         return True
-    if backend != "native":
+    from engine import native
+    if backend != "native" or not native.verify_steps_pay():
         return False
     return sampling is None or (sampling.greedy and sampling.repetition_penalty == 1.0
                                 and sampling.presence_penalty == 0.0 and sampling.frequency_penalty == 0.0)

@@ -128,3 +128,15 @@ def native_status() -> NativeStatus:
         total_memory=int(dev["total_memory"]),
         reason=reason,
     )
+
+
+def verify_steps_pay() -> bool:
+    """Whether a speculative verify step of k + 1 tokens costs about one decode step, so that drafting with the MTP
+    head speeds the native engine up: only with the tensor-core GEMV of T = 2..16 (set_qgemv_mma). The per-token GEMV,
+    the default while the tensor-core one fails the engine-level tests (README), makes a step of T tokens cost nearly T
+    steps (H100, depth 0: 5.9 ms for T = 1, 17.9 for T = 4; bench/results/step-widths-h100-s39-call2.json), so rounds
+    would be slower than plain decoding at any acceptance. Engine plans the head and drafts only where this holds."""
+    try:
+        return bool(load_native().qgemv_mma())
+    except ImportError:
+        return False

@@ -77,8 +77,10 @@ def launch_plan(config: ModelConfig, *, kv_dtype: str, max_context: int, vram_bu
 
 def planned_mtp_drafts(config: ModelConfig, speculation: bool, drafts: int) -> int:
     """Drafts the native plan holds the MTP head and verify checkpoints for: the requested drafts a round where
-    replies may draft (EngineOptions.mtp_speculation) and the model has a head, else 0 (nothing planned for it)."""
-    return drafts if speculation and _text(config).mtp_num_hidden_layers else 0
+    replies may draft (EngineOptions.mtp_speculation), the model has a head and verify steps pay
+    (engine.native.verify_steps_pay), else 0 (no device memory for it)."""
+    from engine import native
+    return drafts if speculation and _text(config).mtp_num_hidden_layers and native.verify_steps_pay() else 0
 
 
 class NativeBackendError(RuntimeError):

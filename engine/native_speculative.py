@@ -26,6 +26,7 @@ from typing import Callable, Iterator
 
 from engine.speculative import SpecStats
 
+
 # Test hook: (base, the head's drafts) -> the drafts to verify instead (same count).
 DraftFilter = Callable[[int, list[int]], list[int]]
 

@@ -74,10 +74,11 @@ def test_chat_refuses_bad_sampling_settings_before_loading_a_model(capsys, args,
     assert "Opening" not in err and "Traceback" not in err
 
 
-def test_chat_says_when_mtp_cannot_draft(capsys):
-    """--mtp on the native backend drafts for greedy replies without penalties only: a sampled reply there decodes
-    without drafting and the terminal says so up front; greedy native replies and reference ones, greedy or sampled,
-    draft (no note)."""
+def test_chat_says_when_mtp_cannot_draft(capsys, monkeypatch):
+    """--mtp drafts on the reference backend for every reply; on the native one for greedy replies without penalties,
+    and only where its verify steps pay (engine.native.verify_steps_pay: the tensor-core GEMV). Where it
+    cannot draft, the terminal says so up front."""
+    from engine import native
     from engine.cli import main
 
     def note(backend: str, temperature: str) -> str:
@@ -85,6 +86,9 @@ def test_chat_says_when_mtp_cannot_draft(capsys):
                      "/nonexistent-monorail-model", "--prompt", "hi"]) == 2
         return capsys.readouterr().err
 
+    monkeypatch.setattr(native, "verify_steps_pay", lambda: False)
+    assert "once its verify steps run on the tensor-core GEMV" in note("native", "0")
+    monkeypatch.setattr(native, "verify_steps_pay", lambda: True)
     assert "drafts for greedy replies (--temperature 0) without penalties" in note("native", "0.7")
     assert "--mtp drafts" not in note("native", "0")
     for temperature in ("0", "0.7"):

@@ -171,34 +171,39 @@ def test_mtp_refusals(models, tiny_native_ckpt):
                                     vram_budget_bytes=1 << 30, mtp_drafts=2)
 
 
+def reply(engine, messages, sampling):
+    from engine.api import TextDelta
+    events = list(engine.generate(messages, sampling))
+    return "".join(e.text for e in events if isinstance(e, TextDelta)), events[-1]
+
+
 def test_engine_drafts_greedy_replies_on_the_native_engine(tmp_path_factory):
     """engine.api with mtp_speculation on the native backend: a greedy reply drafts (an acceptance rate is reported)
     and runs to the same length as the plain engine's; a sampled one decodes without drafts. (Token for token the
     speculative reply is the trunk's greedy one up to near ties: the model-level tests above check that; the demo
     model's random logits over 248K ids have near ties that a verify step's other summation order may resolve
     otherwise, so the texts are not compared.)"""
-    from engine.api import Engine, EngineOptions, Finished, TextDelta
+    from engine import native
+    from engine.api import Engine, EngineOptions, Finished
     from engine.sampling import SamplingParams
     mp = pytest.MonkeyPatch()
     mp.setenv("MONORAIL_DATA_DIR", str(tmp_path_factory.mktemp("data")))
+    # drafting engages where verify steps pay (the tensor-core GEMV); here it runs on the default route to be checked
+    mp.setattr(native, "verify_steps_pay", lambda: True)
     try:
         spec = Engine.load("demo", EngineOptions(backend="native", max_context=2048, mtp_speculation=True,
                                                  mtp_draft_tokens=3, prefix_reuse=False))
         plain = Engine.load("demo", EngineOptions(backend="native", max_context=2048, prefix_reuse=False))
+        messages = [{"role": "user", "content": "Name three kinds of trains."}]
+        greedy = SamplingParams(temperature=0.0, max_tokens=80)
+        text, fin = reply(spec, messages, greedy)
+        _, fin_plain = reply(plain, messages, greedy)
+        _, fin_sampled = reply(spec, messages, SamplingParams(temperature=0.8, seed=3, max_tokens=20))
     finally:
         mp.undo()
-    messages = [{"role": "user", "content": "Name three kinds of trains."}]
 
-    def reply(engine, sampling):
-        events = list(engine.generate(messages, sampling))
-        return "".join(e.text for e in events if isinstance(e, TextDelta)), events[-1]
-
-    greedy = SamplingParams(temperature=0.0, max_tokens=80)
-    text, fin = reply(spec, greedy)
-    want, fin_plain = reply(plain, greedy)
     assert isinstance(fin, Finished) and fin.spec_accept_rate is not None
     assert fin_plain.spec_accept_rate is None
     print(f"engine: {fin.completion_tokens} tokens, drafts kept {fin.spec_accept_rate:.2f}")
     assert fin.completion_tokens == fin_plain.completion_tokens and text
-    _, fin_sampled = reply(spec, SamplingParams(temperature=0.8, seed=3, max_tokens=20))
     assert fin_sampled.spec_accept_rate is None and fin_sampled.completion_tokens > 0

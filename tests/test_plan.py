@@ -395,10 +395,12 @@ def test_mtp_drafts_beyond_the_speculative_window_are_refused():
 
 
 def test_the_app_shows_the_plan_with_the_mtp_head_when_replies_draft(tmp_path, monkeypatch):
-    """The worker's "Show memory plan" (engine.worker._compute_plan) is the plan a load uses: with speculation on it
-    holds the MTP head and the verify checkpoints, without it neither."""
+    """The worker's "Show memory plan" (engine.worker._compute_plan) is the plan a load uses: with speculation on (and
+    verify steps that pay) it holds the MTP head and the verify checkpoints, without it neither."""
+    from engine import native
     from engine.worker import _compute_plan
     monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(native, "verify_steps_pay", lambda: True)   # else no head is planned (engine.native)
     on, text = _compute_plan("demo", {"mtp_speculation": True, "mtp_draft_tokens": 2, "max_context": 1024})
     off, _ = _compute_plan("demo", {"max_context": 1024})
     labels_on = {ln["label"] for ln in on["lines"]}

@@ -85,8 +85,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     backend, backend_note = choose_backend(args.backend)
     if args.mtp and not mtp_can_draft(backend):
-        print("note: --mtp drafts only on the reference and native backends; these replies decode without it.",
-              file=sys.stderr)
+        print("note: --mtp drafts on the reference backend, and on the native one once its verify steps run on the "
+              "tensor-core GEMV (README); these replies decode without it.", file=sys.stderr)
     elif args.mtp and not mtp_can_draft(backend, sampling):
         print("note: on the native backend --mtp drafts for greedy replies (--temperature 0) without penalties; "
               "these replies decode without it.", file=sys.stderr)
