@@ -1,0 +1,144 @@
+"""engine/native_speculative.py's bookkeeping on the CPU, over a stand-in for NativeModel whose trunk and MTP head
+are functions of the token history: the rounds must yield exactly the trunk's greedy sequence, hand the head the
+pairs of every consumed position once (slots, hidden rows and next tokens as the engine's mtp_step takes them), chain
+drafts at the right slots, and commit the kept count. (The GPU tests in test_native_mtp.py run the real engine.)"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+from engine.native_speculative import greedy_speculative_tokens
+from engine.speculative import SpecStats
+
+V = 50
+
+
+def trunk_next(history: list[int]) -> int:
+    """The stand-in trunk's greedy token after ``history``."""
+    return (sum(history) * 31 + 7 * len(history)) % V
+
+
+@dataclass
+class State:
+    seq_len: int = 0
+    rope_delta: int = 0
+    mtp_pending: tuple | None = None
+    consumed: list[int] = field(default_factory=list)
+
+
+class FakeModel:
+    """The NativeModel calls the loop makes. The head drafts the trunk's token when ``head_right(position)``, else a
+    wrong one; every call's arguments are checked against what the engine would need."""
+
+    def __init__(self, mtp_drafts: int, head_right):
+        self.mtp_drafts = mtp_drafts
+        self.head_right = head_right
+        self.rows = np.zeros((1, V))
+        self.verify = None            # (start, T) of the last verify step
+        self.head_slots: list[int] = []   # the head's cache slots written by pairs of consumed positions
+        self.chain_history: list[int] = []
+
+    def _onehot(self, tokens: list[int]) -> np.ndarray:
+        out = np.zeros((len(tokens), V))
+        out[np.arange(len(tokens)), tokens] = 1.0
+        return out
+
+    def prefill(self, state: State, prompt: list[int]) -> None:
+        state.consumed = list(prompt)
+        state.seq_len = len(prompt)
+        state.mtp_pending = (0, state.seq_len - 1, [])
+        self.head_slots = list(range(len(prompt) - 1))   # prefill runs the head over all but the last pair
+        self.rows = self._onehot([trunk_next(state.consumed)])
+
+    def forward(self, ids, state: State, keep_states: bool = False):
+        assert keep_states and 2 <= len(ids) <= self.mtp_drafts + 1
+        start = state.seq_len
+        assert start == len(state.consumed)
+        rows = []
+        for t in ids:
+            state.consumed.append(int(t))
+            rows.append(trunk_next(state.consumed))
+        state.seq_len += len(ids)
+        self.rows = self._onehot(rows)
+        self.verify = (start, len(ids))
+        state.mtp_pending = (0, start, [int(t) for t in ids[1:]])
+
+    def commit(self, state: State, kept: int) -> None:
+        start, T = self.verify
+        assert 1 <= kept <= T
+        self.verify = None
+        del state.consumed[start + kept:]
+        state.seq_len = start + kept
+
+    def sample(self, state, *, temperature, vocab_limit, rows):
+        assert temperature == 0.0 and vocab_limit == V and 1 <= rows <= len(self.rows)
+        return [int(r.argmax()) for r in self.rows[-rows:]]
+
+    def _draft(self, history: list[int]) -> int:
+        right = trunk_next(history)
+        return right if self.head_right(len(history)) else (right + 1) % V
+
+    def mtp_draft(self, state: State, next_token: int) -> None:
+        row, slot, tokens = state.mtp_pending
+        pairs = tokens + [int(next_token)]
+        # the pairs are the consumed positions slot .. seq_len - 1, each with the token after it
+        assert row == 0 and slot + len(pairs) == state.seq_len
+        assert pairs[:-1] == state.consumed[slot + 1:]
+        assert self.head_slots == list(range(slot)), "every earlier position's pair ran once, in order"
+        self.head_slots += list(range(slot, slot + len(pairs)))
+        state.mtp_pending = None
+        self.chain_history = state.consumed + [int(next_token)]
+        self.rows = self._onehot([self._draft(self.chain_history)])
+
+    def mtp_chain(self, state: State, draft: int, slot: int) -> None:
+        # the head's output at the previous pair's position, with the draft it made: slot = that position + 1
+        assert slot == len(self.chain_history) - 1
+        self.chain_history = self.chain_history + [int(draft)]
+        self.rows = self._onehot([self._draft(self.chain_history)])
+
+
+def greedy(prompt: list[int], n: int) -> list[int]:
+    hist, out = list(prompt), []
+    for _ in range(n):
+        out.append(trunk_next(hist))
+        hist.append(out[-1])
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+@pytest.mark.parametrize("pattern", ["always", "never", "mixed"])
+def test_rounds_yield_the_trunks_greedy_tokens(k, pattern):
+    right = {"always": lambda p: True, "never": lambda p: False, "mixed": lambda p: p % 5 != 2}[pattern]
+    model = FakeModel(mtp_drafts=k, head_right=right)
+    state = State()
+    prompt = [3, 14, 15, 9, 26]
+    model.prefill(state, prompt)
+    first = model.sample(state, temperature=0.0, vocab_limit=V, rows=1)[0]
+    stats = SpecStats()
+    got = [first]
+    for tok in greedy_speculative_tokens(model, state, first, k=k, vocab_limit=V, stats=stats):
+        got.append(tok)
+        if len(got) >= 60:
+            break
+    assert got == greedy(prompt, 60)[:len(got)] and len(got) == 60
+    if pattern == "always":
+        assert stats.accepted == stats.drafted
+    elif pattern == "never":
+        assert stats.accepted == 0
+    else:
+        assert 0 < stats.accepted < stats.drafted
+    # the lane holds the committed tokens but the round's last one (which the next round would consume first); the
+    # loop was left inside a round, so some of them may not have been taken yet
+    assert state.consumed == (prompt + greedy(prompt, 80))[:state.seq_len]
+    assert len(prompt) + len(got) - 1 <= state.seq_len <= len(prompt) + len(got) + k
+
+
+def test_k_beyond_the_planned_drafts_is_refused():
+    model = FakeModel(mtp_drafts=2, head_right=lambda p: True)
+    state = State()
+    model.prefill(state, [1, 2, 3])
+    with pytest.raises(ValueError, match="planned mtp_drafts"):
+        next(greedy_speculative_tokens(model, state, 0, k=3, vocab_limit=V))
