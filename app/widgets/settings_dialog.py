@@ -156,8 +156,11 @@ class SettingsDialog(QDialog):
             "Serve the loaded model to agents and editors over the OpenAI chat-completions API at "
             "http://127.0.0.1:PORT/v1 (this computer only), sharing the app's model and memory."))
         f.addRow(tr("Local API server port"), self.api_port)
-        self.mtp = QCheckBox(tr("Speculative decoding with the MTP head (native: greedy replies)"))
+        self.mtp = QCheckBox(tr("Speculative decoding with the MTP head"))
         self.mtp.setChecked(self.s.mtp_speculation)
+        self.mtp.setToolTip(tr(
+            "The reference backend drafts for every reply. The native engine drafts for greedy replies once its "
+            "verify steps run on the tensor-core GEMV; until then its replies decode without drafts."))
         f.addRow(tr("Speculation"), self.mtp)
         self.plan_button = QPushButton(tr("Show memory plan"))
         self.plan_button.clicked.connect(self.request_plan)
