@@ -678,7 +678,20 @@ class NativeModel:
         logits = torch.cat(outs)
         return NativeOutput(logits[-1:] if last_only else logits)
 
-    def _verify_step(self, ids: list[int], rope: list[int], state: NativeState) -> NativeOutput:
+    def verify(self, ids: list[int], state: NativeState) -> None:
+        """forward(ids, state, keep_states=True) without copying its logits to the host: the speculative rounds draw
+        from them on the device (sample), and T rows of the 27B's 248K-entry logits are 4 MB a round."""
+        if state.revoked:
+            raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
+        ids = [int(t) for t in ids]
+        if state.seq_len + len(ids) > state.max_tokens:
+            raise NativeBackendError(f"{state.seq_len + len(ids)} tokens exceed this sequence's limit "
+                                     f"of {state.max_tokens}")
+        base = state.seq_len + state.rope_delta
+        self._verify_step(ids, [base + j for j in range(len(ids)) for _ in range(3)], state, read_logits=False)
+
+    def _verify_step(self, ids: list[int], rope: list[int], state: NativeState,
+                     read_logits: bool = True) -> NativeOutput | None:
         import torch
         if not 2 <= len(ids) <= self.mtp_drafts + 1:
             raise NativeBackendError(f"a verify step runs 2..{self.mtp_drafts + 1} tokens (the last token and at most "
@@ -688,7 +701,7 @@ class NativeModel:
         state.seq_len += len(ids)
         self._last_rows = len(ids)
         self._verify = (weakref.ref(state), start, len(ids))
-        return NativeOutput(torch.from_numpy(self.engine.logits(len(ids))))
+        return NativeOutput(torch.from_numpy(self.engine.logits(len(ids)))) if read_logits else None
 
     def commit(self, state: NativeState, kept: int) -> None:
         """After forward(..., keep_states=True) of T tokens (the last forward): the sequence keeps only the first

@@ -4,7 +4,7 @@ A round, with the trunk's last consumed position at base - 1 and `last` (the las
   1. the head drafts k tokens: the first from the pair (trunk hidden at base - 1, last), the others chained on its own
      output and the previous draft (NativeModel.mtp_draft / mtp_chain; the argmax of each row, drawn on the GPU);
   2. the trunk runs [last, d1 .. dk] as one step of k + 1 tokens, its recurrent state checkpointed after each token
-     (NativeModel.forward(keep_states=True));
+     (NativeModel.verify: forward(keep_states=True) with the logits left on the device);
   3. the greedy rule: drafts are kept while each equals the trunk's argmax at its position; the first that differs is
      replaced by that argmax, and if all are kept the argmax after the last comes free. So a round commits j + 1
      tokens for j kept drafts;
@@ -54,7 +54,7 @@ def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_l
             drafts += argmax(1)
         if draft_filter is not None:
             drafts = [int(d) for d in draft_filter(base, list(drafts))]
-        model.forward([last] + drafts, state, keep_states=True)
+        model.verify([last] + drafts, state)   # the step of k + 1 tokens, keeping its state checkpoints
         targets = argmax(k + 1)
         kept = 0
         while kept < k and targets[kept] == drafts[kept]:

@@ -88,6 +88,21 @@ def test_a_verify_step_is_one_step_that_keeps_states_and_commit_keeps_the_accept
     assert m.engine.calls == [("prefill", 40, 0), ("verify", 4, 40), ("commit", s.lane, 2), ("step", 1, 42)]
 
 
+def test_verify_leaves_the_logits_on_the_device():
+    """NativeModel.verify (the speculative rounds' step): the same engine step as forward(keep_states=True) and the
+    same commit, without copying T rows of logits to the host."""
+    m = make(mtp_drafts=3)
+    s = m.new_state(1000)
+    m.forward(torch.arange(40) % VOCAB, s, last_only=True)
+    reads = []
+    m.engine.logits = lambda rows: reads.append(rows)
+    assert m.verify([7, 8, 9, 10], s) is None and reads == []
+    assert m.last_logit_rows == 4 and s.seq_len == 44
+    m.commit(s, 3)
+    assert s.seq_len == 43
+    assert m.engine.calls == [("prefill", 40, 0), ("verify", 4, 40), ("commit", s.lane, 3)]
+
+
 def test_commit_needs_the_verify_step_of_its_sequence_just_before():
     from engine.native_backend import NativeBackendError
     m = make(mtp_drafts=2, lanes=2)

@@ -37,7 +37,7 @@ class FakeModel:
         self.mtp_drafts = mtp_drafts
         self.head_right = head_right
         self.rows = np.zeros((1, V))
-        self.verify = None            # (start, T) of the last verify step
+        self.last_verify = None       # (start, T) of the last verify step
         self.head_slots: list[int] = []   # the head's cache slots written by pairs of consumed positions
         self.chain_history: list[int] = []
 
@@ -53,8 +53,8 @@ class FakeModel:
         self.head_slots = list(range(len(prompt) - 1))   # prefill runs the head over all but the last pair
         self.rows = self._onehot([trunk_next(state.consumed)])
 
-    def forward(self, ids, state: State, keep_states: bool = False):
-        assert keep_states and 2 <= len(ids) <= self.mtp_drafts + 1
+    def verify(self, ids, state: State):
+        assert 2 <= len(ids) <= self.mtp_drafts + 1
         start = state.seq_len
         assert start == len(state.consumed)
         rows = []
@@ -63,13 +63,13 @@ class FakeModel:
             rows.append(trunk_next(state.consumed))
         state.seq_len += len(ids)
         self.rows = self._onehot(rows)
-        self.verify = (start, len(ids))
+        self.last_verify = (start, len(ids))
         state.mtp_pending = (0, start, [int(t) for t in ids[1:]])
 
     def commit(self, state: State, kept: int) -> None:
-        start, T = self.verify
+        start, T = self.last_verify
         assert 1 <= kept <= T
-        self.verify = None
+        self.last_verify = None
         del state.consumed[start + kept:]
         state.seq_len = start + kept
 
