@@ -99,6 +99,39 @@ def speculative_run(model, prompt, depth, want, k, accept, vocab, seed):
     return got / dt_s, stats.accepted / max(1, stats.drafted), stats.drafted // k
 
 
+def component_ms(model, prompt: list[int], depth: int, k: int, reps: int = 9) -> dict:
+    """Median milliseconds of a round's parts on their own (synchronised after each): the head over one pair, a
+    chained draft, the verify step of k + 1 tokens with its checkpoints, a commit that copies a checkpoint, and a
+    one-token trunk step for scale."""
+    import statistics
+
+    import torch
+    state = model.new_state(depth + len(prompt) + 4 * reps * (k + 2) + 64)
+    state.seq_len = depth
+    times: dict[str, list[float]] = {"mtp_pair": [], "mtp_chain": [], f"verify_T{k + 1}": [], "commit": [],
+                                     "trunk_step": []}
+
+    def timed(name, fn):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times[name].append((time.perf_counter() - t0) * 1e3)
+
+    try:
+        model.forward(prompt, state, last_only=True)
+        for _ in range(reps + 1):   # the first pass captures the graphs
+            base = state.seq_len
+            timed("mtp_pair", lambda: model.mtp_draft(state, 1000))
+            timed("mtp_chain", lambda: model.mtp_chain(state, 1001, base))
+            timed(f"verify_T{k + 1}", lambda: model.verify([1000] + [1001 + i for i in range(k)], state))
+            timed("commit", lambda: model.commit(state, 1))
+            timed("trunk_step", lambda: model.forward([1002], state))
+    finally:
+        model.release(state)
+    return {name: round(statistics.median(v[1:]), 3) for name, v in times.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results/spec-decode.json")
@@ -125,6 +158,8 @@ def main(argv=None) -> int:
     want = plain_continuation(model, prompt, args.depth, args.tokens + max(drafts) + 1, vocab)
     plain = plain_tok_s(model, prompt, args.depth, args.tokens, vocab)
     print(json.dumps({"plain_tok_s": round(plain, 1)}), flush=True)
+    components = {k: component_ms(model, prompt, args.depth, k) for k in drafts}
+    print(json.dumps({"components_ms": components}), flush=True)
     rows = []
     for k in drafts:
         for a in accepts:
@@ -136,6 +171,7 @@ def main(argv=None) -> int:
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
               "model": "random weights of the real 27B shapes with the MTP head, native engine, int8 KV, q4g64",
               "depth": args.depth, "tensor_core_gemv": bool(nat.qgemv_mma()), "plain_tok_s": round(plain, 1),
+              "components_ms": components,
               "method": "wall time of greedy_speculative_tokens with oracle drafts at a set acceptance (module doc) "
                         "after a warm round, against NativeModel.decode_tokens greedy (the plain GPU loop)",
               "rows": rows}
