@@ -36,7 +36,8 @@ def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_l
                               draft_filter: DraftFilter | None = None) -> Iterator[int]:
     """Committed tokens after ``first_token`` (the token the caller chose from the prompt's logits; the state has
     consumed the prompt and, through its last forward, holds the MTP head's pending pairs). The caller stops iterating
-    when it is done; the lane then holds the committed tokens except the last one yielded (plus none of the drafts)."""
+    when it is done (a stop token, the budget); the lane has then consumed every committed token but the last one,
+    including those of the current round the caller did not take, and none of the rejected drafts."""
     if not 1 <= k <= model.mtp_drafts:
         raise ValueError(f"k (drafts a round) must be in 1..{model.mtp_drafts} (the engine's planned mtp_drafts)")
     stats = stats if stats is not None else SpecStats()
