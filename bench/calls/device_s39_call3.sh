@@ -6,4 +6,5 @@ set -uo pipefail
 source bench/device_setup.sh
 timeout 80 python3 bench/mma_engine_probe.py 2>&1 | grep -E "mma|Error" | head -12
 timeout 60 python3 bench/spec_divergence.py --mma 0 2>&1 | grep -E "<--|kept|Error" | head -24
+timeout 60 python3 -m pytest -q -p no:cacheprovider -rxX tests/test_native_qgemv_mma.py -k engine_steps 2>&1 | tail -3
 echo "total: $(( $(date +%s) - t0 )) s"
