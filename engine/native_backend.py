@@ -654,6 +654,8 @@ class NativeModel:
         if keep_states:
             return self._verify_step(ids, rope, state)
         mtp = self.has_mtp
+        if mtp and state.mtp_pending is not None:
+            self._close_pending_pairs(state, ids[0])
         if last_only and len(ids) > max(self.step_tokens, self.step_path_max_tokens) and self.engine.prefill_chunk > 0:
             # with the MTP head, prefill also runs it over the input's pairs, all but the last (engine.cu prefill)
             self.engine.prefill(state.lane, ids, rope, state.seq_len)
@@ -733,6 +735,16 @@ class NativeModel:
         self.engine.mtp_step(state.lane, pairs, rope, slot, row, False)
         state.mtp_pending = None
         self._last_rows = len(pairs)
+
+    def _close_pending_pairs(self, state: NativeState, next_token: int) -> None:
+        """Before more input: the pairs the last forward left pending (a prompt fed in several calls, as Engine does
+        to stay cancellable) closed by that input's first token, so that the head's cache has no hole at the
+        boundary; dropped where the lane has moved on without the head since (the GPU decode loop)."""
+        _, slot, tokens = state.mtp_pending
+        if slot + len(tokens) + 1 == state.seq_len:
+            self._mtp_pairs(state, next_token)
+        else:
+            state.mtp_pending = None
 
     def mtp_draft(self, state: NativeState, next_token: int) -> None:
         """The head over the last step's pending pairs closed by ``next_token`` (the token sampled after that

@@ -135,3 +135,29 @@ def test_a_verify_step_runs_the_last_token_and_at_most_mtp_drafts(n):
     with pytest.raises(NativeBackendError, match="2..3 tokens"):
         m.forward(list(range(n)), s, keep_states=True)
     assert m.engine.calls == [] and s.seq_len == 0
+
+
+class HeadRecordingEngine(RecordingEngine):
+    has_mtp = True
+
+    def mtp_step(self, lane, next_tokens, rope_pos, kv_start, hidden_row, chained):
+        self.calls.append(("mtp", list(next_tokens), kv_start, hidden_row, chained))
+
+
+def test_the_heads_pairs_cover_a_prompt_fed_in_several_calls():
+    """With the MTP head, each position's pair (its hidden row, the token after it) runs once: inside prefill for a
+    call's own tokens, then closed by the next call's first token (Engine feeds long prompts in pieces), the last one
+    left pending for the first sampled token; after the lane moved on without the head the pending pairs are
+    dropped, not closed with a token that does not follow them."""
+    m = NativeModel(config=SimpleNamespace(text=SimpleNamespace(vocab_size=VOCAB)), engine=HeadRecordingEngine(),
+                    plan=None, max_context=4096, kv_dtype="int8", lanes=1, mtp_drafts=3)
+    s = m.new_state(1000)
+    m.forward(torch.arange(40) % VOCAB, s, last_only=True)          # prefill: pairs of positions 0..38 inside
+    assert s.mtp_pending == (0, 39, [])
+    m.forward(torch.arange(40, 80) % VOCAB, s, last_only=True)      # closes position 39 with token 40 first
+    assert m.engine.calls[1:] == [("mtp", [40], 39, 0, False), ("prefill", 40, 40)]
+    assert s.mtp_pending == (0, 79, [])
+    s.seq_len += 5                                                  # the GPU decode loop ran five steps
+    m.engine.calls.clear()
+    m.forward(torch.tensor([7, 8]), s)
+    assert m.engine.calls == [("step", 2, 85)] and s.mtp_pending == (0, 85, [8])
