@@ -408,3 +408,14 @@ def test_the_app_shows_the_plan_with_the_mtp_head_when_replies_draft(tmp_path, m
     assert {"weights mtp", "MTP KV", "GDN state checkpoints (verify)"} <= labels_on
     assert not {"weights mtp", "MTP KV", "GDN state checkpoints (verify)"} & labels_off
     assert "MTP drafts 2" in text
+
+
+def test_cli_plan_with_three_drafts_holds_the_head_and_still_fits_262k_in_24_gib(capsys):
+    """`monorail plan --spec 3` on the 27B: the MTP head, its KV and three verify checkpoints are planned, and with
+    int8 KV all 262,144 tokens still fit 24 GiB (the prefill chunk shrinks to make room)."""
+    from engine.cli import main
+    rc = main(["plan", "--spec", "3"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    for line in ("weights mtp", "MTP KV", "GDN state checkpoints (verify)", "MTP drafts 3", "context 262,144"):
+        assert line in out, line

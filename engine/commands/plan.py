@@ -57,6 +57,8 @@ def _plan(args: argparse.Namespace):
     req = PlanRequest(
         max_context=args.context, kv_dtype=args.kv, max_concurrency=args.concurrency,
         speculative_window=args.spec, vision=args.vision,
+        # drafts from the model's MTP head: its weights, its KV and the verify steps' state checkpoints
+        mtp_drafts=args.spec if cfg.text.mtp_num_hidden_layers else 0,
         prefill_chunk=PREFILL_CHUNK_CHOICES[-1] if auto else int(args.prefill_chunk),
         vram_budget=args.vram_budget, recipe=recipe,
     )
@@ -82,7 +84,9 @@ def register(subparsers) -> None:
     p.add_argument("--context", type=positive_int, default=262144, help="max context per sequence (tokens)")
     p.add_argument("--kv", default="int8", help="KV cache format (bf16, int8, int4)")
     p.add_argument("--concurrency", type=positive_int, default=1, help="concurrent sequences (GDN state slots)")
-    p.add_argument("--spec", type=int, default=0, help="speculative window (drafted tokens per step)")
+    p.add_argument("--spec", type=int, default=0,
+                   help="drafted tokens a speculative round (verify steps of spec + 1 tokens; with the model's MTP "
+                        "head, also its weights, KV and the verify steps' state checkpoints)")
     p.add_argument("--vision", action="store_true", help="plan for the vision tower")
     p.add_argument("--prefill-chunk", default="auto",
                    help="prefill chunk tokens of the native engine (0: prompts go through the decode step); "
