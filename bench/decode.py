@@ -152,7 +152,8 @@ def main() -> int:
         return 0
     import torch
     from engine.native import load_native
-    from engine.native_backend import NativeModel, recipe_named
+    from engine.native_backend import NativeModel
+    from engine.native_recipe import recipe_named
     from engine.plan import streamed_weight_bytes
     from engine.registry import config_27b
 

@@ -50,7 +50,8 @@ def main() -> None:
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     from engine.native import load_native
-    from engine.native_backend import NativeModel, recipe_named
+    from engine.native_backend import NativeModel
+    from engine.native_recipe import recipe_named
     from engine.registry import config_27b
     from step_probe import apply_route, format_route  # bench/ is this script's directory
     candidates = [int(v) for v in args.candidates.split(",") if v]

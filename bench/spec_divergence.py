@@ -47,7 +47,7 @@ def main() -> int:
     s = m.new_state(200)
     m.forward(torch.tensor(prompt), s, last_only=True)
     start = len(prompt)
-    pos, last = 0, want[0]
+    last = want[0]
     m.mtp_draft(s, last)
     for r in range(12):
         base = s.seq_len

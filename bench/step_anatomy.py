@@ -166,7 +166,8 @@ def main() -> None:
     import torch
 
     from engine.native import load_native
-    from engine.native_backend import NativeModel, recipe_named
+    from engine.native_backend import NativeModel
+    from engine.native_recipe import recipe_named
     from engine.registry import config_27b
     nat = load_native()
     if not nat.stamps_built():

@@ -58,7 +58,7 @@ def main() -> None:
                          "(default q4g64, the benchmark's)")
     args = ap.parse_args()
     routes = [parse_route(r) for r in args.routes.split(";") if r.strip()]
-    from engine.native_backend import recipe_named
+    from engine.native_recipe import recipe_named
     from engine.plan import streamed_weight_bytes
     from engine.registry import config_27b
     cfg = config_27b(vision=False)

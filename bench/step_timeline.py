@@ -98,7 +98,9 @@ def main() -> None:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from engine.native_backend import NativeModel, recipe_named
+    from engine.native_backend import NativeModel
+
+    from engine.native_recipe import recipe_named
     from engine.registry import config_27b
     recipe = recipe_named(args.recipe, config_27b(vision=False))
     model = NativeModel.random_27b(kv_dtype=args.kv, max_context=args.depth + 64, seed=1,

@@ -57,7 +57,8 @@ def main(argv=None) -> int:
 
     from decode import copy_bandwidth_gbs   # bench/ is the script's directory, first on sys.path
     from engine.native import load_native
-    from engine.native_backend import STEP_TOKENS, NativeModel, recipe_named
+    from engine.native_backend import STEP_TOKENS, NativeModel
+    from engine.native_recipe import recipe_named
     from engine.plan import streamed_weight_bytes
     from engine.registry import config_27b
     from provenance import commit as run_commit, write_result

@@ -17,3 +17,8 @@ class PromptError(EngineError):
 
 class BackendUnavailableError(EngineError):
     """The requested backend cannot run here (e.g. native without a usable GPU)."""
+
+
+class NativeBackendError(RuntimeError):
+    """The native engine cannot serve this request (shape, capacity, lane misuse, or tensors it cannot hold as
+    stored). Engine turns it into a ModelLoadError or PromptError for the user."""

@@ -15,7 +15,7 @@
 
 Weights are quantized at load time with engine.quant (round-to-nearest, the recipe's format per
 role) unless an artifact stores them in the recipe's format, and uploaded in the canonical layout.
-From an artifact the recipe is the artifact's own formats (``recipe_from_artifact``): the fused GDN
+From an artifact the recipe is the artifact's own formats (``recipe_from_artifact``, engine/native_recipe.py): the fused GDN
 and attention input projections keep their b|a and k|v rows in their stored formats as a second
 device matrix, so nothing the converter chose is re-quantized;
 the engine's arena is allocated once, from the memory plan, before any weight is uploaded.
@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 
 from engine.config import ModelConfig, TextConfig
-from engine.plan import (DEFAULT_MARGIN, DEFAULT_RECIPE, KV_DTYPES, PREFILL_CHUNK_CHOICES, SPLIT_ROLES, PlanRequest,
-                         Recipe, fit_prefill_chunk, make_plan, model_dims)
+from engine.errors import NativeBackendError
+from engine.native_recipe import NATIVE_TAIL_MEMBERS, native_weight, recipe_from_artifact
+from engine.plan import (DEFAULT_MARGIN, DEFAULT_RECIPE, KV_DTYPES, PREFILL_CHUNK_CHOICES, PlanRequest, Recipe,
+                         fit_prefill_chunk, make_plan, model_dims)
 
 ProgressFn = Callable[[float, str], None]
 STEP_TOKENS = 16  # tokens per engine step (the verify width)
@@ -81,10 +83,6 @@ def planned_mtp_drafts(config: ModelConfig, speculation: bool, drafts: int) -> i
     (engine.native.verify_steps_pay), else 0 (no device memory for it)."""
     from engine import native
     return drafts if speculation and _text(config).mtp_num_hidden_layers and native.verify_steps_pay() else 0
-
-
-class NativeBackendError(RuntimeError):
-    """The native engine cannot serve this request (shape, capacity or lane misuse)."""
 
 
 @dataclass(eq=False)
@@ -134,156 +132,6 @@ class NativeOutput:
 
 def _text(cfg: ModelConfig | TextConfig) -> TextConfig:
     return cfg.text if isinstance(cfg, ModelConfig) else cfg
-
-
-def _quantize(w, bits: int, group: int):
-    from engine.quant import QuantFormat, quantize
-    return quantize(w.float().contiguous(), QuantFormat(bits, group), method="rtn")
-
-
-# Which checkpoint tensors each native role fuses (by key suffix; the MTP head is not loaded natively).
-NATIVE_ROLE_MEMBERS = {
-    "embed": ("embed_tokens.weight",),
-    "lm_head": ("lm_head.weight",),
-    "gdn_in": ("linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight",
-               "linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight"),
-    "gdn_out": ("linear_attn.out_proj.weight",),
-    "attn_qkv": ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-    "attn_o": ("self_attn.o_proj.weight",),
-    "mlp_gate_up": ("mlp.gate_proj.weight", "mlp.up_proj.weight"),
-    "mlp_down": ("mlp.down_proj.weight",),
-}
-
-
-def native_role(full_key: str) -> str | None:
-    if full_key.startswith("mtp.") or full_key.startswith("model.visual."):
-        return None
-    for role, suffixes in NATIVE_ROLE_MEMBERS.items():
-        if full_key.endswith(suffixes):
-            return role
-    return None
-
-
-# The tail rows of the roles the engine may split (engine.plan.SPLIT_ROLES), by key suffix.
-NATIVE_TAIL_MEMBERS = {
-    "gdn_in": ("linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight"),
-    "attn_qkv": ("self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-}
-
-
-def native_segment(full_key: str) -> tuple[str, str] | None:
-    """(native role, "head" or "tail") of a checkpoint tensor; None for tensors the text engine skips."""
-    role = native_role(full_key)
-    if role is None:
-        return None
-    return role, "tail" if full_key.endswith(NATIVE_TAIL_MEMBERS.get(role, ())) else "head"
-
-
-def _parse_spec(fmt: str) -> tuple[int, int]:
-    bits, group = fmt.lstrip("q").split("g")
-    return int(bits), int(group)
-
-
-def _refuse_mixed_gate_up(formats: dict[str, str]) -> None:
-    """MLP gate and up rows are interleaved pairs of one device matrix (the SwiGLU epilogue reads a
-    pair at a time), so they can only be held in one format."""
-    for key, fmt in formats.items():
-        if key.startswith("mtp.") or not key.endswith("mlp.gate_proj.weight"):
-            continue
-        up = key[: -len("gate_proj.weight")] + "up_proj.weight"
-        if up in formats and formats[up] != fmt:
-            raise NativeBackendError(
-                f"the native engine holds MLP gate and up as one matrix of interleaved rows in one format, but "
-                f"'{key}' is stored as {fmt} and '{up}' as {formats[up]}; convert with one format for mlp.gate_up")
-
-
-def native_recipe(tensors: Iterable[tuple[str, str, tuple]], name: str,
-                  fallback: Recipe = DEFAULT_RECIPE) -> Recipe:
-    """The native recipe that holds tensors stored as ``(full key, format, shape)`` in their own formats.
-
-    Every role takes its stored format, and a split role's tail rows (GDN b|a, attention k|v) theirs,
-    as a second device matrix when it differs (q4-27b: 8-bit a/b beside 4-bit qkv/z, 6-bit k/v beside
-    4-bit q). Only parts of one segment stored in different formats (a recipe giving GDN z another
-    format than qkv) cannot all be kept: the segment takes the format holding most of its parameters
-    and the rest is re-quantized at load (native_weight). A segment stored unquantized takes the
-    fallback's format (a tail: its head's). MLP gate and up stored in different formats are refused.
-    """
-    tensors = list(tensors)
-    _refuse_mixed_gate_up({key: fmt for key, fmt, _ in tensors})
-    params: dict[tuple[str, str], dict[str, int]] = {}
-    for key, fmt, shape in tensors:
-        seg = native_segment(key)
-        if seg is None or not fmt.startswith("q"):
-            continue
-        n = 1
-        for d in shape:
-            n *= int(d)
-        by_format = params.setdefault(seg, {})
-        by_format[fmt] = by_format.get(fmt, 0) + n
-
-    def stored(seg: tuple[str, str]) -> tuple[int, int] | None:
-        by_format = params.get(seg)
-        return _parse_spec(max(by_format, key=by_format.get)) if by_format else None
-
-    roles = {role: stored((role, "head")) or fallback.spec(role) for role in fallback.roles}
-    tails = {role: stored((role, "tail")) or roles[role] for role in SPLIT_ROLES}
-
-    def label(role: str) -> str:
-        b, g = roles[role]
-        if role not in tails or tails[role] == roles[role]:
-            return f"{role}=q{b}g{g}"
-        tb, tg = tails[role]
-        return f"{role}=q{b}g{g}({SPLIT_ROLES[role][1]}=q{tb}g{tg})"
-
-    return Recipe(name + ":" + ",".join(label(r) for r in roles), roles, tails)
-
-
-def recipe_from_artifact(artifact, fallback: Recipe = DEFAULT_RECIPE) -> Recipe:
-    """The native recipe that keeps an artifact's tensors as stored (see native_recipe)."""
-    return native_recipe(((i.key, i.format, i.shape) for i in artifact.weights.values()), "artifact", fallback)
-
-
-def recipe_for_converter_recipe(recipe_id: str, config: ModelConfig) -> Recipe:
-    """The native recipe an artifact converted with ``recipe_id`` (engine.recipe) would load with:
-    for the memory plan of a model that has not been converted yet."""
-    from engine.recipe import get_recipe
-    from engine.registry import expected_tensors
-    conv = get_recipe(recipe_id)
-    tensors = ((key, conv.format_for(key, shape), shape) for key, shape in expected_tensors(config).items())
-    return native_recipe(tensors, recipe_id)
-
-
-def recipe_named(name: str, config: ModelConfig) -> Recipe:
-    """A native recipe by name (`monorail plan --recipe`, the benchmarks' --recipe): a converter recipe id
-    (engine.recipe, e.g. ``q4-27b``: the formats its artifact would store, per segment) or a uniform format
-    ``qBgG`` for every role (``q4g64`` is DEFAULT_RECIPE). Anything else: ValueError."""
-    from engine.plan import uniform_recipe
-    from engine.recipe import RECIPES
-    if name in RECIPES:
-        return recipe_for_converter_recipe(name, config)
-    try:
-        bits, group = name.lower().lstrip("q").split("g")
-        return uniform_recipe(int(bits), int(group))
-    except ValueError:
-        raise ValueError(f"recipe {name!r}: expected a converter recipe ({', '.join(RECIPES)}) or a uniform format "
-                         f"like q4g64") from None
-
-
-def native_weight(src, rel_key: str, bits: int, group: int):
-    """The quantized tensor the native engine uploads for ``rel_key`` (relative to the text prefix).
-
-    From a Monorail artifact that stores this tensor in exactly the format the native recipe asks
-    for, the artifact's own codes and scales are used as they are (no second quantization, and the
-    converter's better quantizer is kept). Anything else (an HF checkpoint, or a stored format the
-    recipe does not use) is dequantized if need be and quantized here with round-to-nearest.
-    """
-    artifact = getattr(src, "artifact", None)
-    if artifact is not None:
-        full = src.full_key(rel_key)
-        info = artifact.weights.get(full)
-        if info is not None and info.format == f"q{bits}g{group}":
-            return artifact.quantized(full)
-    return _quantize(src.text(rel_key), bits, group)
 
 
 def _upload_attention(t: TextConfig, src, matrix, vec, layer: int, a: str) -> None:

@@ -111,7 +111,8 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
     """The memory plan the native engine would launch with for (model, options): the same function as a load
     (engine.native_backend.launch_plan), computed in the worker so the GUI never imports the engine.
     Returns (Plan.as_dict() for the dashboard, the plan's own table)."""
-    from engine.native_backend import DEFAULT_RECIPE, launch_plan, planned_mtp_drafts, recipe_from_artifact
+    from engine.native_backend import DEFAULT_RECIPE, launch_plan, planned_mtp_drafts
+    from engine.native_recipe import recipe_from_artifact
 
     cfg, artifact = _model_source(model)
     context = cfg.text.max_position_embeddings

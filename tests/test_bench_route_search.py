@@ -26,7 +26,7 @@ def test_uniform_recipe_walks_the_six_fused_shapes_by_share():
 
 
 def test_split_recipe_walks_heads_and_tails():
-    from engine.native_backend import recipe_named
+    from engine.native_recipe import recipe_named
     from engine.registry import config_27b
     cfg = config_27b(vision=False)
     shapes = _search().decode_shapes(recipe_named("q4-27b", cfg), cfg.text)

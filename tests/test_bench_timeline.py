@@ -66,7 +66,7 @@ def test_role_bytes_are_the_4bit_group64_sizes():
 
 def test_role_bytes_follow_the_recipe():
     pytest.importorskip("torch")
-    from engine.native_backend import recipe_named
+    from engine.native_recipe import recipe_named
     from engine.registry import config_27b
     b = _timeline().role_bytes(recipe_named("q4-27b", config_27b(vision=False)))
     assert b["gate_up"] == 2 * 17408 * 5120 * (0.5 + 2 / 64)  # q4g64

@@ -59,14 +59,14 @@ def test_default_recipe_artifact_holds_every_stored_format_and_matches_reference
     tensor goes up with the artifact's own codes (nothing quantized at load), and it matches the
     reference reading the same artifact on the decode path (GEMV per segment) and the prefill path
     (GEMM per segment, chunks of 64 + 36 tokens)."""
-    from engine import native_backend
+    from engine import native_recipe
     from engine.artifact import Artifact
     from engine.native_backend import NativeModel
     from engine.reference.model import ReferenceModel
     view = Artifact.open(artifacts["q4-27b"], allow_test_shapes=True).checkpoint_view()
     calls = []
-    real_quantize = native_backend._quantize
-    monkeypatch.setattr(native_backend, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
+    real_quantize = native_recipe._quantize
+    monkeypatch.setattr(native_recipe, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
     native = NativeModel.from_checkpoint(view, kv_dtype="int8", max_context=256, vram_budget_bytes=2 << 30,
                                          prefill_chunk=64)
     assert calls == []
@@ -107,7 +107,8 @@ def _tail_groups_share_scales(w):
 def test_split_engine_equals_fused_engine_on_the_same_weights(tiny_native_ckpt):
     """The same dequantized weights held once as one matrix per input projection (q8g64) and once
     split (q8g64 head, q8g32 b|a and k|v tail): equal logits on the decode and prefill paths."""
-    from engine.native_backend import NATIVE_TAIL_MEMBERS, NativeModel, _quantize
+    from engine.native_backend import NativeModel
+    from engine.native_recipe import _quantize, NATIVE_TAIL_MEMBERS
     from engine.plan import Recipe, uniform_recipe
     src = source_from_checkpoint(tiny_native_ckpt)
     tails = {k: _tail_groups_share_scales(v) if k.endswith(sum(NATIVE_TAIL_MEMBERS.values(), ())) else v

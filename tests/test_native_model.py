@@ -43,7 +43,7 @@ class DictSource:
 
 def dequantized_source(src: DictSource, recipe) -> DictSource:
     """The same checkpoint with every quantized matrix replaced by its dequantized value (RTN, as loaded)."""
-    from engine.native_backend import _quantize
+    from engine.native_recipe import _quantize
     # the MTP head's fc is held in attn_qkv's format (csrc/alloc_sequence.h kMtpFcRole); its layer's matrices match
     # the trunk's by name below
     roles = {"embed_tokens.weight": "embed", "lm_head.weight": "lm_head", "mtp.fc.weight": "attn_qkv"}

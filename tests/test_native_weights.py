@@ -9,8 +9,8 @@ import torch
 
 from engine.artifact import Artifact
 from engine.convert import convert
-from engine import native_backend
-from engine.native_backend import native_weight
+from engine import native_recipe
+from engine.native_recipe import native_weight
 from engine.quant import QuantFormat, quantize
 
 
@@ -26,8 +26,8 @@ def test_artifact_codes_are_used_as_stored(tiny_checkpoint, tmp_path, monkeypatc
 
     stored = art.quantized(full)
     calls = []
-    real_quantize = native_backend._quantize
-    monkeypatch.setattr(native_backend, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
+    real_quantize = native_recipe._quantize
+    monkeypatch.setattr(native_recipe, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
 
     same = native_weight(view, rel, 4, 64)
     assert calls == []  # the stored codes went through untouched
@@ -64,7 +64,7 @@ def test_native_recipe_keeps_every_stored_format(q4_27b_artifact, monkeypatch):
     """q4-27b stores GDN a/b in 8-bit and attention k/v in 6-bit beside 4-bit siblings of the same fused
     native matrix: those rows become the role's tail segment in their own format, so no tensor of the
     text model is quantized again at load."""
-    from engine.native_backend import native_segment, recipe_from_artifact
+    from engine.native_recipe import native_segment, recipe_from_artifact
     from engine.recipe import get_recipe
 
     art = q4_27b_artifact
@@ -80,8 +80,8 @@ def test_native_recipe_keeps_every_stored_format(q4_27b_artifact, monkeypatch):
 
     view = art.checkpoint_view()
     calls = []
-    real_quantize = native_backend._quantize
-    monkeypatch.setattr(native_backend, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
+    real_quantize = native_recipe._quantize
+    monkeypatch.setattr(native_recipe, "_quantize", lambda w, b, g: calls.append((b, g)) or real_quantize(w, b, g))
     loaded = 0
     for key in art.weights:
         seg = native_segment(key)
@@ -97,7 +97,8 @@ def test_native_recipe_keeps_every_stored_format(q4_27b_artifact, monkeypatch):
 
 def test_gate_and_up_in_different_formats_are_refused():
     """Gate and up rows are interleaved pairs of one device matrix: one format or a clear refusal."""
-    from engine.native_backend import NativeBackendError, native_recipe
+    from engine.native_backend import NativeBackendError
+    from engine.native_recipe import native_recipe
 
     pre = "model.language_model.layers.0.mlp."
     tensors = [(pre + "gate_proj.weight", "q4g64", (512, 256)), (pre + "up_proj.weight", "q5g64", (512, 256)),
@@ -113,7 +114,7 @@ def test_gate_and_up_in_different_formats_are_refused():
 def test_one_segment_in_mixed_formats_takes_its_majority():
     """Parts of one segment in different formats (GDN qkv and z here) cannot all be kept: the segment
     takes the format of most of its parameters; the tail keeps its own."""
-    from engine.native_backend import native_recipe
+    from engine.native_recipe import native_recipe
 
     pre = "model.language_model.layers.0.linear_attn."
     tensors = [(pre + "in_proj_qkv.weight", "q6g64", (1024, 256)), (pre + "in_proj_z.weight", "q5g32", (512, 256)),
@@ -127,7 +128,8 @@ def test_split_recipe_uploads_each_segment_in_its_format(q4_27b_artifact, monkey
     """Loading a q4-27b artifact with its split recipe: k/v rows go up as 6-bit, b/a rows as 8-bit, at
     their rows of the fused role, all as stored (no quantization at load), and the bytes uploaded are
     exactly the plan's weight bytes."""
-    from engine.native_backend import NativeModel, recipe_from_artifact
+    from engine.native_backend import NativeModel
+    from engine.native_recipe import recipe_from_artifact
     from engine.plan import PlanRequest, make_plan
 
     art = q4_27b_artifact
@@ -137,7 +139,7 @@ def test_split_recipe_uploads_each_segment_in_its_format(q4_27b_artifact, monkey
     t = view.config.text
     rec = Recorder()
     calls = []
-    monkeypatch.setattr(native_backend, "_quantize", lambda w, b, g: calls.append((b, g)))
+    monkeypatch.setattr(native_recipe, "_quantize", lambda w, b, g: calls.append((b, g)))
     NativeModel(view.config, rec, plan, max_context=256, kv_dtype="int8", lanes=1)._load_weights(
         view, recipe, lambda f, m: None)
     assert calls == []

@@ -77,7 +77,7 @@ def test_262k_q4_27b_vision_int4_fits_24_gib(capsys):
                "--vram-budget", "24GiB"])
     assert rc == 2 and "DOES NOT FIT" in capsys.readouterr().out
 
-    from engine.native_backend import recipe_for_converter_recipe
+    from engine.native_recipe import recipe_for_converter_recipe
     from engine.plan import fit_prefill_chunk
     from engine.registry import config_27b
     cfg = config_27b()

@@ -1,10 +1,10 @@
-"""engine.native_backend.recipe_named: the native recipe behind `monorail plan --recipe` and the benchmarks' --recipe
+"""engine.native_recipe.recipe_named: the native recipe behind `monorail plan --recipe` and the benchmarks' --recipe
 (bench/step_probe.py, bench/decode.py)."""
 
 import pytest
 
 from engine.cli import main
-from engine.native_backend import recipe_named
+from engine.native_recipe import recipe_named
 from engine.plan import DEFAULT_RECIPE, streamed_weight_bytes
 from engine.registry import config_27b
 

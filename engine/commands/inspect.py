@@ -10,10 +10,10 @@ GIB = 1 << 30
 
 def _plan_section(art) -> list[str]:
     """The native memory plan on a 24 GiB card at 262,144 tokens, with the formats the native engine
-    holds this artifact in (engine.native_backend.recipe_from_artifact: every stored format is kept),
+    holds this artifact in (engine.native_recipe.recipe_from_artifact: every stored format is kept),
     the most compact KV format the engine has, and the prefill chunk the engine would pick."""
     try:
-        from engine.native_backend import recipe_from_artifact
+        from engine.native_recipe import recipe_from_artifact
         from engine.plan import KV_DTYPES, PlanRequest, fit_prefill_chunk, make_plan
 
         kv = "int4" if "int4" in KV_DTYPES else "int8"

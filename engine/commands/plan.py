@@ -37,7 +37,7 @@ def positive_int(s: str) -> int:
 
 def _plan(args: argparse.Namespace):
     from engine.config import load_config
-    from engine.native_backend import recipe_named
+    from engine.native_recipe import recipe_named
     from engine.plan import KV_DTYPES, PREFILL_CHUNK_CHOICES, PlanRequest, fit_prefill_chunk, make_plan
 
     if args.model == "27b":
