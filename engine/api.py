@@ -420,6 +420,10 @@ class Engine:
         native_spec = speculate and self.options.backend == "native"   # the hidden rows stay on the GPU
         # a speculative round runs up to mtp_draft_tokens past the last committed token before it is verified
         room = n_prompt + budget + 1 + (self.options.mtp_draft_tokens if speculate else 0)
+        if self.options.backend == "native":
+            # the native plan holds exactly the context limit: a reply that may run to it gets the lane's whole
+            # context (the GPU loop stops queueing steps at the state's limit; speculative rounds draft fewer there)
+            room = min(room, limit)
         state, logits, prompt_hidden, cached = self._prefill(prompt, room, cancel,
                                                              keep_hidden=speculate and not native_spec)
         t_prefill = time.perf_counter() - t0

@@ -49,20 +49,25 @@ def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_l
     model.mtp_draft(state, last)
     while True:
         base = state.seq_len   # the cache slot `last` goes to
+        # at the state's end a round drafts only what fits after `last`; with no room for a draft, `last` is the
+        # last token the lane can take, and nothing follows it
+        k_round = min(k, state.max_tokens - base - 1)
+        if k_round < 1:
+            return
         drafts = argmax(1)
-        for i in range(1, k):
+        for i in range(1, k_round):
             model.mtp_chain(state, drafts[-1], base - 1 + i)
             drafts += argmax(1)
         if draft_filter is not None:
             drafts = [int(d) for d in draft_filter(base, list(drafts))]
         model.verify([last] + drafts, state)   # the step of k + 1 tokens, keeping its state checkpoints
-        targets = argmax(k + 1)
+        targets = argmax(k_round + 1)
         kept = 0
-        while kept < k and targets[kept] == drafts[kept]:
+        while kept < k_round and targets[kept] == drafts[kept]:
             kept += 1
         committed = drafts[:kept] + [targets[kept]]
         model.commit(state, kept + 1)
-        stats.drafted += k
+        stats.drafted += k_round
         stats.accepted += kept
         yield from committed
         # the pairs of this round's consumed positions, closed by its last committed token

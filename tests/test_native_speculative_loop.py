@@ -24,6 +24,7 @@ def trunk_next(history: list[int]) -> int:
 @dataclass
 class State:
     seq_len: int = 0
+    max_tokens: int = 10 ** 9
     rope_delta: int = 0
     mtp_pending: tuple | None = None
     consumed: list[int] = field(default_factory=list)
@@ -142,3 +143,22 @@ def test_k_beyond_the_planned_drafts_is_refused():
     model.prefill(state, [1, 2, 3])
     with pytest.raises(ValueError, match="planned mtp_drafts"):
         next(greedy_speculative_tokens(model, state, 0, k=3, vocab_limit=V))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_rounds_draft_less_at_the_states_end_and_stop_at_it(k):
+    """A lane planned to the context limit (Engine gives a reply that may run to it exactly that): rounds near the
+    end verify fewer drafts, never a step past the state's last slot, and the tokens end when the lane is full."""
+    model = FakeModel(mtp_drafts=k, head_right=lambda p: True)
+    prompt = [3, 14, 15, 9, 26]
+    state = State(max_tokens=len(prompt) + 11)
+    model.prefill(state, prompt)
+    first = model.sample(state, temperature=0.0, vocab_limit=V, rows=1)[0]
+    widths = []
+    real_verify = model.verify
+    model.verify = lambda ids, st: (widths.append(len(ids)), real_verify(ids, st))
+    got = [first] + list(greedy_speculative_tokens(model, state, first, k=k, vocab_limit=V))
+    assert got == greedy(prompt, len(got))
+    # every slot used; the last token (a round's own next token) needs no slot, as it is not consumed
+    assert len(prompt) + len(got) in (state.max_tokens, state.max_tokens + 1)
+    assert state.seq_len <= state.max_tokens and max(widths) == k + 1 and min(widths) >= 2
