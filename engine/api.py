@@ -407,7 +407,8 @@ class Engine:
         if n_prompt >= limit:
             raise PromptError(f"The prompt is {n_prompt:,} tokens, over the context limit of {limit:,}. "
                               "Start a new conversation or remove earlier messages.")
-        budget = min(sampling.max_tokens, limit - n_prompt)
+        # max_tokens None: until the end of the turn or the context limit
+        budget = limit - n_prompt if sampling.max_tokens is None else min(sampling.max_tokens, limit - n_prompt)
 
         eos = set(self.tokenizer.eos_ids) | set(self.config.text.eos_token_ids)
         sampler = Sampler(sampling, valid_vocab_size=self.tokenizer.vocab_size)

@@ -219,3 +219,18 @@ def test_three_drafts_a_round_give_the_same_greedy_reply(demo_engine):
     assert "".join(d.text for d in spec) == "".join(d.text for d in plain) and fin.completion_tokens == 14
     with pytest.raises(EngineError, match="1..5"):
         Engine.load("demo", EngineOptions(max_context=4096, mtp_draft_tokens=6))
+
+
+def test_a_reply_without_max_tokens_runs_to_the_context_limit(tmp_path, monkeypatch):
+    """SamplingParams(max_tokens=None) means until the end of the turn or the context limit (it raised TypeError in
+    the budget until session 39): the demo model's reply runs to the limit and finishes as "length"."""
+    from engine.api import Engine, EngineOptions, Finished
+    from engine.sampling import SamplingParams
+    monkeypatch.setenv("MONORAIL_DATA_DIR", str(tmp_path))
+    engine = Engine.load("demo", EngineOptions(backend="reference", max_context=64))
+    events = list(engine.generate([{"role": "user", "content": "hi"}],
+                                  SamplingParams(temperature=0.0, max_tokens=None)))
+    fin = events[-1]
+    assert isinstance(fin, Finished)
+    # (the demo's greedy reply for this prompt meets no end-of-turn token within the limit)
+    assert (fin.reason, fin.prompt_tokens + fin.completion_tokens) == ("length", 64)
