@@ -121,11 +121,12 @@ def component_ms(model, prompt: list[int], depth: int, k: int, reps: int = 9) ->
     try:
         model.forward(prompt, state, last_only=True)
         for _ in range(reps + 1):   # the first pass captures the graphs
-            base = state.seq_len
-            timed("mtp_pair", lambda: model.mtp_draft(state, 1000))
-            timed("mtp_chain", lambda: model.mtp_chain(state, 1001, base))
+            # a round's order: verify, commit (which leaves the kept position's head pair pending), the head's draft
+            # closing it, a chained draft; then a plain step, with no head pair left for it to close
             timed(f"verify_T{k + 1}", lambda: model.verify([1000] + [1001 + i for i in range(k)], state))
             timed("commit", lambda: model.commit(state, 1))
+            timed("mtp_pair", lambda: model.mtp_draft(state, 1000))
+            timed("mtp_chain", lambda: model.mtp_chain(state, 1001, state.seq_len))
             timed("trunk_step", lambda: model.forward([1002], state))
     finally:
         model.release(state)

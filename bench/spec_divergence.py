@@ -67,8 +67,7 @@ def main() -> int:
             kept += 1
         print(f"  targets {targets} drafts {drafts} want {want[i + 1:i + k + 2]} kept {kept}")
         committed = drafts[:kept] + [targets[kept]]
-        m.commit(s, kept + 1)
-        s.mtp_pending = (0, base, committed[:-1])
+        m.commit(s, kept + 1)   # leaves the kept positions' head pairs pending
         last = committed[-1]
         m.mtp_draft(s, last)
     return 0

@@ -165,7 +165,7 @@ class NativeModel:
         self.step_tokens = step_tokens   # the widest step the engine was planned for (forward's short chunks)
         self.mtp_drafts = mtp_drafts     # drafts a verify step may carry (forward(keep_states=True) runs 2..k + 1)
         # the last forward when it kept checkpoints: (its state, seq_len before it, its tokens), for commit
-        self._verify: tuple["weakref.ref[NativeState]", int, int] | None = None
+        self._verify: tuple["weakref.ref[NativeState]", int, list[int]] | None = None
         # forward(last_only=True) runs inputs longer than this through the prefill path (when planned), shorter
         # ones as steps of step_tokens; Engine raises it to CHAT_STEP_PATH_MAX_TOKENS
         self.step_path_max_tokens = step_tokens
@@ -480,25 +480,9 @@ class NativeModel:
         each of its tokens, so that commit(state, kept) can keep only the accepted ones."""
         import torch
         self._verify = None  # any forward changes the engine's state: the last verify step can commit no longer
-        if state.revoked:
-            raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
         if inputs_embeds is not None:
             raise NativeBackendError("the native engine does not take input embeddings (images) yet")
-        ids = [int(x) for x in torch.as_tensor(input_ids).reshape(-1).tolist()]
-        if not ids:
-            raise NativeBackendError("forward needs at least one token")
-        if state.seq_len + len(ids) > state.max_tokens:
-            raise NativeBackendError(f"{state.seq_len + len(ids)} tokens exceed this sequence's limit "
-                                     f"of {state.max_tokens}")
-        vocab = self.config.text.vocab_size
-        if min(ids) < 0 or max(ids) >= vocab:
-            raise NativeBackendError(f"token id out of range 0..{vocab - 1}")
-        # rotary positions, flattened [t][axis]: given (images), else text positions on all three axes
-        if position_ids is not None:
-            rope = [int(v) for v in torch.as_tensor(position_ids).reshape(3, len(ids)).T.reshape(-1).tolist()]
-        else:
-            base = state.seq_len + state.rope_delta
-            rope = [base + j for j in range(len(ids)) for _ in range(3)]
+        ids, rope = self._step_inputs(input_ids, state, position_ids)
         if keep_states:
             return self._verify_step(ids, rope, state)
         mtp = self.has_mtp
@@ -524,21 +508,36 @@ class NativeModel:
             if mtp:
                 state.mtp_pending = (0, first, ids[s + 1:s + len(chunk)])
                 if s + step < len(ids):   # the next chunk's first token closes this chunk's last pair
-                    self._mtp_pairs(state, ids[s + len(chunk)])
+                    self.mtp_draft(state, ids[s + len(chunk)])
         logits = torch.cat(outs)
         return NativeOutput(logits[-1:] if last_only else logits)
+
+    def _step_inputs(self, input_ids, state: NativeState, position_ids=None) -> tuple[list[int], list[int]]:
+        """The token ids of a step on ``state`` after checking them (the lane still the state's, the sequence's
+        limit, the vocabulary), and their rotary positions flattened [t][axis]: given (images), else text positions
+        on all three axes."""
+        import torch
+        if state.revoked:
+            raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
+        ids = [int(x) for x in torch.as_tensor(input_ids).reshape(-1).tolist()]
+        if not ids:
+            raise NativeBackendError("forward needs at least one token")
+        if state.seq_len + len(ids) > state.max_tokens:
+            raise NativeBackendError(f"{state.seq_len + len(ids)} tokens exceed this sequence's limit "
+                                     f"of {state.max_tokens}")
+        vocab = self.config.text.vocab_size
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise NativeBackendError(f"token id out of range 0..{vocab - 1}")
+        if position_ids is not None:
+            return ids, [int(v) for v in torch.as_tensor(position_ids).reshape(3, len(ids)).T.reshape(-1).tolist()]
+        base = state.seq_len + state.rope_delta
+        return ids, [base + j for j in range(len(ids)) for _ in range(3)]
 
     def verify(self, ids: list[int], state: NativeState) -> None:
         """forward(ids, state, keep_states=True) without copying its logits to the host: the speculative rounds draw
         from them on the device (sample), and T rows of the 27B's 248K-entry logits are 4 MB a round."""
-        if state.revoked:
-            raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
-        ids = [int(t) for t in ids]
-        if state.seq_len + len(ids) > state.max_tokens:
-            raise NativeBackendError(f"{state.seq_len + len(ids)} tokens exceed this sequence's limit "
-                                     f"of {state.max_tokens}")
-        base = state.seq_len + state.rope_delta
-        self._verify_step(ids, [base + j for j in range(len(ids)) for _ in range(3)], state, read_logits=False)
+        self._verify = None
+        self._verify_step(*self._step_inputs(ids, state), state, read_logits=False)
 
     def _verify_step(self, ids: list[int], rope: list[int], state: NativeState,
                      read_logits: bool = True) -> NativeOutput | None:
@@ -550,30 +549,33 @@ class NativeModel:
         self.engine.forward(state.lane, ids, rope, start, keep_states=True)
         state.seq_len += len(ids)
         self._last_rows = len(ids)
-        self._verify = (weakref.ref(state), start, len(ids))
+        self._verify = (weakref.ref(state), start, ids)
         return NativeOutput(torch.from_numpy(self.engine.logits(len(ids)))) if read_logits else None
 
     def commit(self, state: NativeState, kept: int) -> None:
         """After forward(..., keep_states=True) of T tokens (the last forward): the sequence keeps only the first
         `kept` of them (1 <= kept <= T: the last token and the accepted drafts). Its recurrent state becomes the one
-        after them and seq_len the step's start + kept; the KV slots past that are rewritten by the next step."""
+        after them and seq_len the step's start + kept; the KV slots past that are rewritten by the next step. With
+        the MTP head, the kept positions' pairs wait for the token after them (mtp_draft)."""
         verify = self._verify
         if verify is None or verify[0]() is not state:
             raise NativeBackendError("commit follows a verify step of this sequence (forward with keep_states=True) "
                                      "with no other forward in between")
         if state.revoked:
             raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
-        _, start, T = verify
-        if not 1 <= kept <= T:
-            raise NativeBackendError(f"commit keeps 1..{T} tokens of the verify step, not {kept}")
+        _, start, ids = verify
+        if not 1 <= kept <= len(ids):
+            raise NativeBackendError(f"commit keeps 1..{len(ids)} tokens of the verify step, not {kept}")
         self.engine.commit_states(state.lane, kept)
         self._verify = None
         state.seq_len = start + kept
+        state.mtp_pending = (0, start, ids[1:kept]) if self.has_mtp else None
 
     # ---- the MTP head (engine planned with mtp_drafts > 0; engine.native_speculative) --------------------------
-    def _mtp_pairs(self, state: NativeState, next_token: int) -> None:
-        """Runs the head over the state's pending pairs, the last one closed by ``next_token`` (logits rows 0 ..
-        pairs - 1 on the device; the last row is the draft for the token after ``next_token``)."""
+    def mtp_draft(self, state: NativeState, next_token: int) -> None:
+        """The head over the pairs the state's last step left pending, the last one closed by ``next_token`` (the
+        token sampled after that step): logits rows 0 .. pairs - 1 on the device, whose last (``sample(state)``,
+        ``mtp_logits()``) drafts the token after ``next_token``."""
         if state.mtp_pending is None:
             raise NativeBackendError("no trunk step is pending for the MTP head (forward a token first)")
         row, slot, tokens = state.mtp_pending
@@ -590,14 +592,9 @@ class NativeModel:
         boundary; dropped where the lane has moved on without the head since (the GPU decode loop)."""
         _, slot, tokens = state.mtp_pending
         if slot + len(tokens) + 1 == state.seq_len:
-            self._mtp_pairs(state, next_token)
+            self.mtp_draft(state, next_token)
         else:
             state.mtp_pending = None
-
-    def mtp_draft(self, state: NativeState, next_token: int) -> None:
-        """The head over the last step's pending pairs closed by ``next_token`` (the token sampled after that
-        step): its last logits row (``sample(state)``, ``mtp_logits()``) drafts the token after ``next_token``."""
-        self._mtp_pairs(state, next_token)
 
     def mtp_chain(self, state: NativeState, draft: int, slot: int) -> None:
         """One more draft: the head on its own last output and the draft it made (at cache slot ``slot``, the

@@ -70,7 +70,6 @@ def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_l
         stats.drafted += k_round
         stats.accepted += kept
         yield from committed
-        # the pairs of this round's consumed positions, closed by its last committed token
-        state.mtp_pending = (0, base, committed[:-1])
+        # commit left this round's consumed positions pending for the head; its last committed token closes them
         last = committed[-1]
         model.mtp_draft(state, last)

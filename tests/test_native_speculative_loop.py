@@ -65,7 +65,6 @@ class FakeModel:
         state.seq_len += len(ids)
         self.rows = self._onehot(rows)
         self.last_verify = (start, len(ids))
-        state.mtp_pending = (0, start, [int(t) for t in ids[1:]])
 
     def commit(self, state: State, kept: int) -> None:
         start, T = self.last_verify
@@ -73,6 +72,7 @@ class FakeModel:
         self.last_verify = None
         del state.consumed[start + kept:]
         state.seq_len = start + kept
+        state.mtp_pending = (0, start, state.consumed[start + 1:])   # as NativeModel.commit leaves them
 
     def sample(self, state, *, temperature, vocab_limit, rows):
         assert temperature == 0.0 and vocab_limit == V and 1 <= rows <= len(self.rows)
