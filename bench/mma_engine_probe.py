@@ -50,6 +50,16 @@ def main() -> int:
                 vs_one = float((ab[0] - one[0]).abs().max())
                 print(f"mma {mma} pdl {pdl} graphs {graphs}: row 0 [a,b] vs [a,c] {causal:.2e}, run twice {determ:.2e}, "
                       f"row 0 vs a one-token step {vs_one:.2e}, nan {bool(ab.isnan().any())}", flush=True)
+    # The tensor-core GEMV releasing its dependents only at its exit (as a many-block per-token GEMV nearly does)
+    nat.set_pdl(True)
+    m.engine.set_use_graphs(True)
+    nat.set_qgemv_mma(True)
+    nat.set_qgemv_mma_trigger_late(True)
+    m.engine.reset_graphs()
+    ab, ac = step([5, 7]), step([5, 9])
+    print(f"mma 1 trigger late: row 0 [a,b] vs [a,c] {float((ab[0] - ac[0]).abs().max()):.2e}, nan "
+          f"{bool(ab.isnan().any())}", flush=True)
+    nat.set_qgemv_mma_trigger_late(False)
     # Which part of the step breaks causality: the engine's leave-one-out mask (set_skip_mask; 2 the conv, 4 the
     # recurrence, 8 attention, 16 the MLP GEMVs, 32 the mixer GEMVs) with the tensor-core GEMV on, at T = 2 and 16.
     nat.set_pdl(True)

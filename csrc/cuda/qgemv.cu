@@ -1800,6 +1800,7 @@ int t1_variant(const GemvArgs& a) {
 // set_qgemv_mma: off by default until the kernel has run on a GPU (written in session 38 after the device time ran
 // out; bench/NOTES.md says what to run)
 bool g_mma = false;
+bool g_mma_trigger_late = false;  // diagnostic (set_qgemv_mma_trigger_late): dependents launch only at its exit
 float* g_gemv_scratch = nullptr;   // GemvScratchScope
 int64_t g_gemv_scratch_floats = 0;
 
@@ -1824,8 +1825,9 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
-  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
+  const int late = g_mma_trigger_late ? 1 : 0;
+  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per, late);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per, late);
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2197,6 +2199,7 @@ int qgemv_x_layout(const QMatrix& W, int T) {
 void set_qgemv_lanes(bool on) { g_lanes = on; }
 
 void set_qgemv_mma(bool on) { g_mma = on; }
+void set_qgemv_mma_trigger_late(bool on) { g_mma_trigger_late = on; }
 bool qgemv_mma() { return g_mma; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
