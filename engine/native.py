@@ -92,6 +92,9 @@ def load_native():
 # default is off until it has passed its GPU tests: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU
 # test module with it, without a rebuild. Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
+# MONORAIL_QGEMV_MMA_LATE=1: the tensor-core GEMV releases its PDL dependents only at its exit (a diagnostic of
+# session 40: whether an early release is what breaks it inside the engine; set_qgemv_mma_trigger_late)
+_MMA_LATE_ENV = "MONORAIL_QGEMV_MMA_LATE"
 _configured_once = False
 
 
@@ -102,6 +105,8 @@ def _configured(mod):
         value = os.environ.get(_MMA_ENV)
         if value in ("0", "1") and hasattr(mod, "set_qgemv_mma"):
             mod.set_qgemv_mma(value == "1")
+        if os.environ.get(_MMA_LATE_ENV) == "1" and hasattr(mod, "set_qgemv_mma_trigger_late"):
+            mod.set_qgemv_mma_trigger_late(True)
     return mod
 
 
