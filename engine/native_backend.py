@@ -106,7 +106,7 @@ class NativeState:
 
 # The byte layout of a lane's saved KV and recurrent state (NativeEngine.save_lane_kv / save_lane_state): bump it
 # whenever either changes, so that states saved on disk by an older build are not loaded (engine.prefix_store).
-SAVED_STATE_LAYOUT = 1
+SAVED_STATE_LAYOUT = 2
 
 
 @dataclass(eq=False)
@@ -122,6 +122,10 @@ class NativeSnapshot:
     rope_delta: int
     recurrent: "object" = field(repr=False)  # numpy float32 [engine.lane_state_floats()]
     kv: "object | None" = field(default=None, repr=False)  # numpy uint8 [engine.lane_kv_bytes(seq_len)] once detached
+    # With the MTP head: the pairs the sequence left pending (NativeState.mtp_pending's slot and tokens) and their
+    # hidden rows (numpy float32 [pairs, hidden]), so that a resumed sequence's head closes them as the original would
+    mtp_pending: "tuple[int, list[int]] | None" = None
+    mtp_hidden: "object | None" = field(default=None, repr=False)
 
 
 @dataclass
@@ -374,8 +378,14 @@ class NativeModel:
         """The state as it stands (engine.api takes one where the prompt's history ends)."""
         if state.revoked:
             raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
+        pending, hidden = None, None
+        if self.has_mtp and state.mtp_pending is not None:
+            row, slot, tokens = state.mtp_pending
+            pending = (slot, list(tokens))
+            hidden = self.engine.save_mtp_hidden(state.lane, row, len(tokens) + 1)
         return NativeSnapshot(lane=state.lane, epoch=self._lane_epoch[state.lane], seq_len=state.seq_len,
-                              rope_delta=state.rope_delta, recurrent=self.engine.save_lane_state(state.lane))
+                              rope_delta=state.rope_delta, recurrent=self.engine.save_lane_state(state.lane),
+                              mtp_pending=pending, mtp_hidden=hidden)
 
     def detach(self, snap: NativeSnapshot) -> NativeSnapshot | None:
         """``snap`` with its KV slots copied to host memory, so that it survives the lane serving other
@@ -403,7 +413,8 @@ class NativeModel:
     def snapshot_bytes(self, snap: NativeSnapshot, *, detached: bool = False) -> int:
         """Host memory the snapshot holds, or would hold once detached."""
         kv = snap.kv.nbytes if snap.kv is not None else self.engine.lane_kv_bytes(snap.seq_len) if detached else 0
-        return int(snap.recurrent.nbytes) + int(kv)
+        hidden = snap.mtp_hidden.nbytes if snap.mtp_hidden is not None else 0
+        return int(snap.recurrent.nbytes) + int(kv) + int(hidden)
 
     def snapshot_layout(self) -> dict:
         """What a saved snapshot's bytes depend on besides the weights' files (engine.prefix_store's identity):
@@ -420,21 +431,37 @@ class NativeModel:
         """A detached snapshot as metadata and arrays, to save (engine.prefix_store)."""
         if snap.kv is None:
             raise NativeBackendError("only a detached snapshot (its KV in host memory) can be saved")
-        return {"seq_len": snap.seq_len, "rope_delta": snap.rope_delta}, [snap.recurrent, snap.kv]
+        meta = {"seq_len": snap.seq_len, "rope_delta": snap.rope_delta}
+        if snap.mtp_pending is None:
+            return meta, [snap.recurrent, snap.kv]
+        meta["mtp_pending"] = [snap.mtp_pending[0], list(snap.mtp_pending[1])]
+        return meta, [snap.recurrent, snap.kv, snap.mtp_hidden]
 
     def import_snapshot(self, meta: dict, arrays: list[np.ndarray]) -> NativeSnapshot | None:
         """A saved snapshot as a detached one (resumes on any lane); None where its sizes are not this engine's."""
         try:
             seq_len, rope_delta = int(meta["seq_len"]), int(meta["rope_delta"])
-            recurrent, kv = arrays
-        except (KeyError, TypeError, ValueError):
+            recurrent, kv, *rest = arrays
+            pending = meta.get("mtp_pending")
+            pending = None if pending is None else (int(pending[0]), [int(t) for t in pending[1]])
+        except (KeyError, TypeError, ValueError, IndexError):
             return None
         if (recurrent.dtype != np.float32 or recurrent.size != self.engine.lane_state_floats()
                 or kv.dtype != np.uint8 or not 0 < seq_len <= self.max_context
                 or kv.size != self.engine.lane_kv_bytes(seq_len)):
             return None
+        hidden = None
+        if pending is not None:   # the head's pending pairs: only where this engine holds the head, all consistent
+            hidden = rest[0] if len(rest) == 1 else None
+            rows = len(pending[1]) + 1
+            if (not self.has_mtp or hidden is None or hidden.dtype != np.float32
+                    or hidden.shape != (rows, self.config.text.hidden_size) or pending[0] + rows != seq_len):
+                return None
+        elif rest:
+            return None
         return NativeSnapshot(lane=-1, epoch=-1, seq_len=seq_len, rope_delta=rope_delta,
-                              recurrent=recurrent.reshape(-1), kv=kv.reshape(-1))
+                              recurrent=recurrent.reshape(-1), kv=kv.reshape(-1), mtp_pending=pending,
+                              mtp_hidden=hidden)
 
     def resume(self, snap: NativeSnapshot, max_tokens: int) -> NativeState | None:
         """A sequence continuing from ``snap``: on its own lane, or None when that lane has served a fresh
@@ -449,6 +476,7 @@ class NativeModel:
             self.engine.load_lane_kv(state.lane, snap.seq_len, snap.kv)
             self.engine.load_lane_state(state.lane, snap.recurrent)
             state.seq_len, state.rope_delta = snap.seq_len, snap.rope_delta
+            self._resume_pending_pairs(snap, state)
             return state
         if self._lane_epoch[snap.lane] != snap.epoch:
             return None
@@ -459,7 +487,17 @@ class NativeModel:
         state = self._claim(snap.lane, max_tokens)   # zeroes the penalty counts; the caller counts its prompt
         self.engine.load_lane_state(snap.lane, snap.recurrent)
         state.seq_len, state.rope_delta = snap.seq_len, snap.rope_delta
+        self._resume_pending_pairs(snap, state)
         return state
+
+    def _resume_pending_pairs(self, snap: NativeSnapshot, state: NativeState) -> None:
+        """The head's pairs the snapshot's sequence left pending, pending again on the resumed one (their hidden rows
+        back in the lane's rows), so that its next forward or draft closes them: the head's cache then misses no
+        position. A snapshot without them (no head, or taken with none pending) leaves none."""
+        if self.has_mtp and snap.mtp_pending is not None:
+            self.engine.load_mtp_hidden(state.lane, 0, snap.mtp_hidden)
+            slot, tokens = snap.mtp_pending
+            state.mtp_pending = (0, slot, list(tokens))
 
     def _lane_dropped(self, lane: int, ref) -> None:
         if self._owners.get(lane) is ref:

@@ -171,6 +171,48 @@ def test_mtp_refusals(models, tiny_native_ckpt):
                                     vram_budget_bytes=1 << 30, mtp_drafts=2)
 
 
+def test_a_resumed_snapshot_drafts_as_the_sequence_it_was_taken_from(models):
+    """A detached snapshot carries the head's cache and its pending pairs (their hidden rows): resumed after both
+    lanes served other sequences (whose steps overwrote the head's cache and hidden rows), directly or read back from
+    its saved form, its next draft is the original sequence's, bit for bit. Stripped of the pending pairs, nothing is
+    left for the head to close."""
+    from dataclasses import replace
+
+    from engine.native_backend import NativeBackendError
+    native, _ = models
+    prompt, nxt = _prompt(60, seed=11), 17
+    s = native.new_state(128)
+    first = int(native.forward(torch.tensor(prompt), s, last_only=True).logits[-1, :VOCAB_LIMIT].argmax())
+    native.forward(torch.tensor([first]), s)       # closes the prompt's last pair; leaves position 60 pending
+    snap = native.detach(native.snapshot(s))
+    assert snap.mtp_pending == (60, []) and snap.mtp_hidden.shape == (1, native.config.text.hidden_size)
+    native.mtp_draft(s, nxt)
+    want = native.mtp_logits()[-1].clone()
+    native.release(s)
+    others = [native.new_state(128) for _ in range(2)]   # every lane serves another sequence, head steps included
+    for i, other in enumerate(others):
+        native.forward(torch.tensor(_prompt(80, seed=91 + i)), other, last_only=True)
+        native.mtp_draft(other, 5)
+    assert {o.lane for o in others} == {0, 1}
+    for other in others:
+        native.release(other)
+    back = native.import_snapshot(*native.export_snapshot(snap))
+    assert back is not None and back.mtp_pending == snap.mtp_pending
+    for resumable in (snap, back):
+        r = native.resume(resumable, 128)
+        try:
+            native.mtp_draft(r, nxt)
+            assert torch.equal(native.mtp_logits()[-1], want)
+        finally:
+            native.release(r)
+    r = native.resume(replace(snap, mtp_pending=None, mtp_hidden=None), 128)
+    try:
+        with pytest.raises(NativeBackendError, match="no trunk step is pending"):
+            native.mtp_draft(r, nxt)
+    finally:
+        native.release(r)
+
+
 def reply(engine, messages, sampling):
     from engine.api import TextDelta
     events = list(engine.generate(messages, sampling))

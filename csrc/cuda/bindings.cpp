@@ -133,6 +133,18 @@ void register_cuda_bindings(py::module_& m) {
       .def("mtp_step", &NativeEngine::mtp_step, py::arg("lane"), py::arg("next_tokens"), py::arg("rope_pos"),
            py::arg("kv_start"), py::arg("hidden_row") = 0, py::arg("chained") = false)
       .def_property_readonly("has_mtp", &NativeEngine::has_mtp)
+      .def("save_mtp_hidden", [](NativeEngine& e, int lane, int first_row, int rows) {
+             py::array_t<float> a(std::vector<py::ssize_t>{(py::ssize_t)std::max(rows, 0), (py::ssize_t)e.dims().hidden});
+             e.save_mtp_hidden(lane, first_row, rows, a.mutable_data());
+             return a;
+           }, py::arg("lane"), py::arg("first_row"), py::arg("rows"),
+           "rows of the lane's MTP hidden rows (the head's pending pairs' inputs) as float32 [rows, hidden]")
+      .def("load_mtp_hidden", [](NativeEngine& e, int lane, int first_row,
+                                 py::array_t<float, py::array::c_style | py::array::forcecast> a) {
+             if (a.ndim() != 2 || a.shape(1) != e.dims().hidden)
+               throw std::invalid_argument("load_mtp_hidden: the rows must be float32 [rows, hidden]");
+             e.load_mtp_hidden(lane, first_row, (int)a.shape(0), a.data());
+           }, py::arg("lane"), py::arg("first_row"), py::arg("rows"))
       .def("prefill", &NativeEngine::prefill, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"), py::arg("kv_start"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("prefill_chunk", &NativeEngine::prefill_chunk)

@@ -359,7 +359,7 @@ void NativeEngine::load_lane_state(int lane, const float* host, int64_t n) {
 int64_t NativeEngine::lane_kv_bytes(int n_tokens) const {
   const int64_t elems = (int64_t)n_tokens * dims_.n_kv_heads * dims_.head_dim;
   int64_t per_layer = 2 * (kv_code_bytes(shape_.kv, elems) + kv_scale_bytes(shape_.kv, elems));
-  int64_t layers = 0;
+  int64_t layers = buf_.mtp.on ? 1 : 0;  // the MTP head's attention layer: its cache goes with the trunk's
   for (const auto& L : buf_.layers) layers += L.full ? 1 : 0;
   return layers * per_layer;
 }
@@ -375,8 +375,7 @@ std::vector<NativeEngine::KvRegion> NativeEngine::lane_kv_regions(int lane, int 
   const int64_t elems = (int64_t)n_tokens * dims_.n_kv_heads * dims_.head_dim;
   const int64_t codes = kv_code_bytes(shape_.kv, elems), scales = kv_scale_bytes(shape_.kv, elems);
   std::vector<KvRegion> out;
-  for (const auto& L : buf_.layers) {
-    if (!L.full) continue;
+  auto add = [&](const LayerBuffers& L) {
     const LaneLayer S = lane_layer(L, lane);
     out.push_back({S.k_cache, codes});
     out.push_back({S.v_cache, codes});
@@ -384,7 +383,11 @@ std::vector<NativeEngine::KvRegion> NativeEngine::lane_kv_regions(int lane, int 
       out.push_back({S.k_scales, scales});
       out.push_back({S.v_scales, scales});
     }
-  }
+  };
+  for (const auto& L : buf_.layers)
+    if (L.full) add(L);
+  // the MTP head's cache last: a sequence resumed from a detached snapshot drafts with its whole history
+  if (buf_.mtp.on) add(buf_.mtp.layer);
   return out;
 }
 
@@ -964,6 +967,32 @@ void NativeEngine::mtp_step(int lane, const std::vector<int32_t>& next_tokens, c
     cudaGraphExec_t ge = captured(std::make_pair(lane, key), [&] { enqueue_mtp(lane, T, hidden_row, chained); });
     MR_CHECK(cudaGraphLaunch(ge, stream_), "MTP step (graph launch)");
   }
+}
+
+// The checks both copies of MTP hidden rows make.
+static void check_mtp_rows(bool on, int lane, int lanes, int first_row, int rows, int step_rows, const char* op) {
+  if (!on) throw std::logic_error(std::string(op) + ": this engine was planned without the MTP head");
+  if (lane < 0 || lane >= lanes) throw std::out_of_range("lane out of range");
+  if (first_row < 0 || rows < 0 || first_row + rows > step_rows)
+    throw std::out_of_range(std::string(op) + ": rows past a step's rows");
+}
+
+void NativeEngine::save_mtp_hidden(int lane, int first_row, int rows, float* host) {
+  check_mtp_rows(buf_.mtp.on, lane, shape_.max_lanes, first_row, rows, shape_.max_step_tokens, "save_mtp_hidden");
+  refuse_while_looping("save_mtp_hidden");
+  const int64_t H = dims_.hidden;
+  MR_CHECK(cudaMemcpyAsync(host, mtp_hidden_rows(lane) + first_row * H, (size_t)rows * H * 4, cudaMemcpyDeviceToHost,
+                           stream_), "save_mtp_hidden");
+  synchronize();
+}
+
+void NativeEngine::load_mtp_hidden(int lane, int first_row, int rows, const float* host) {
+  check_mtp_rows(buf_.mtp.on, lane, shape_.max_lanes, first_row, rows, shape_.max_step_tokens, "load_mtp_hidden");
+  refuse_while_looping("load_mtp_hidden");
+  const int64_t H = dims_.hidden;
+  MR_CHECK(cudaMemcpyAsync(mtp_hidden_rows(lane) + first_row * H, host, (size_t)rows * H * 4, cudaMemcpyHostToDevice,
+                           stream_), "load_mtp_hidden");
+  synchronize();
 }
 
 std::vector<float> NativeEngine::logits(int T) {

@@ -73,6 +73,11 @@ class NativeEngine {
   void mtp_step(int lane, const std::vector<int32_t>& next_tokens, const std::vector<int32_t>& rope_pos, int kv_start,
                 int hidden_row, bool chained);
   bool has_mtp() const { return buf_.mtp.on; }
+  // Rows first_row .. first_row + rows - 1 of the lane's MTP hidden rows (the trunk's residual rows of its last step,
+  // the inputs of the head's pending pairs) copied to / from host memory [rows, hidden] fp32: a snapshot keeps the
+  // pairs its sequence left pending, so that a resumed sequence's head misses no position.
+  void save_mtp_hidden(int lane, int first_row, int rows, float* host);
+  void load_mtp_hidden(int lane, int first_row, int rows, const float* host);
   // Prefill: any number of tokens of `lane` from cache slot kv_start, in chunks of the planned
   // prefill_chunk (GEMMs on tensor cores, chunked GDN, flash attention), no graph, no allocation.
   // Leaves the last token's logits in row 0 (logits(1)) and the step inputs set so that sample(lane, 1)
@@ -126,7 +131,8 @@ class NativeEngine {
     char *k_cache = nullptr, *v_cache = nullptr, *k_scales = nullptr, *v_scales = nullptr;
   };
   LaneLayer lane_layer(const LayerBuffers& L, int lane) const;
-  // save_lane_kv / load_lane_kv: each attention layer's regions of a lane's first n_tokens slots, in copy order.
+  // save_lane_kv / load_lane_kv: each attention layer's regions of a lane's first n_tokens slots, in copy order (the
+  // MTP head's layer last, when the engine holds it).
   struct KvRegion {
     char* device;
     int64_t bytes;
