@@ -16,7 +16,7 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE -s tests/test_native_m
 echo "mtp tests rc=$?"; grep -E "MTP|k=|engine:|passed|failed|^E  |^FAILED" "$out/tests-mtp.log" | head -30
 echo "== MMA on, late release"
 export MONORAIL_QGEMV_MMA=1 MONORAIL_QGEMV_MMA_LATE=1
-timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE -s tests/test_native_mtp.py tests/test_native_qgemv_mma.py \
+timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE -s tests/test_native_mtp.py tests/test_native_verify.py tests/test_native_qgemv_mma.py \
   -k "not against_fp64" > "$out/tests-mtp-mma-late.log" 2>&1
 echo "mtp+mma tests (late) rc=$?"; grep -E "MTP|k=|engine:|passed|failed|^E  |^FAILED|XPASS" "$out/tests-mtp-mma-late.log" | head -30
 # (f) only where the late release cleared the engine-level test (a strict xfail: it then reports XPASS)
