@@ -60,6 +60,13 @@ def main() -> int:
     print(f"mma 1 trigger late: row 0 [a,b] vs [a,c] {float((ab[0] - ac[0]).abs().max()):.2e}, nan "
           f"{bool(ab.isnan().any())}", flush=True)
     nat.set_qgemv_mma_trigger_late(False)
+    nat.set_qgemv_mma_split(False)       # K never split: no scratch, no reduce kernel
+    m.engine.reset_graphs()
+    ab, ac = step([5, 7]), step([5, 9])
+    la, lb = step(list(range(3, 19))), step(list(range(3, 18)) + [77])
+    print(f"mma 1 no split: row 0 [a,b] vs [a,c] {float((ab[0] - ac[0]).abs().max()):.2e}, T=16 rows 0..14 "
+          f"{float((la[:15] - lb[:15]).abs().max()):.2e}, nan {bool(ab.isnan().any() or la.isnan().any())}", flush=True)
+    nat.set_qgemv_mma_split(True)
     # Which part of the step breaks causality: the engine's leave-one-out mask (set_skip_mask; 2 the conv, 4 the
     # recurrence, 8 attention, 16 the MLP GEMVs, 32 the mixer GEMVs) with the tensor-core GEMV on, at T = 2 and 16.
     nat.set_pdl(True)

@@ -247,6 +247,8 @@ void register_cuda_bindings(py::module_& m) {
         "qgemv_normed's keep_x by the fused kernel writing x where the route has one (on) or by the norm kernel "
         "first (off; on is the default)");
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
+  m.def("set_qgemv_mma_split", &set_qgemv_mma_split,
+        "diagnostic: off, the tensor-core GEMV of T = 2..16 never splits K (default on)");
   m.def("set_qgemv_mma_trigger_late", &set_qgemv_mma_trigger_late,
         "diagnostic: the tensor-core GEMV of T = 2..16 releases its PDL dependents only at its exit");
   m.def("set_qgemv_mma", &set_qgemv_mma, "4-bit GEMVs of T = 2..16 on tensor cores (on) or per token (off, the default "

@@ -42,6 +42,7 @@ void set_qgemv_lanes(bool on);
 // 4-bit GEMVs of T = 2..16 tokens on tensor cores (qgemv_mma.cuh: the matrix streamed once for all tokens) when on;
 // off runs the per-token kernel. Off by default until the tensor-core kernel has passed its GPU tests.
 void set_qgemv_mma(bool on);
+void set_qgemv_mma_split(bool on);         // diagnostic: off, the tensor-core GEMV never splits K
 void set_qgemv_mma_trigger_late(bool on);  // diagnostic: the tensor-core GEMV releases its dependents at exit
 bool qgemv_mma();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for

@@ -1801,6 +1801,7 @@ int t1_variant(const GemvArgs& a) {
 // out; bench/NOTES.md says what to run)
 bool g_mma = false;
 bool g_mma_trigger_late = false;  // diagnostic (set_qgemv_mma_trigger_late): dependents launch only at its exit
+bool g_mma_split = true;          // diagnostic (set_qgemv_mma_split): off, K is never split (no scratch, no reduce)
 float* g_gemv_scratch = nullptr;   // GemvScratchScope
 int64_t g_gemv_scratch_floats = 0;
 
@@ -1818,7 +1819,7 @@ int mma_splits(int N, int K, int T, int64_t floats) {
 
 template <int BITS>
 void launch_mma(const GemvArgs& a, cudaStream_t st) {
-  const int splits = mma_splits(a.N, a.K, a.T, g_gemv_scratch ? g_gemv_scratch_floats : 0);
+  const int splits = mma_splits(a.N, a.K, a.T, g_gemv_scratch && g_mma_split ? g_gemv_scratch_floats : 0);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
   const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
@@ -2200,6 +2201,7 @@ void set_qgemv_lanes(bool on) { g_lanes = on; }
 
 void set_qgemv_mma(bool on) { g_mma = on; }
 void set_qgemv_mma_trigger_late(bool on) { g_mma_trigger_late = on; }
+void set_qgemv_mma_split(bool on) { g_mma_split = on; }
 bool qgemv_mma() { return g_mma; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
