@@ -95,6 +95,7 @@ _MMA_ENV = "MONORAIL_QGEMV_MMA"
 # MONORAIL_QGEMV_MMA_LATE=1: the tensor-core GEMV releases its PDL dependents only at its exit (a diagnostic of
 # session 40: whether an early release is what breaks it inside the engine; set_qgemv_mma_trigger_late)
 _MMA_LATE_ENV = "MONORAIL_QGEMV_MMA_LATE"
+_MMA_NO_SPLIT_ENV = "MONORAIL_QGEMV_MMA_NO_SPLIT"   # =1: it never splits K (set_qgemv_mma_split; diagnostic)
 _configured_once = False
 
 
@@ -107,6 +108,8 @@ def _configured(mod):
             mod.set_qgemv_mma(value == "1")
         if os.environ.get(_MMA_LATE_ENV) == "1" and hasattr(mod, "set_qgemv_mma_trigger_late"):
             mod.set_qgemv_mma_trigger_late(True)
+        if os.environ.get(_MMA_NO_SPLIT_ENV) == "1" and hasattr(mod, "set_qgemv_mma_split"):
+            mod.set_qgemv_mma_split(False)
     return mod
 
 
