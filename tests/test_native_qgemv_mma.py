@@ -117,12 +117,12 @@ def test_the_per_token_kernel_it_replaces_agrees(nat):
     assert rel_err(new, old) < 3e-3
 
 
-@pytest.mark.xfail(strict=True, reason="session 39: inside the engine the tensor-core GEMV gives wrong T > 1 steps "
-                                       "(bench/NOTES.md; bench/mma_engine_probe.py is the diagnostic)")
 def test_engine_steps_on_tensor_cores_are_causal_and_match_one_token_steps(nat, tiny_native_ckpt):
     """A two-token step [a, b] and one [a, c] from the same state give the same first row, within rounding of the
     one-token step's logits; and a 16-token prompt run as one step ends where one-token steps end. (The op tests
-    above pass; what this adds is the engine's sequence of kernels around the GEMV.)"""
+    above pass; what this adds is the engine's sequence of kernels around the GEMV, launched with PDL: in sessions
+    38-39 ptxas scheduled the GEMV's first x loads above its PDL wait, and these steps read x before it was written;
+    fixed in session 40 by a coherent load, ld_after_wait, and guarded by tests/test_pdl_load_order.py.)"""
     from native_helpers import TOL_MODEL_BF16KV
     from test_native_model import source_from_checkpoint
 

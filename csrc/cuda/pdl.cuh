@@ -10,7 +10,10 @@
 //   * every thread calls pdl_wait() before it reads anything an earlier kernel of the step wrote or writes
 //     anything an earlier kernel reads, and before it exits (no early return ahead of it): a block's end
 //     then implies its predecessors' end, so completion stays transitive down the stream;
-//   * pdl_trigger() comes after pdl_wait(), so at most one kernel runs ahead of its predecessor.
+//   * pdl_trigger() comes after pdl_wait(), so at most one kernel runs ahead of its predecessor;
+//   * ptxas may schedule a read-only-path load (__ldg, ld.global.nc) above the wait, as it did with the tensor-core
+//     GEMV's x (session 40): new code reads predecessor data with ld_after_wait, and tests/test_pdl_load_order.py
+//     (bench/pdl_load_order.py) checks every kernel's SASS for a load the PTX has after the wait.
 // The prologue may read only data no kernel of the step writes (weights) or data last written before the
 // predecessor started (a layer's state, written one step earlier). PDL is used only inside a decode step
 // (PdlScope, set by the engine around enqueue_step), where every predecessor is one of these kernels;
@@ -50,6 +53,19 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   MR_STAMPED_WAIT(asm volatile("griddepcontrol.wait;" ::: "memory"));  // stamps.cuh: the wait alone by default
 #endif
+}
+// A 16-byte load of data the predecessor wrote, after pdl_wait(): a coherent load (ld.global), never the read-only
+// path. ld.global.nc promises the data stays unchanged while the kernel runs, which PDL breaks (the predecessor is still
+// writing it when this kernel starts), and ptxas acts on the promise: session 40 found the tensor-core GEMV's first x
+// load (__ldg) scheduled above griddepcontrol.wait (ACQBULK) in its sm_90 SASS though the PTX had it after the wait,
+// so inside a decode step it read x before the previous kernel had written it (bench/results/
+// mma-probe-h100-s40-call1.txt: causal and exact with PDL off, wrong with it on).
+__device__ __forceinline__ uint4 ld_after_wait(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
 }
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

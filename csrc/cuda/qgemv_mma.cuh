@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
         const bool have = valid[u] && t < a.T;
         const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
 #pragma unroll
-        for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? __ldg(xp + p) : make_uint4(0, 0, 0, 0);
+        for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
