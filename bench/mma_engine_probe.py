@@ -1,8 +1,10 @@
-"""Why the tensor-core GEMV of T = 2..16 is wrong inside the engine while its op tests pass (GPU diagnostic,
-session 39). On a tiny checkpoint, a step of two tokens [a, b] and one of [a, c] from the same state must give the
+"""Causality and determinism of the engine's T > 1 steps with the tensor-core GEMV of T = 2..16 (GPU diagnostic,
+sessions 39-40). On a tiny checkpoint, a step of two tokens [a, b] and one of [a, c] from the same state must give the
 same row-0 logits (causality), and one step run twice must give the same logits (determinism). Each is checked with
 the tensor-core GEMV on and off, with programmatic dependent launch (set_pdl) on and off, and with and without CUDA
-graphs: the switch that makes the fault go away names its cause.
+graphs, then with the engine's leave-one-out masks at T = 2 and 16: the switch that makes a fault go away names its
+cause. Session 40 (bench/results/mma-probe-h100-s40-call1.txt): exact with PDL off, wrong with it on, which led to
+the GEMV's x loads scheduled above its PDL wait (bench/pdl_load_order.py).
     python bench/mma_engine_probe.py
 """
 import sys
@@ -50,23 +52,6 @@ def main() -> int:
                 vs_one = float((ab[0] - one[0]).abs().max())
                 print(f"mma {mma} pdl {pdl} graphs {graphs}: row 0 [a,b] vs [a,c] {causal:.2e}, run twice {determ:.2e}, "
                       f"row 0 vs a one-token step {vs_one:.2e}, nan {bool(ab.isnan().any())}", flush=True)
-    # The tensor-core GEMV releasing its dependents only at its exit (as a many-block per-token GEMV nearly does)
-    nat.set_pdl(True)
-    m.engine.set_use_graphs(True)
-    nat.set_qgemv_mma(True)
-    nat.set_qgemv_mma_trigger_late(True)
-    m.engine.reset_graphs()
-    ab, ac = step([5, 7]), step([5, 9])
-    print(f"mma 1 trigger late: row 0 [a,b] vs [a,c] {float((ab[0] - ac[0]).abs().max()):.2e}, nan "
-          f"{bool(ab.isnan().any())}", flush=True)
-    nat.set_qgemv_mma_trigger_late(False)
-    nat.set_qgemv_mma_split(False)       # K never split: no scratch, no reduce kernel
-    m.engine.reset_graphs()
-    ab, ac = step([5, 7]), step([5, 9])
-    la, lb = step(list(range(3, 19))), step(list(range(3, 18)) + [77])
-    print(f"mma 1 no split: row 0 [a,b] vs [a,c] {float((ab[0] - ac[0]).abs().max()):.2e}, T=16 rows 0..14 "
-          f"{float((la[:15] - lb[:15]).abs().max()):.2e}, nan {bool(ab.isnan().any() or la.isnan().any())}", flush=True)
-    nat.set_qgemv_mma_split(True)
     # Which part of the step breaks causality: the engine's leave-one-out mask (set_skip_mask; 2 the conv, 4 the
     # recurrence, 8 attention, 16 the MLP GEMVs, 32 the mixer GEMVs) with the tensor-core GEMV on, at T = 2 and 16.
     nat.set_pdl(True)

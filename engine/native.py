@@ -88,14 +88,10 @@ def load_native():
     ) from first
 
 
-# MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (its
-# default is off until it has passed its GPU tests: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU
-# test module with it, without a rebuild. Applied once, at the first import.
+# MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (on by
+# default: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU test module either way without a rebuild.
+# Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
-# MONORAIL_QGEMV_MMA_LATE=1: the tensor-core GEMV releases its PDL dependents only at its exit (a diagnostic of
-# session 40: whether an early release is what breaks it inside the engine; set_qgemv_mma_trigger_late)
-_MMA_LATE_ENV = "MONORAIL_QGEMV_MMA_LATE"
-_MMA_NO_SPLIT_ENV = "MONORAIL_QGEMV_MMA_NO_SPLIT"   # =1: it never splits K (set_qgemv_mma_split; diagnostic)
 _configured_once = False
 
 
@@ -106,10 +102,6 @@ def _configured(mod):
         value = os.environ.get(_MMA_ENV)
         if value in ("0", "1") and hasattr(mod, "set_qgemv_mma"):
             mod.set_qgemv_mma(value == "1")
-        if os.environ.get(_MMA_LATE_ENV) == "1" and hasattr(mod, "set_qgemv_mma_trigger_late"):
-            mod.set_qgemv_mma_trigger_late(True)
-        if os.environ.get(_MMA_NO_SPLIT_ENV) == "1" and hasattr(mod, "set_qgemv_mma_split"):
-            mod.set_qgemv_mma_split(False)
     return mod
 
 
@@ -140,10 +132,10 @@ def native_status() -> NativeStatus:
 
 def verify_steps_pay() -> bool:
     """Whether a speculative verify step of k + 1 tokens costs about one decode step, so that drafting with the MTP
-    head speeds the native engine up: only with the tensor-core GEMV of T = 2..16 (set_qgemv_mma). The per-token GEMV,
-    the default while the tensor-core one fails the engine-level tests (README), makes a step of T tokens cost nearly T
-    steps (H100, depth 0: 5.9 ms for T = 1, 17.9 for T = 4; bench/results/step-widths-h100-s39-call2.json), so rounds
-    would be slower than plain decoding at any acceptance. Engine plans the head and drafts only where this holds."""
+    head speeds the native engine up: only with the tensor-core GEMV of T = 2..16 (set_qgemv_mma, on by default). The
+    per-token GEMV (MONORAIL_QGEMV_MMA=0) makes a step of T tokens cost nearly T steps (H100, depth 0: 5.9 ms for
+    T = 1, 17.9 for T = 4 against 9.4 on tensor cores; bench/results/step-widths-h100-s39-call2.json), so rounds would
+    be slower than plain decoding at any acceptance. Engine plans the head and drafts only where this holds."""
     try:
         return bool(load_native().qgemv_mma())
     except ImportError:

@@ -26,7 +26,7 @@ def test_the_environment_switches_the_tensor_core_gemv():
     default = _state(None)
     if default == "absent":
         pytest.skip("engine._native was built without CUDA")
-    assert default == "False"            # off until it has run on a GPU (qgemv.cu g_mma)
+    assert default == "True"             # on since session 40 (qgemv.cu g_mma)
     assert _state("1") == "True"
     assert _state("0") == "False"
     assert _state("yes") == default      # anything else leaves the default

@@ -247,12 +247,7 @@ void register_cuda_bindings(py::module_& m) {
         "qgemv_normed's keep_x by the fused kernel writing x where the route has one (on) or by the norm kernel "
         "first (off; on is the default)");
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
-  m.def("set_qgemv_mma_split", &set_qgemv_mma_split,
-        "diagnostic: off, the tensor-core GEMV of T = 2..16 never splits K (default on)");
-  m.def("set_qgemv_mma_trigger_late", &set_qgemv_mma_trigger_late,
-        "diagnostic: the tensor-core GEMV of T = 2..16 releases its PDL dependents only at its exit");
-  m.def("set_qgemv_mma", &set_qgemv_mma, "4-bit GEMVs of T = 2..16 on tensor cores (on) or per token (off, the default "
-        "until the tensor-core kernel has run on a GPU)");
+  m.def("set_qgemv_mma", &set_qgemv_mma, "GEMVs of T = 2..16 on tensor cores (on, the default) or per token (off)");
   m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");

@@ -40,10 +40,8 @@ int qgemv_x_layout(const QMatrix& W, int T);
 // Lets a benchmark compare the two layouts on whole steps (default on); off, qgemv_x_layout always says perm8.
 void set_qgemv_lanes(bool on);
 // 4-bit GEMVs of T = 2..16 tokens on tensor cores (qgemv_mma.cuh: the matrix streamed once for all tokens) when on;
-// off runs the per-token kernel. Off by default until the tensor-core kernel has passed its GPU tests.
+// off runs the per-token kernel. On by default (session 40).
 void set_qgemv_mma(bool on);
-void set_qgemv_mma_split(bool on);         // diagnostic: off, the tensor-core GEMV never splits K
-void set_qgemv_mma_trigger_late(bool on);  // diagnostic: the tensor-core GEMV releases its dependents at exit
 bool qgemv_mma();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too

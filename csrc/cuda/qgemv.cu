@@ -1797,12 +1797,11 @@ int t1_variant(const GemvArgs& a) {
 
 #include "qgemv_mma.cuh"
 
-// set_qgemv_mma: off by default until the engine-level GPU tests pass with it (session 40 found why it was wrong inside
-// the engine, its x loads scheduled above the PDL wait, and fixed that with no device time left to rerun them;
-// bench/NOTES.md says what to run)
-bool g_mma = false;
-bool g_mma_trigger_late = false;  // diagnostic (set_qgemv_mma_trigger_late): dependents launch only at its exit
-bool g_mma_split = true;          // diagnostic (set_qgemv_mma_split): off, K is never split (no scratch, no reduce)
+// set_qgemv_mma: on by default since session 40, whose fix (x loads after the PDL wait: ld_after_wait) made it right
+// inside the engine (H100: the engine-level, verify, MTP, model, prefill and routing GPU tests with it on,
+// bench/results/tests-*-mma-fixed-h100-s40-*.txt); off runs the per-token kernel (a step of T tokens then costs nearly
+// T steps)
+bool g_mma = true;
 float* g_gemv_scratch = nullptr;   // GemvScratchScope
 int64_t g_gemv_scratch_floats = 0;
 
@@ -1820,16 +1819,15 @@ int mma_splits(int N, int K, int T, int64_t floats) {
 
 template <int BITS>
 void launch_mma(const GemvArgs& a, cudaStream_t st) {
-  const int splits = mma_splits(a.N, a.K, a.T, g_gemv_scratch && g_mma_split ? g_gemv_scratch_floats : 0);
+  const int splits = mma_splits(a.N, a.K, a.T, g_gemv_scratch ? g_gemv_scratch_floats : 0);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
   const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
-  const int late = g_mma_trigger_late ? 1 : 0;
-  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per, late);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per, late);
+  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2201,8 +2199,6 @@ int qgemv_x_layout(const QMatrix& W, int T) {
 void set_qgemv_lanes(bool on) { g_lanes = on; }
 
 void set_qgemv_mma(bool on) { g_mma = on; }
-void set_qgemv_mma_trigger_late(bool on) { g_mma_trigger_late = on; }
-void set_qgemv_mma_split(bool on) { g_mma_split = on; }
 bool qgemv_mma() { return g_mma; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)

@@ -64,8 +64,7 @@ __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast
 // to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
 template <int BITS, int NT, int U>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
-                                                                                    int spans_per_split,
-                                                                                    int trigger_late) {
+                                                                                    int spans_per_split) {
   using namespace mma_gemv;
   constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -111,7 +110,7 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
     }
     if (!waited) {  // the first weights are in flight; x is the previous kernel's output
       pdl_wait();
-      if (!trigger_late) pdl_trigger();
+      pdl_trigger();
       waited = true;
     }
     uint4 xv[U][NT][4];
