@@ -30,7 +30,7 @@ def mma(nat, on: bool):
 
 @pytest.fixture(autouse=True)
 def tensor_cores_on(nat):
-    """Every test here runs the tensor-core kernel (the route is off by default until these tests pass on a GPU)."""
+    """Every test here runs the tensor-core kernel, whatever the process default (MONORAIL_QGEMV_MMA) says."""
     with mma(nat, True):
         yield
 
