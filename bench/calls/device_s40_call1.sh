@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Session 40, call 1. The tensor-core GEMV inside the engine, then the speculative tests:
+# Session 40, call 1, kept as it ran: the diagnostic switches it sets (MONORAIL_QGEMV_MMA_LATE / _NO_SPLIT, and the
+# probe's late-release and no-split rows) were removed after it found the cause, so a rerun ignores them.
+# The tensor-core GEMV inside the engine, then the speculative tests:
 #   (a) bench/mma_engine_probe.py: causality / determinism of T = 2 and 16 steps with the tensor-core GEMV, PDL,
 #       graphs, the late PDL release, no K split and the engine's leave-one-out masks switched;
 #   (b) tests/test_native_mtp.py on the default route (incl. the new snapshot test);
