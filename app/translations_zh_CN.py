@@ -16,7 +16,7 @@ ZH_CN: dict[str, str] = {
     "Export chat": "导出对话",
     "(random weights)": "（随机权重）",
     "Speculative decoding with the MTP head": "使用 MTP 头进行推测解码",
-    "The reference backend drafts for every reply. The native engine drafts for greedy replies without penalties; sampled replies decode without drafts.": "参考后端为每个回复起草。原生引擎为不带惩罚项的贪心回复起草；采样回复不起草直接解码。",
+    "The reference backend drafts for every reply. The native engine drafts for replies without penalties (a seeded reply gives the same tokens as without drafts); replies with a penalty decode without drafts.": "参考后端为每个回复起草。原生引擎为不带惩罚项的回复起草（指定种子的回复与不起草时的词元相同）；带惩罚项的回复不起草直接解码。",
     "Speculation": "推测解码",
     "Delete “{title}” and all its messages?": "删除“{title}”及其全部消息？",
     "Restarting the engine…": "正在重启引擎…",

@@ -163,9 +163,9 @@ class _ResolvedModel:
 def mtp_can_draft(backend: str, sampling: "SamplingParams | None" = None) -> bool:
     """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation). The
     reference backend drafts for every request (greedy ones by the greedy rule, sampled ones by the speculative
-    sampling rule, engine/speculative.py); the native one for greedy requests without penalties
-    (engine/native_speculative.py: the drafts and the verify step's choices are argmaxes on the GPU), and only where
-    its verify steps are cheap enough to pay (engine.native.verify_steps_pay). The model must
+    sampling rule, engine/speculative.py); the native one for requests without penalties (engine/native_speculative.py:
+    drafts and the verify step's tokens are drawn on the GPU, a sampled draft with the noise the trunk's draw at its
+    place uses), and only where its verify steps are cheap enough to pay (engine.native.verify_steps_pay). The model must
     also have an MTP head and the prompt no images (Engine._can_speculate). Without ``sampling``: whether the backend
     drafts for some request."""
     if backend == "reference":
@@ -173,8 +173,8 @@ def mtp_can_draft(backend: str, sampling: "SamplingParams | None" = None) -> boo
     from engine import native
     if backend != "native" or not native.verify_steps_pay():
         return False
-    return sampling is None or (sampling.greedy and sampling.repetition_penalty == 1.0
-                                and sampling.presence_penalty == 0.0 and sampling.frequency_penalty == 0.0)
+    return sampling is None or (sampling.repetition_penalty == 1.0 and sampling.presence_penalty == 0.0
+                                and sampling.frequency_penalty == 0.0)
 
 
 def _resolve_model(model: str) -> _ResolvedModel:
@@ -516,14 +516,16 @@ class Engine:
         return self._host_tokens(state, logits, sampler, prompt_ids)
 
     def _native_speculative_tokens(self, state, logits, sampler, prompt_ids: list[int], stats) -> Iterator[int]:
-        """Greedy tokens on the native engine with MTP drafts: the first from the prompt's logits, as plain decoding
-        chooses it, then engine.native_speculative's rounds."""
-        from engine.native_speculative import greedy_speculative_tokens
+        """Tokens on the native engine with MTP drafts: the first from the prompt's logits, as plain decoding draws
+        it (the host Sampler, draw index 0), then engine.native_speculative's rounds with the same draws."""
+        from engine.native_loop import device_sampling
+        from engine.native_speculative import speculative_tokens
 
         first = sampler.sample(logits, [], prompt_ids=prompt_ids)
         yield first
-        yield from greedy_speculative_tokens(self._model, state, first, k=self.options.mtp_draft_tokens,
-                                             vocab_limit=sampler.valid_vocab_size, stats=stats)
+        yield from speculative_tokens(self._model, state, first, k=self.options.mtp_draft_tokens,
+                                      sampling=device_sampling(sampler.params, seed=sampler.seed,
+                                                               vocab_limit=sampler.valid_vocab_size), stats=stats)
 
     def _host_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
         generated: list[int] = []

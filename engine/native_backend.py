@@ -655,8 +655,8 @@ class NativeModel:
                min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
                frequency_penalty: float = 0.0, seed: int = 0, vocab_limit: int | None = None,
                rows: int = 1, draw: int = 0) -> list[int]:
-        """Sample from the last forward's logits (its last `rows` rows) on the device; row t of all the
-        forward's rows draws with index draw + t (engine/sampling.py: the response's token index)."""
+        """Sample from the last forward's logits (its last `rows` rows) on the device; the returned rows draw with
+        indices draw, draw + 1, ... (engine/sampling.py: the response's token index). Only those rows are drawn."""
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                       repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                       frequency_penalty=frequency_penalty, seed=seed,
@@ -664,7 +664,7 @@ class NativeModel:
         last = self.last_logit_rows
         if not 1 <= rows <= last:
             raise NativeBackendError(f"the last step produced {last} rows of logits; cannot sample {rows}")
-        return list(self.engine.sample(state.lane, last, params, draw))[-rows:]
+        return list(self.engine.sample(state.lane, rows, params, draw, last - rows))
 
     def count_tokens(self, state: NativeState, ids: list[int], *, in_prompt: bool = False) -> None:
         """Feed tokens to the lane's penalty counts: generated ones, or the prompt's (in_prompt)."""

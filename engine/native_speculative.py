@@ -1,23 +1,37 @@
-"""Speculative decoding on the native engine with the checkpoint's own MTP head (greedy requests).
+"""Speculative decoding on the native engine with the checkpoint's own MTP head (requests without penalties).
 
-A round, with the trunk's last consumed position at base - 1 and `last` (the last committed token) not yet consumed:
+A round, with the trunk's last consumed position at base - 1 and `last` (the last committed token, response index
+n - 1) not yet consumed:
   1. the head drafts k tokens: the first from the pair (trunk hidden at base - 1, last), the others chained on its own
-     output and the previous draft (NativeModel.mtp_draft / mtp_chain; the argmax of each row, drawn on the GPU);
+     output and the previous draft (NativeModel.mtp_draft / mtp_chain); draft i is drawn on the GPU from the head's
+     row with the request's sampler and draw index n + i - 1, the index the token at that place of the response
+     draws with;
   2. the trunk runs [last, d1 .. dk] as one step of k + 1 tokens, its recurrent state checkpointed after each token
-     (NativeModel.verify: forward(keep_states=True) with the logits left on the device);
-  3. the greedy rule: drafts are kept while each equals the trunk's argmax at its position; the first that differs is
-     replaced by that argmax, and if all are kept the argmax after the last comes free. So a round commits j + 1
-     tokens for j kept drafts;
+     (NativeModel.verify: forward(keep_states=True) with the logits left on the device), and its rows are drawn from
+     with draw indices n .. n + k: row t's token is what plain decoding draws at response index n + t, given the
+     history up to it;
+  3. drafts are kept while each equals the trunk's draw at its position; the first that differs is replaced by that
+     draw, and if all are kept the draw after the last comes free. So a round commits j + 1 tokens for j kept drafts;
   4. the lane is set to base + j + 1 tokens (NativeModel.commit: the checkpoint after token j becomes the recurrent
      state; KV slots past it are overwritten by later steps), so a rejected draft costs no recomputation;
   5. the committed pairs (trunk hidden at base .. base + j, with d1 .. dj and the new token) go through the head, whose
      last row drafts the next round.
-Every committed token is the trunk's argmax given the committed history, as plain greedy decoding chooses, from a
-step of k + 1 tokens: those kernels sum in another order than one-token steps, so an exact tie between two logits may
-resolve the other way (tests check each token against the trunk's logits at its position).
 
-The oracle is engine/speculative.py (the reference model's loop, same rule). Sampled requests decode without drafts
-on the native engine (the GPU decode loop, engine.native_loop).
+Greedy requests (temperature 0) draw the argmax. Sampled requests draw by the device sampler's Philox-keyed
+Gumbel-max (engine/sampling.py): the draft and the trunk's row at one place of the response share that place's
+Gumbel noise, so a draft is kept exactly when the trunk, given the same history, draws the same token with the same
+noise ("coupled" drafts). Every committed token is therefore the token plain decoding with that seed draws there, the
+output plain decoding gives, token for token, not only one from the same distribution. The price is the acceptance
+rate: a coupled draft is kept with probability P(argmax(log q + g) = argmax(log p + g)), at least
+(1 - TV) / (1 + TV) for the two distributions' total-variation distance TV, where the rejection rule of
+engine/speculative.py (the reference backend's) keeps one with probability 1 - TV.
+
+Penalties are refused: the device draws every row of a step against the lane's token counts as they stand, not
+with the drafts before each row counted.
+
+Steps of k + 1 tokens sum in another order than one-token steps, so where two candidates' scores agree to within
+that rounding the draw may go the other way (tests check each token against the trunk's logits at its position).
+The greedy oracle is engine/speculative.py (the reference model's loop); the sampled one is plain decoding.
 """
 
 from __future__ import annotations
@@ -30,22 +44,30 @@ from engine.speculative import SpecStats
 # Test hook: (base, the head's drafts) -> the drafts to verify instead (same count).
 DraftFilter = Callable[[int, list[int]], list[int]]
 
+_PENALTIES = ("repetition_penalty", "presence_penalty", "frequency_penalty")
+_NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
-def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_limit: int,
-                              stats: SpecStats | None = None,
-                              draft_filter: DraftFilter | None = None) -> Iterator[int]:
-    """Committed tokens after ``first_token`` (the token the caller chose from the prompt's logits; the state has
-    consumed the prompt and, through its last forward, holds the MTP head's pending pairs). The caller stops iterating
-    when it is done (a stop token, the budget); the lane has then consumed every committed token but the last one,
-    including those of the current round the caller did not take, and none of the rejected drafts."""
+
+def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict,
+                       stats: SpecStats | None = None, draft_filter: DraftFilter | None = None) -> Iterator[int]:
+    """Committed tokens after ``first_token``, response index 0 (the caller drew it from the prompt's logits with the
+    same sampler; the state has consumed the prompt and, through its last forward, holds the MTP head's pending
+    pairs). ``sampling``: the device sampler's parameters (engine.native_loop.device_sampling: temperature, top-k,
+    top-p, min-p, seed, vocab_limit; penalties neutral). The caller stops iterating when it is done (a stop token,
+    the budget); the lane has then consumed every committed token but the last one, including those of the current
+    round the caller did not take, and none of the rejected drafts."""
     if not 1 <= k <= model.mtp_drafts:
         raise ValueError(f"k (drafts a round) must be in 1..{model.mtp_drafts} (the engine's planned mtp_drafts)")
+    if any(float(sampling.get(p, _NEUTRAL[p])) != _NEUTRAL[p] for p in _PENALTIES):
+        raise ValueError("speculative rounds on the native engine take no penalties (each row of a verify step would "
+                         "need the drafts before it counted)")
     stats = stats if stats is not None else SpecStats()
 
-    def argmax(rows: int) -> list[int]:
-        return model.sample(state, temperature=0.0, vocab_limit=vocab_limit, rows=rows)
+    def draw_last(index: int) -> int:
+        """The head's last row (the draft after the pairs it closed) drawn with response index ``index``."""
+        return model.sample(state, **sampling, rows=1, draw=index)[0]
 
-    last = int(first_token)
+    last, n = int(first_token), 1   # n: tokens committed so far; `last` is response index n - 1
     model.mtp_draft(state, last)
     while True:
         base = state.seq_len   # the cache slot `last` goes to
@@ -54,14 +76,14 @@ def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_l
         k_round = min(k, state.max_tokens - base - 1)
         if k_round < 1:
             return
-        drafts = argmax(1)
+        drafts = [draw_last(n)]
         for i in range(1, k_round):
             model.mtp_chain(state, drafts[-1], base - 1 + i)
-            drafts += argmax(1)
+            drafts.append(draw_last(n + i))
         if draft_filter is not None:
             drafts = [int(d) for d in draft_filter(base, list(drafts))]
         model.verify([last] + drafts, state)   # the step of k + 1 tokens, keeping its state checkpoints
-        targets = argmax(k_round + 1)
+        targets = model.sample(state, **sampling, rows=k_round + 1, draw=n)
         kept = 0
         while kept < k_round and targets[kept] == drafts[kept]:
             kept += 1
@@ -69,7 +91,16 @@ def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_l
         model.commit(state, kept + 1)
         stats.drafted += k_round
         stats.accepted += kept
+        n += len(committed)
         yield from committed
         # commit left this round's consumed positions pending for the head; its last committed token closes them
         last = committed[-1]
         model.mtp_draft(state, last)
+
+
+def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_limit: int,
+                              stats: SpecStats | None = None,
+                              draft_filter: DraftFilter | None = None) -> Iterator[int]:
+    """speculative_tokens for a greedy request: each committed token is the trunk's argmax."""
+    return speculative_tokens(model, state, first_token, k=k, sampling=dict(temperature=0.0, vocab_limit=vocab_limit),
+                              stats=stats, draft_filter=draft_filter)

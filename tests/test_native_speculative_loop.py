@@ -1,16 +1,17 @@
 """engine/native_speculative.py's bookkeeping on the CPU, over a stand-in for NativeModel whose trunk and MTP head
-are functions of the token history: the rounds must yield exactly the trunk's greedy sequence, hand the head the
-pairs of every consumed position once (slots, hidden rows and next tokens as the engine's mtp_step takes them), chain
-drafts at the right slots, and commit the kept count. (The GPU tests in test_native_mtp.py run the real engine.)"""
+are functions of the token history (and, for sampled requests, of the seed and the draw index): the rounds must yield
+exactly the tokens plain decoding gives (greedy, or sampled with that seed), hand the head the pairs of every consumed
+position once (slots, hidden rows and next tokens as the engine's mtp_step takes them), chain drafts at the right
+slots, draw each token with its response index, and commit the kept count. (The GPU tests in test_native_mtp.py run
+the real engine.)"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import pytest
 
-from engine.native_speculative import greedy_speculative_tokens
+from engine.native_speculative import greedy_speculative_tokens, speculative_tokens
 from engine.speculative import SpecStats
 
 V = 50
@@ -19,6 +20,14 @@ V = 50
 def trunk_next(history: list[int]) -> int:
     """The stand-in trunk's greedy token after ``history``."""
     return (sum(history) * 31 + 7 * len(history)) % V
+
+
+def trunk_draw(history: list[int], temperature: float, seed: int, draw: int) -> int:
+    """The stand-in trunk's token after ``history`` drawn with response index ``draw``: the argmax at temperature 0,
+    else a token that moves with the seed and the draw index (as a Gumbel-max draw does)."""
+    if temperature == 0.0:
+        return trunk_next(history)
+    return (trunk_next(history) + seed * 5 + draw * draw * 3 + 1) % V
 
 
 @dataclass
@@ -37,33 +46,27 @@ class FakeModel:
     def __init__(self, mtp_drafts: int, head_right):
         self.mtp_drafts = mtp_drafts
         self.head_right = head_right
-        self.rows = np.zeros((1, V))
+        self.rows: list[tuple[list[int], bool]] = []   # the last call's rows: (history, drafted by the head)
         self.last_verify = None       # (start, T) of the last verify step
         self.head_slots: list[int] = []   # the head's cache slots written by pairs of consumed positions
         self.chain_history: list[int] = []
-
-    def _onehot(self, tokens: list[int]) -> np.ndarray:
-        out = np.zeros((len(tokens), V))
-        out[np.arange(len(tokens)), tokens] = 1.0
-        return out
 
     def prefill(self, state: State, prompt: list[int]) -> None:
         state.consumed = list(prompt)
         state.seq_len = len(prompt)
         state.mtp_pending = (0, state.seq_len - 1, [])
         self.head_slots = list(range(len(prompt) - 1))   # prefill runs the head over all but the last pair
-        self.rows = self._onehot([trunk_next(state.consumed)])
+        self.rows = [(list(state.consumed), False)]
 
     def verify(self, ids, state: State):
         assert 2 <= len(ids) <= self.mtp_drafts + 1
         start = state.seq_len
         assert start == len(state.consumed)
-        rows = []
+        self.rows = []
         for t in ids:
             state.consumed.append(int(t))
-            rows.append(trunk_next(state.consumed))
+            self.rows.append((list(state.consumed), False))
         state.seq_len += len(ids)
-        self.rows = self._onehot(rows)
         self.last_verify = (start, len(ids))
 
     def commit(self, state: State, kept: int) -> None:
@@ -74,13 +77,17 @@ class FakeModel:
         state.seq_len = start + kept
         state.mtp_pending = (0, start, state.consumed[start + 1:])   # as NativeModel.commit leaves them
 
-    def sample(self, state, *, temperature, vocab_limit, rows):
-        assert temperature == 0.0 and vocab_limit == V and 1 <= rows <= len(self.rows)
-        return [int(r.argmax()) for r in self.rows[-rows:]]
+    @property
+    def last_logit_rows(self) -> int:
+        return len(self.rows)
 
-    def _draft(self, history: list[int]) -> int:
-        right = trunk_next(history)
-        return right if self.head_right(len(history)) else (right + 1) % V
+    def sample(self, state, *, temperature, vocab_limit, rows=1, draw=0, seed=0, top_k=0, top_p=1.0, min_p=0.0):
+        assert vocab_limit == V and 1 <= rows <= len(self.rows) and draw >= 0
+        out = []
+        for t, (history, head) in enumerate(self.rows[-rows:]):
+            right = trunk_draw(history, temperature, seed, draw + t)
+            out.append(right if not head or self.head_right(len(history)) else (right + 1) % V)
+        return out
 
     def mtp_draft(self, state: State, next_token: int) -> None:
         row, slot, tokens = state.mtp_pending
@@ -92,13 +99,14 @@ class FakeModel:
         self.head_slots += list(range(slot, slot + len(pairs)))
         state.mtp_pending = None
         self.chain_history = state.consumed + [int(next_token)]
-        self.rows = self._onehot([self._draft(self.chain_history)])
+        # one row a pair; the last drafts the token after next_token
+        self.rows = [([], True)] * (len(pairs) - 1) + [(list(self.chain_history), True)]
 
     def mtp_chain(self, state: State, draft: int, slot: int) -> None:
         # the head's output at the previous pair's position, with the draft it made: slot = that position + 1
         assert slot == len(self.chain_history) - 1
         self.chain_history = self.chain_history + [int(draft)]
-        self.rows = self._onehot([self._draft(self.chain_history)])
+        self.rows = [(list(self.chain_history), True)]
 
 
 def greedy(prompt: list[int], n: int) -> list[int]:
@@ -162,3 +170,43 @@ def test_rounds_draft_less_at_the_states_end_and_stop_at_it(k):
     # every slot used; the last token (a round's own next token) needs no slot, as it is not consumed
     assert len(prompt) + len(got) in (state.max_tokens, state.max_tokens + 1)
     assert state.seq_len <= state.max_tokens and max(widths) == k + 1 and min(widths) >= 2
+
+
+def plain_sampled(prompt: list[int], n: int, temperature: float, seed: int) -> list[int]:
+    hist, out = list(prompt), []
+    for i in range(n):
+        out.append(trunk_draw(hist, temperature, seed, i))
+        hist.append(out[-1])
+    return out
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("pattern", ["always", "mixed"])
+def test_sampled_rounds_yield_plain_decodings_tokens_for_the_seed(k, pattern):
+    """A sampled request: drafts and the verify step's rows draw with the response index of their place, so the
+    committed tokens are plain decoding's for that seed, whatever the head drafts."""
+    right = {"always": lambda p: True, "mixed": lambda p: p % 5 != 2}[pattern]
+    model = FakeModel(mtp_drafts=k, head_right=right)
+    state = State()
+    prompt = [3, 14, 15, 9, 26]
+    model.prefill(state, prompt)
+    sampling = dict(temperature=0.7, top_k=20, top_p=0.95, min_p=0.0, seed=12345, vocab_limit=V)
+    first = model.sample(state, **sampling, rows=1, draw=0)[0]
+    stats = SpecStats()
+    got = [first]
+    for tok in speculative_tokens(model, state, first, k=k, sampling=sampling, stats=stats):
+        got.append(tok)
+        if len(got) >= 50:
+            break
+    assert got == plain_sampled(prompt, 50, 0.7, 12345)
+    assert got != greedy(prompt, 50)
+    assert (stats.accepted == stats.drafted) if pattern == "always" else (0 < stats.accepted < stats.drafted)
+
+
+def test_penalties_are_refused():
+    model = FakeModel(mtp_drafts=2, head_right=lambda p: True)
+    state = State()
+    model.prefill(state, [1, 2, 3])
+    for penalty in (dict(repetition_penalty=1.1), dict(presence_penalty=0.5), dict(frequency_penalty=0.2)):
+        with pytest.raises(ValueError, match="no penalties"):
+            next(speculative_tokens(model, state, 0, k=2, sampling=dict(temperature=0.7, vocab_limit=V, **penalty)))

@@ -159,8 +159,9 @@ class SettingsDialog(QDialog):
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head"))
         self.mtp.setChecked(self.s.mtp_speculation)
         self.mtp.setToolTip(tr(
-            "The reference backend drafts for every reply. The native engine drafts for greedy replies without "
-            "penalties; sampled replies decode without drafts."))
+            "The reference backend drafts for every reply. The native engine drafts for replies without "
+            "penalties (a seeded reply gives the same tokens as without drafts); replies with a penalty decode "
+            "without drafts."))
         f.addRow(tr("Speculation"), self.mtp)
         self.plan_button = QPushButton(tr("Show memory plan"))
         self.plan_button.clicked.connect(self.request_plan)

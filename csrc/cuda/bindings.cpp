@@ -154,9 +154,9 @@ void register_cuda_bindings(py::module_& m) {
              std::memcpy(a.mutable_data(), v.data(), v.size() * 4);
              return a;
            })
-      .def("sample", [](NativeEngine& e, int lane, int T, py::dict params, int64_t draw) {
-             return e.sample(lane, T, sampling_from_dict(params, (int)e.dims().vocab), draw);
-           }, py::arg("lane"), py::arg("T"), py::arg("params"), py::arg("draw") = 0)
+      .def("sample", [](NativeEngine& e, int lane, int T, py::dict params, int64_t draw, int first_row) {
+             return e.sample(lane, T, sampling_from_dict(params, (int)e.dims().vocab), draw, first_row);
+           }, py::arg("lane"), py::arg("T"), py::arg("params"), py::arg("draw") = 0, py::arg("first_row") = 0)
       .def("decode_start", [](NativeEngine& e, int lane, int logits_row, int kv_next, py::dict params, int64_t draw) {
              e.decode_start(lane, logits_row, kv_next, sampling_from_dict(params, (int)e.dims().vocab), draw);
            }, py::arg("lane"), py::arg("logits_row"), py::arg("kv_next"), py::arg("params"), py::arg("draw"))

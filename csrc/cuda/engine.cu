@@ -1002,18 +1002,19 @@ std::vector<float> NativeEngine::logits(int T) {
   return out;
 }
 
-std::vector<int32_t> NativeEngine::sample(int lane, int T, const SamplingParams& p, int64_t draw) {
+std::vector<int32_t> NativeEngine::sample(int lane, int T, const SamplingParams& p, int64_t draw, int first_row) {
   refuse_while_looping("sample");
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
-  if (T < 1 || T > shape_.max_step_tokens) throw std::invalid_argument("sample: 1 <= T <= the step's logit rows");
+  if (T < 1 || first_row < 0 || first_row + T > shape_.max_step_tokens)
+    throw std::invalid_argument("sample: 1 <= T and first_row >= 0 within the step's logit rows");
   if (draw < 0 || draw > INT32_MAX - T) throw std::out_of_range("sample: draw index out of range");
   StepInputs* in = inputs_for_write();
   in->lane = lane;
   in->draw = (int32_t)draw;
   in->sampling = p;
   upload_inputs(stream_);
-  sample_tokens(buf_.ws.logits, T, (int)dims_.vocab, buf_.token_counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs),
-                buf_.ws.sampler, buf_.ws.out_tokens, stream_);
+  sample_tokens(buf_.ws.logits + (size_t)first_row * dims_.vocab, T, (int)dims_.vocab, buf_.token_counts,
+                reinterpret_cast<StepInputs*>(buf_.ws.inputs), buf_.ws.sampler, buf_.ws.out_tokens, stream_);
   std::vector<int32_t> out(T);
   MR_CHECK(cudaMemcpyAsync(out.data(), buf_.ws.out_tokens, T * 4, cudaMemcpyDeviceToHost, stream_), "read tokens");
   synchronize();

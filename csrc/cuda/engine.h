@@ -85,8 +85,9 @@ class NativeEngine {
   void prefill(int lane, const std::vector<int32_t>& tokens, const std::vector<int32_t>& rope_pos, int kv_start);
   int64_t prefill_chunk() const { return buf_.pre.chunk; }
   std::vector<float> logits(int T);
-  // One token from each of the last forward's T logit rows; row t draws with index draw + t.
-  std::vector<int32_t> sample(int lane, int T, const SamplingParams& p, int64_t draw = 0);
+  // One token from each of the T logit rows first_row .. first_row + T - 1 of the last forward; row first_row + t
+  // draws with index draw + t. (A speculative round draws only the MTP head's last row of several.)
+  std::vector<int32_t> sample(int lane, int T, const SamplingParams& p, int64_t draw = 0, int first_row = 0);
 
   // The decode loop on the device: each token is sampled on the GPU and becomes the next step's input
   // there, so the host only reads tokens (from mapped host memory) and can keep steps queued ahead of

@@ -87,9 +87,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.mtp and not mtp_can_draft(backend):
         print("note: --mtp drafts on the reference backend, and on the native one once its verify steps run on the "
               "tensor-core GEMV (README); these replies decode without it.", file=sys.stderr)
-    elif args.mtp and not mtp_can_draft(backend, sampling):
-        print("note: on the native backend --mtp drafts for greedy replies (--temperature 0) without penalties; "
-              "these replies decode without it.", file=sys.stderr)
     opts = EngineOptions(backend=backend, max_context=args.max_context, kv_dtype=args.kv,
                          mtp_speculation=args.mtp, mtp_draft_tokens=args.mtp_drafts)
     try:
@@ -159,8 +156,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-think", action="store_true", help="disable the thinking phase")
     p.add_argument("--mtp", action="store_true",
                    help="speculative decoding with the model's MTP head (greedy replies keep their tokens; on the "
-                        "reference backend sampled ones keep their distribution, on the native one only greedy "
-                        "replies draft)")
+                        "reference backend sampled ones keep their distribution, on the native one their tokens "
+                        "for the seed; the native engine drafts for replies without penalties)")
     p.add_argument("--mtp-drafts", type=int, choices=range(1, 6), default=1, metavar="K",
                    help="with --mtp: tokens drafted a round, 1..5 (default 1)")
     p.add_argument("--temperature", type=float, default=0.7)
