@@ -52,7 +52,7 @@ class Settings:
     max_context: int = 0                # 0 = the model's limit
     kv_dtype: str = "int8"
     vram_budget_gib: float = 0.0        # 0 = automatic (free memory minus a margin)
-    mtp_speculation: bool = False       # draft with the model's MTP head (reference: every reply; native: those without penalties)
+    mtp_speculation: bool = False       # draft with the model's MTP head (every reply)
     conversation_cache_gib: float = 8.0  # RAM for conversations set aside (engine.api prefix_cache_bytes); 0 = off
     saved_states_gib: float = 16.0      # disk for conversation states kept across restarts (prefix_disk_bytes); 0 = off
     api_port: int = 0                   # serve the loaded model's OpenAI API on 127.0.0.1:port (engine.server); 0 = off

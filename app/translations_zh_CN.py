@@ -16,7 +16,7 @@ ZH_CN: dict[str, str] = {
     "Export chat": "导出对话",
     "(random weights)": "（随机权重）",
     "Speculative decoding with the MTP head": "使用 MTP 头进行推测解码",
-    "The reference backend drafts for every reply. The native engine drafts for replies without penalties (a seeded reply gives the same tokens as without drafts); replies with a penalty decode without drafts.": "参考后端为每个回复起草。原生引擎为不带惩罚项的回复起草（指定种子的回复与不起草时的词元相同）；带惩罚项的回复不起草直接解码。",
+    "Drafts tokens with the model's own MTP head and checks them in one step. Replies keep their tokens (greedy, and on the native engine sampled ones for their seed) or their distribution (sampled ones on the reference backend).": "用模型自带的 MTP 头起草词元，并在一步中校验。回复保持原有词元（贪心解码，以及原生引擎上按种子采样的回复）或原有分布（参考后端上的采样回复）。",
     "Speculation": "推测解码",
     "Delete “{title}” and all its messages?": "删除“{title}”及其全部消息？",
     "Restarting the engine…": "正在重启引擎…",

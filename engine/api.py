@@ -160,21 +160,17 @@ class _ResolvedModel:
     chat_template: str      # the checkpoint's own template, else the default one
 
 
-def mtp_can_draft(backend: str, sampling: "SamplingParams | None" = None) -> bool:
-    """Whether a request with these settings may draft with the MTP head (EngineOptions.mtp_speculation). The
-    reference backend drafts for every request (greedy ones by the greedy rule, sampled ones by the speculative
-    sampling rule, engine/speculative.py); the native one for requests without penalties (engine/native_speculative.py:
-    drafts and the verify step's tokens are drawn on the GPU, a sampled draft with the noise the trunk's draw at its
-    place uses), and only where its verify steps are cheap enough to pay (engine.native.verify_steps_pay). The model must
-    also have an MTP head and the prompt no images (Engine._can_speculate). Without ``sampling``: whether the backend
-    drafts for some request."""
+def mtp_can_draft(backend: str) -> bool:
+    """Whether requests may draft with the MTP head (EngineOptions.mtp_speculation). The reference backend drafts
+    for every request (greedy ones by the greedy rule, sampled ones by the speculative sampling rule,
+    engine/speculative.py); so does the native one (engine/native_speculative.py: drafts and the verify step's tokens
+    drawn on the GPU, a sampled draft with the noise of the trunk's draw at its place), where its verify steps are
+    cheap enough to pay (engine.native.verify_steps_pay). The model must also have an MTP head and the prompt no
+    images (Engine._can_speculate)."""
     if backend == "reference":
         return True
     from engine import native
-    if backend != "native" or not native.verify_steps_pay():
-        return False
-    return sampling is None or (sampling.repetition_penalty == 1.0 and sampling.presence_penalty == 0.0
-                                and sampling.frequency_penalty == 0.0)
+    return backend == "native" and native.verify_steps_pay()
 
 
 def _resolve_model(model: str) -> _ResolvedModel:
@@ -417,7 +413,7 @@ class Engine:
         parser = OutputParser.for_prompt(prompt.text, tools)
 
         t0 = time.perf_counter()
-        speculate = self._can_speculate(prompt, sampling)
+        speculate = self._can_speculate(prompt)
         native_spec = speculate and self.options.backend == "native"   # the hidden rows stay on the GPU
         # a speculative round runs up to mtp_draft_tokens past the last committed token before it is verified
         room = n_prompt + budget + 1 + (self.options.mtp_draft_tokens if speculate else 0)
@@ -500,10 +496,10 @@ class Engine:
             cached_tokens=cached,
         )
 
-    def _can_speculate(self, prompt: _Prompt, sampling: SamplingParams) -> bool:
-        """MTP drafting keeps the output's distribution (greedy: the same tokens); images would need 3-axis
-        positions in the MTP pass."""
-        return (self.options.mtp_speculation and mtp_can_draft(self.options.backend, sampling)
+    def _can_speculate(self, prompt: _Prompt) -> bool:
+        """MTP drafting keeps the output's distribution (greedy, and sampled on the native engine: the same tokens);
+        images would need 3-axis positions in the MTP pass."""
+        return (self.options.mtp_speculation and mtp_can_draft(self.options.backend)
                 and self.info.has_mtp and not prompt.images)
 
     def _plain_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
@@ -525,7 +521,8 @@ class Engine:
         yield first
         yield from speculative_tokens(self._model, state, first, k=self.options.mtp_draft_tokens,
                                       sampling=device_sampling(sampler.params, seed=sampler.seed,
-                                                               vocab_limit=sampler.valid_vocab_size), stats=stats)
+                                                               vocab_limit=sampler.valid_vocab_size),
+                                      prompt_ids=prompt_ids, stats=stats)
 
     def _host_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
         generated: list[int] = []

@@ -654,21 +654,26 @@ class NativeModel:
     def sample(self, state: NativeState, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
                min_p: float = 0.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
                frequency_penalty: float = 0.0, seed: int = 0, vocab_limit: int | None = None,
-               rows: int = 1, draw: int = 0) -> list[int]:
-        """Sample from the last forward's logits (its last `rows` rows) on the device; the returned rows draw with
-        indices draw, draw + 1, ... (engine/sampling.py: the response's token index). Only those rows are drawn."""
+               rows: int = 1, draw: int = 0, first_row: int | None = None) -> list[int]:
+        """Sample from the last forward's logits on the device: `rows` rows from `first_row` (default: the last
+        `rows`), drawn with indices draw, draw + 1, ... (engine/sampling.py: the response's token index) against
+        the lane's penalty counts (count_tokens). Only those rows are drawn."""
         params = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                       repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
                       frequency_penalty=frequency_penalty, seed=seed,
                       vocab_limit=vocab_limit or self.config.text.vocab_size)
         last = self.last_logit_rows
-        if not 1 <= rows <= last:
-            raise NativeBackendError(f"the last step produced {last} rows of logits; cannot sample {rows}")
-        return list(self.engine.sample(state.lane, rows, params, draw, last - rows))
+        first = last - rows if first_row is None else first_row
+        if rows < 1 or first < 0 or first + rows > last:
+            raise NativeBackendError(f"the last step produced {last} rows of logits; cannot sample {rows} from row "
+                                     f"{first}")
+        return list(self.engine.sample(state.lane, rows, params, draw, first))
 
-    def count_tokens(self, state: NativeState, ids: list[int], *, in_prompt: bool = False) -> None:
-        """Feed tokens to the lane's penalty counts: generated ones, or the prompt's (in_prompt)."""
-        self.engine.count_tokens(state.lane, [int(i) for i in ids], in_prompt)
+    def count_tokens(self, state: NativeState, ids: list[int], *, in_prompt: bool = False,
+                     remove: bool = False) -> None:
+        """Feed tokens to the lane's penalty counts: generated ones, or the prompt's (in_prompt); ``remove`` takes
+        generated ones off again (a speculative round's drafts)."""
+        self.engine.count_tokens(state.lane, [int(i) for i in ids], in_prompt, remove)
 
     def decode_tokens(self, state: NativeState, params, *, seed: int, vocab_limit: int,
                       prompt_ids=(), ahead: int = 2):

@@ -1,4 +1,4 @@
-"""Speculative decoding on the native engine with the checkpoint's own MTP head (requests without penalties).
+"""Speculative decoding on the native engine with the checkpoint's own MTP head.
 
 A round, with the trunk's last consumed position at base - 1 and `last` (the last committed token, response index
 n - 1) not yet consumed:
@@ -26,8 +26,11 @@ rate: a coupled draft is kept with probability P(argmax(log q + g) = argmax(log 
 (1 - TV) / (1 + TV) for the two distributions' total-variation distance TV, where the rejection rule of
 engine/speculative.py (the reference backend's) keeps one with probability 1 - TV.
 
-Penalties are refused: the device draws every row of a step against the lane's token counts as they stand, not
-with the drafts before each row counted.
+Penalties: every draw reads the lane's penalty counts as they stand (NativeModel.count_tokens), so they must hold
+the tokens before the draw's place. A draft is counted before the next draft is drawn and all are taken off again
+before the verify step; its rows are then drawn one at a time, each draft counted once the trunk's draw agrees with
+it, up to the first that does not (without penalties all k + 1 rows are drawn at once). The committed tokens end up
+counted, as the plain decode loop counts its tokens.
 
 Steps of k + 1 tokens sum in another order than one-token steps, so where two candidates' scores agree to within
 that rounding the draw may go the other way (tests check each token against the trunk's logits at its position).
@@ -44,24 +47,25 @@ from engine.speculative import SpecStats
 # Test hook: (base, the head's drafts) -> the drafts to verify instead (same count).
 DraftFilter = Callable[[int, list[int]], list[int]]
 
-_PENALTIES = ("repetition_penalty", "presence_penalty", "frequency_penalty")
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
 
-def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict,
+def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict, prompt_ids=(),
                        stats: SpecStats | None = None, draft_filter: DraftFilter | None = None) -> Iterator[int]:
     """Committed tokens after ``first_token``, response index 0 (the caller drew it from the prompt's logits with the
     same sampler; the state has consumed the prompt and, through its last forward, holds the MTP head's pending
-    pairs). ``sampling``: the device sampler's parameters (engine.native_loop.device_sampling: temperature, top-k,
-    top-p, min-p, seed, vocab_limit; penalties neutral). The caller stops iterating when it is done (a stop token,
-    the budget); the lane has then consumed every committed token but the last one, including those of the current
-    round the caller did not take, and none of the rejected drafts."""
+    pairs; its lane's penalty counts are empty, as a new state's). ``sampling``: the device sampler's parameters
+    (engine.native_loop.device_sampling); ``prompt_ids``: the prompt, which the repetition penalty reads. The caller
+    stops iterating when it is done (a stop token, the budget); the lane has then consumed every committed token but
+    the last one, including those of the current round the caller did not take, and none of the rejected drafts."""
     if not 1 <= k <= model.mtp_drafts:
         raise ValueError(f"k (drafts a round) must be in 1..{model.mtp_drafts} (the engine's planned mtp_drafts)")
-    if any(float(sampling.get(p, _NEUTRAL[p])) != _NEUTRAL[p] for p in _PENALTIES):
-        raise ValueError("speculative rounds on the native engine take no penalties (each row of a verify step would "
-                         "need the drafts before it counted)")
     stats = stats if stats is not None else SpecStats()
+    penalised = any(float(sampling.get(p, v)) != v for p, v in _NEUTRAL.items())
+    if penalised:
+        if float(sampling.get("repetition_penalty", 1.0)) != 1.0 and len(prompt_ids):
+            model.count_tokens(state, list(prompt_ids), in_prompt=True)
+        model.count_tokens(state, [int(first_token)])
 
     def draw_last(index: int) -> int:
         """The head's last row (the draft after the pairs it closed) drawn with response index ``index``."""
@@ -78,16 +82,24 @@ def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict
             return
         drafts = [draw_last(n)]
         for i in range(1, k_round):
+            if penalised:
+                model.count_tokens(state, [drafts[-1]])   # the next draft's history holds this one
             model.mtp_chain(state, drafts[-1], base - 1 + i)
             drafts.append(draw_last(n + i))
+        if penalised and k_round > 1:
+            model.count_tokens(state, drafts[:-1], remove=True)   # back to the committed tokens' counts
         if draft_filter is not None:
             drafts = [int(d) for d in draft_filter(base, list(drafts))]
         model.verify([last] + drafts, state)   # the step of k + 1 tokens, keeping its state checkpoints
-        targets = model.sample(state, **sampling, rows=k_round + 1, draw=n)
-        kept = 0
-        while kept < k_round and targets[kept] == drafts[kept]:
-            kept += 1
-        committed = drafts[:kept] + [targets[kept]]
+        if penalised:
+            kept, target = _verify_in_order(model, state, sampling, drafts, n)
+        else:
+            targets = model.sample(state, **sampling, rows=k_round + 1, draw=n)
+            kept = 0
+            while kept < k_round and targets[kept] == drafts[kept]:
+                kept += 1
+            target = targets[kept]
+        committed = drafts[:kept] + [target]
         model.commit(state, kept + 1)
         stats.drafted += k_round
         stats.accepted += kept
@@ -96,6 +108,18 @@ def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict
         # commit left this round's consumed positions pending for the head; its last committed token closes them
         last = committed[-1]
         model.mtp_draft(state, last)
+
+
+def _verify_in_order(model, state, sampling: dict, drafts: list[int], n: int) -> tuple[int, int]:
+    """(drafts kept, the trunk's token after them) from the verify step's rows drawn one at a time, each against the
+    counts of the tokens before it: a kept draft is counted before the next row is drawn, and so is the last token."""
+    kept = 0
+    while True:
+        target = model.sample(state, **sampling, rows=1, draw=n + kept, first_row=kept)[0]
+        model.count_tokens(state, [target])
+        if kept == len(drafts) or target != drafts[kept]:
+            return kept, target
+        kept += 1
 
 
 def greedy_speculative_tokens(model, state, first_token: int, *, k: int, vocab_limit: int,

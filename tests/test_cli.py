@@ -75,7 +75,7 @@ def test_chat_refuses_bad_sampling_settings_before_loading_a_model(capsys, args,
 
 
 def test_chat_says_when_mtp_cannot_draft(capsys, monkeypatch):
-    """--mtp drafts on the reference backend for every reply; on the native one for replies without penalties,
+    """--mtp drafts on the reference backend for every reply; on the native one for every reply too,
     and only where its verify steps pay (engine.native.verify_steps_pay: the tensor-core GEMV). Where it
     cannot draft, the terminal says so up front."""
     from engine import native

@@ -156,30 +156,32 @@ def test_speculative_commits_every_kept_length(models, k):
     assert stats.accepted >= stats.drafted // (2 * (k + 1))
 
 
-SAMPLED = dict(temperature=0.8, seed=0x5EED)
+# a temperature alone; Qwen's instruct preset (top-k, top-p, presence penalty) with a repetition penalty added
+SAMPLED = {"temperature": dict(temperature=0.8, seed=0x5EED),
+           "penalised": dict(temperature=0.7, top_k=20, top_p=0.8, presence_penalty=1.5, repetition_penalty=1.05,
+                             seed=0xC0FFEE)}
 
 
-def _check_sampled(native, prompt: list[int], tokens: list[int]) -> int:
+def _check_sampled(native, prompt: list[int], tokens: list[int], sampling: dict) -> int:
     """Teacher-forces ``tokens`` after ``prompt`` by one-token steps: token i must be the host Sampler's draw (index
-    i, SAMPLED's seed) from the trunk's logits there wherever the best two Gumbel-perturbed scores are apart by more
-    than the rounding a step of another width may bring. Returns the positions checked."""
-    import numpy as np
-
+    i, the history before it) from the trunk's logits there wherever the best two Gumbel-perturbed scores of the
+    sampler's candidates are apart by more than the rounding a step of another width may bring. Returns the
+    positions checked."""
     from engine.sampling import Sampler, SamplingParams, gumbel_noise
-    host = Sampler(SamplingParams(**SAMPLED), valid_vocab_size=VOCAB_LIMIT)
-    ids = np.arange(VOCAB_LIMIT)
+    host = Sampler(SamplingParams(**sampling), valid_vocab_size=VOCAB_LIMIT)
     s = native.new_state(len(prompt) + len(tokens) + 8)
     checked = 0
     try:
         logits = native.forward(torch.tensor(prompt), s, last_only=True).logits[-1]
         for i, tok in enumerate(tokens):
             row = logits[:VOCAB_LIMIT].double()
-            scores = row / SAMPLED["temperature"] + torch.from_numpy(gumbel_noise(host.seed, i, ids)[0])
-            top2 = torch.topk(scores, 2).values
-            margin = 4 * TOL_MODEL_BF16KV * float(row.norm() / row.numel() ** 0.5) / SAMPLED["temperature"]
+            cand = host.candidates(logits, tokens[:i], prompt)
+            scores = cand.logits.double() + torch.from_numpy(gumbel_noise(host.seed, i, cand.ids.numpy())[0])
+            top2 = torch.topk(scores, 2).values if scores.numel() > 1 else torch.tensor([0.0, -1e9])
+            margin = 4 * TOL_MODEL_BF16KV * float(row.norm() / row.numel() ** 0.5) / sampling["temperature"]
             if float(top2[0] - top2[1]) > margin:
-                want = host.sample(logits, tokens[:i])
-                assert want == int(scores.argmax())
+                want = host.sample(logits, tokens[:i], prompt_ids=prompt)
+                assert want == int(cand.ids[scores.argmax()])
                 assert tok == want, f"token {i}: {tok}, the trunk's draw {want}"
                 checked += 1
             logits = native.forward(torch.tensor([tok]), s).logits[-1]
@@ -188,22 +190,26 @@ def _check_sampled(native, prompt: list[int], tokens: list[int]) -> int:
     return checked
 
 
+@pytest.mark.parametrize("mode", list(SAMPLED))
 @pytest.mark.parametrize("k", [1, 3])
-def test_sampled_speculation_gives_plain_decodings_tokens(models, k):
-    """A sampled request (temperature 0.8, a seed): the head's drafts and the verify step's rows draw with the Gumbel
-    noise of their place in the response, so each committed token is the draw plain decoding makes there. Drafts come
-    from the head, and in a second run from plain GPU decoding with the same seed (one spoiled a round, cycling
-    through the positions), so that rounds keep every count of drafts."""
+def test_sampled_speculation_gives_plain_decodings_tokens(models, k, mode):
+    """A sampled request (a seed; with penalties too): the head's drafts and the verify step's rows draw with the
+    Gumbel noise of their place in the response and the penalty counts of the tokens before it, so each committed
+    token is the draw plain decoding makes there. Drafts come from the head, and in a second run from plain GPU
+    decoding with the same seed (one spoiled a round, cycling through the positions), so that rounds keep every
+    count of drafts."""
     from engine.native_loop import device_sampling
     from engine.native_speculative import speculative_tokens
-    from engine.sampling import SamplingParams
+    from engine.sampling import Sampler, SamplingParams
     from engine.speculative import SpecStats
     native, _ = models
+    sampling = SAMPLED[mode]
     prompt, n = _prompt(27, seed=5), 40
-    dev = device_sampling(SamplingParams(**SAMPLED), seed=SAMPLED["seed"], vocab_limit=VOCAB_LIMIT)
+    dev = device_sampling(SamplingParams(**sampling), seed=sampling["seed"], vocab_limit=VOCAB_LIMIT)
     s = native.new_state(len(prompt) + n + 8)
     native.forward(torch.tensor(prompt), s, last_only=True)
-    loop = native.decode_tokens(s, SamplingParams(**SAMPLED), seed=SAMPLED["seed"], vocab_limit=VOCAB_LIMIT)
+    loop = native.decode_tokens(s, SamplingParams(**sampling), seed=sampling["seed"], vocab_limit=VOCAB_LIMIT,
+                                prompt_ids=prompt)
     plain = [next(loop) for _ in range(n + k + 1)]
     loop.close()   # drains the loop's queued steps and releases the state
     rounds = []
@@ -221,18 +227,19 @@ def test_sampled_speculation_gives_plain_decodings_tokens(models, k):
         stats, got = SpecStats(), []
         s = native.new_state(len(prompt) + n + 2 * k + 8)
         try:
-            native.forward(torch.tensor(prompt), s, last_only=True)
-            got.append(native.sample(s, **dev, rows=1, draw=0)[0])
-            for tok in speculative_tokens(native, s, got[0], k=k, sampling=dev, stats=stats,
+            logits = native.forward(torch.tensor(prompt), s, last_only=True).logits[-1]
+            got.append(Sampler(SamplingParams(**sampling), valid_vocab_size=VOCAB_LIMIT).sample(logits, [],
+                                                                                               prompt_ids=prompt))
+            for tok in speculative_tokens(native, s, got[0], k=k, sampling=dev, prompt_ids=prompt, stats=stats,
                                           draft_filter=draft_filter):
                 got.append(tok)
                 if len(got) >= n:
                     break
         finally:
             native.release(s)
-        checked = _check_sampled(native, prompt, got)
+        checked = _check_sampled(native, prompt, got, sampling)
         same = next((i for i, (a, b) in enumerate(zip(got, plain)) if a != b), len(got))
-        print(f"k={k} sampled, {'plain' if draft_filter else 'head'} drafts: {checked} of {len(got)} tokens checked, "
+        print(f"k={k} {mode}, {'plain' if draft_filter else 'head'} drafts: {checked} of {len(got)} tokens checked, "
               f"{stats.accepted}/{stats.drafted} kept, plain decoding's tokens up to {same}")
         assert checked >= len(got) // 2 and stats.drafted > 0
     assert stats.accepted >= stats.drafted // (2 * (k + 1))
@@ -304,7 +311,7 @@ def reply(engine, messages, sampling):
 
 def test_engine_drafts_replies_on_the_native_engine(tmp_path_factory):
     """engine.api with mtp_speculation on the native backend: a greedy reply drafts (an acceptance rate is reported)
-    and runs to the same length as the plain engine's; a sampled one drafts too, one with a penalty does not. (Token
+    and runs to the same length as the plain engine's; sampled ones draft too, with a penalty as well. (Token
     for token the
     speculative reply is the trunk's greedy one up to near ties: the model-level tests above check that; the demo
     model's random logits over 248K ids have near ties that a verify step's other summation order may resolve
@@ -335,4 +342,4 @@ def test_engine_drafts_replies_on_the_native_engine(tmp_path_factory):
     print(f"engine: {fin.completion_tokens} tokens, drafts kept {fin.spec_accept_rate:.2f}")
     assert fin.completion_tokens == fin_plain.completion_tokens and text
     assert fin_sampled.spec_accept_rate is not None and fin_sampled.completion_tokens > 0
-    assert fin_penalty.spec_accept_rate is None and fin_penalty.completion_tokens > 0
+    assert fin_penalty.spec_accept_rate is not None and fin_penalty.completion_tokens > 0

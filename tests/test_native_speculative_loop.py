@@ -7,6 +7,7 @@ the real engine.)"""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
@@ -50,10 +51,15 @@ class FakeModel:
         self.last_verify = None       # (start, T) of the last verify step
         self.head_slots: list[int] = []   # the head's cache slots written by pairs of consumed positions
         self.chain_history: list[int] = []
+        self.prompt_len = 0
+        self.counts: Counter = Counter()          # the lane's generated-token counts (count_tokens)
+        self.prompt_marked: set[int] = set()      # ids marked as seen in the prompt
+        self.penalised_draws = 0
 
     def prefill(self, state: State, prompt: list[int]) -> None:
         state.consumed = list(prompt)
         state.seq_len = len(prompt)
+        self.prompt_len = len(prompt)
         state.mtp_pending = (0, state.seq_len - 1, [])
         self.head_slots = list(range(len(prompt) - 1))   # prefill runs the head over all but the last pair
         self.rows = [(list(state.consumed), False)]
@@ -81,10 +87,27 @@ class FakeModel:
     def last_logit_rows(self) -> int:
         return len(self.rows)
 
-    def sample(self, state, *, temperature, vocab_limit, rows=1, draw=0, seed=0, top_k=0, top_p=1.0, min_p=0.0):
-        assert vocab_limit == V and 1 <= rows <= len(self.rows) and draw >= 0
+    def count_tokens(self, state, ids, *, in_prompt=False, remove=False):
+        if in_prompt:
+            self.prompt_marked |= set(ids)
+            return
+        for i in ids:
+            self.counts[i] += -1 if remove else 1
+            assert self.counts[i] >= 0, "an id taken off more often than it was counted"
+
+    def sample(self, state, *, temperature, vocab_limit, rows=1, draw=0, first_row=None, seed=0, top_k=0, top_p=1.0,
+               min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0):
+        assert vocab_limit == V and draw >= 0
+        first = len(self.rows) - rows if first_row is None else first_row
+        assert rows >= 1 and 0 <= first and first + rows <= len(self.rows)
+        penalised = (repetition_penalty, presence_penalty, frequency_penalty) != (1.0, 0.0, 0.0)
         out = []
-        for t, (history, head) in enumerate(self.rows[-rows:]):
+        for t, (history, head) in enumerate(self.rows[first:first + rows]):
+            if penalised:   # the draw reads the counts: they must be those of the response before its place
+                assert rows == 1, "a step's rows with penalties are drawn one at a time"
+                assert +self.counts == Counter(history[self.prompt_len:]), (dict(self.counts), history)
+                assert self.prompt_marked == (set(history[:self.prompt_len]) if repetition_penalty != 1.0 else set())
+                self.penalised_draws += 1
             right = trunk_draw(history, temperature, seed, draw + t)
             out.append(right if not head or self.head_right(len(history)) else (right + 1) % V)
         return out
@@ -203,10 +226,23 @@ def test_sampled_rounds_yield_plain_decodings_tokens_for_the_seed(k, pattern):
     assert (stats.accepted == stats.drafted) if pattern == "always" else (0 < stats.accepted < stats.drafted)
 
 
-def test_penalties_are_refused():
-    model = FakeModel(mtp_drafts=2, head_right=lambda p: True)
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("penalty", [dict(presence_penalty=1.5), dict(repetition_penalty=1.1, frequency_penalty=0.3)])
+def test_penalised_rounds_draw_each_token_against_the_counts_before_it(k, penalty):
+    """With a penalty every draw (the head's drafts, each verify row) must read the counts of exactly the response
+    before its place (FakeModel.sample checks), the prompt marked only for the repetition penalty; the tokens stay
+    plain decoding's."""
+    model = FakeModel(mtp_drafts=k, head_right=lambda p: p % 5 != 2)
     state = State()
-    model.prefill(state, [1, 2, 3])
-    for penalty in (dict(repetition_penalty=1.1), dict(presence_penalty=0.5), dict(frequency_penalty=0.2)):
-        with pytest.raises(ValueError, match="no penalties"):
-            next(speculative_tokens(model, state, 0, k=2, sampling=dict(temperature=0.7, vocab_limit=V, **penalty)))
+    prompt = [3, 14, 15, 9, 26]
+    model.prefill(state, prompt)
+    sampling = dict(temperature=0.7, top_k=20, top_p=0.95, seed=777, vocab_limit=V, **penalty)
+    first = trunk_draw(prompt, 0.7, 777, 0)   # Engine draws it on the host, with the prompt's penalty marks
+    stats = SpecStats()
+    got = [first]
+    for tok in speculative_tokens(model, state, first, k=k, sampling=sampling, prompt_ids=prompt, stats=stats):
+        got.append(tok)
+        if len(got) >= 40:
+            break
+    assert got == plain_sampled(prompt, 40, 0.7, 777)
+    assert 0 < stats.accepted < stats.drafted and model.penalised_draws > 40

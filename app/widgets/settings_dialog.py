@@ -159,9 +159,9 @@ class SettingsDialog(QDialog):
         self.mtp = QCheckBox(tr("Speculative decoding with the MTP head"))
         self.mtp.setChecked(self.s.mtp_speculation)
         self.mtp.setToolTip(tr(
-            "The reference backend drafts for every reply. The native engine drafts for replies without "
-            "penalties (a seeded reply gives the same tokens as without drafts); replies with a penalty decode "
-            "without drafts."))
+            "Drafts tokens with the model's own MTP head and checks them in one step. Replies keep their tokens "
+            "(greedy, and on the native engine sampled ones for their seed) or their distribution (sampled ones on "
+            "the reference backend)."))
         f.addRow(tr("Speculation"), self.mtp)
         self.plan_button = QPushButton(tr("Show memory plan"))
         self.plan_button.clicked.connect(self.request_plan)

@@ -126,7 +126,8 @@ void register_cuda_bindings(py::module_& m) {
                               py::array_t<uint8_t, py::array::c_style | py::array::forcecast> a) {
              e.load_lane_kv(lane, n_tokens, a.data(), a.size());
            }, py::arg("lane"), py::arg("n_tokens"), py::arg("data"))
-      .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false)
+      .def("count_tokens", &NativeEngine::count_tokens, py::arg("lane"), py::arg("ids"), py::arg("in_prompt") = false,
+           py::arg("remove") = false)
       .def("forward", &NativeEngine::forward, py::arg("lane"), py::arg("tokens"), py::arg("rope_pos"),
            py::arg("kv_start"), py::arg("keep_states") = false)
       .def("commit_states", &NativeEngine::commit_states, py::arg("lane"), py::arg("kept"))

@@ -407,9 +407,10 @@ void NativeEngine::load_lane_kv(int lane, int n_tokens, const uint8_t* host, int
   synchronize();
 }
 
-void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt) {
+void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt, bool remove) {
   if (lane < 0 || lane >= shape_.max_lanes) throw std::out_of_range("lane out of range");
   refuse_while_looping("count_tokens");
+  if (in_prompt && remove) throw std::invalid_argument("count_tokens: prompt marks are not removed");
   for (int32_t id : ids)
     if (id < 0 || id >= dims_.vocab) throw std::out_of_range("token id out of range");
   int32_t* counts = buf_.token_counts + lane * dims_.vocab;
@@ -417,7 +418,7 @@ void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids, bool 
     for (size_t i = 0; i < ids.size(); i += buf_.pre.chunk) {
       const int n = (int)std::min<size_t>(buf_.pre.chunk, ids.size() - i);
       MR_CHECK(cudaMemcpyAsync(buf_.pre.tokens, ids.data() + i, n * 4, cudaMemcpyHostToDevice, stream_), "count_tokens");
-      monorail::count_tokens(counts, buf_.pre.tokens, n, in_prompt, stream_);
+      monorail::count_tokens(counts, buf_.pre.tokens, n, in_prompt, stream_, remove);
     }
     synchronize();
     return;
@@ -428,7 +429,8 @@ void NativeEngine::count_tokens(int lane, const std::vector<int32_t>& ids, bool 
     StepInputs* in = inputs_for_write();
     for (int j = 0; j < n; ++j) in->tokens[j] = ids[i + j];
     upload_inputs(stream_);
-    monorail::count_tokens(counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs)->tokens, n, in_prompt, stream_);
+    monorail::count_tokens(counts, reinterpret_cast<StepInputs*>(buf_.ws.inputs)->tokens, n, in_prompt, stream_,
+                           remove);
     synchronize();
   }
 }

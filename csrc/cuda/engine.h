@@ -53,7 +53,7 @@ class NativeEngine {
   void save_lane_kv(int lane, int n_tokens, uint8_t* host, int64_t nbytes);
   void load_lane_kv(int lane, int n_tokens, const uint8_t* host, int64_t nbytes);
   // The sampler's penalty counts: generated ids (+1 each), or prompt ids (marked seen; in_prompt).
-  void count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt = false);
+  void count_tokens(int lane, const std::vector<int32_t>& ids, bool in_prompt = false, bool remove = false);
   // Runs T = tokens.size() tokens of `lane` whose first token goes to cache slot kv_start.
   // rope_pos: T x 3 (t, h, w) positions; empty means text positions kv_start + i on all axes.
   // keep_states (a speculative verify step, 2 <= T <= mtp_drafts + 1): the step also keeps the lane's recurrent

@@ -243,8 +243,10 @@ void set_sampler_top_k_narrowing(bool on);
 bool get_sampler_top_k_narrowing();
 // Penalty bookkeeping for the sampler: generated ids add 1 to their count; prompt ids (in_prompt) set
 // kPromptSeen, which only the repetition penalty reads (as the host Sampler: presence and frequency
-// penalties count generated tokens, the repetition penalty every token seen).
-void count_tokens(int32_t* counts, const int32_t* ids, int n, bool in_prompt, cudaStream_t stream);
+// penalties count generated tokens, the repetition penalty every token seen). `remove` takes generated ids off
+// again (a speculative round's drafts, counted for the draws after them), each once for each time it was added.
+void count_tokens(int32_t* counts, const int32_t* ids, int n, bool in_prompt, cudaStream_t stream,
+                  bool remove = false);
 
 // Fill a quantized matrix with random codes and scales (benchmarks): scales ~ scale_mag * U(0.5,1).
 void fill_random_qmatrix(const QMatrix& W, uint64_t seed, float scale_mag, cudaStream_t stream);

@@ -1365,11 +1365,11 @@ __global__ void __launch_bounds__(kFinishThreads) sample_finish_kernel(const flo
   }
 }
 
-__global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in_prompt) {
+__global__ void count_kernel(int32_t* counts, const int32_t* ids, int n, bool in_prompt, int delta) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   if (in_prompt) atomicOr(&counts[ids[i]], kPromptSeen);
-  else atomicAdd(&counts[ids[i]], 1);
+  else atomicAdd(&counts[ids[i]], delta);
 }
 
 }  // namespace
@@ -1408,9 +1408,10 @@ void sample_tokens(const float* logits, int T, int V, int32_t* counts, StepInput
   MR_CHECK_LAUNCH("sample_tokens (finish)");
 }
 
-void count_tokens(int32_t* counts, const int32_t* ids, int n, bool in_prompt, cudaStream_t stream) {
+void count_tokens(int32_t* counts, const int32_t* ids, int n, bool in_prompt, cudaStream_t stream, bool remove) {
   if (n <= 0) return;
-  count_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(counts, ids, n, in_prompt);
+  if (in_prompt && remove) throw std::invalid_argument("count_tokens: prompt marks are not removed");
+  count_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(counts, ids, n, in_prompt, remove ? -1 : 1);
   MR_CHECK_LAUNCH("count_tokens");
 }
 

@@ -157,7 +157,7 @@ def register(subparsers) -> None:
     p.add_argument("--mtp", action="store_true",
                    help="speculative decoding with the model's MTP head (greedy replies keep their tokens; on the "
                         "reference backend sampled ones keep their distribution, on the native one their tokens "
-                        "for the seed; the native engine drafts for replies without penalties)")
+                        "for the seed)")
     p.add_argument("--mtp-drafts", type=int, choices=range(1, 6), default=1, metavar="K",
                    help="with --mtp: tokens drafted a round, 1..5 (default 1)")
     p.add_argument("--temperature", type=float, default=0.7)
