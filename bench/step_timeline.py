@@ -3,7 +3,11 @@ steps of the native engine on random 27B-shaped weights (24 GiB budget), reduced
 the idle gaps between consecutive kernels, and per-kernel sums.
 
     python3 bench/step_timeline.py [--kv int8] [--depth 0] [--steps 4] [--json out.json] [--pdl 0] [--route 5120x6144=36]
-        [--recipe q4-27b]
+        [--recipe q4-27b] [--tokens T]
+
+--tokens T > 1 traces steps of T tokens (a prompt tail, a speculative verify step without checkpoints): graph
+replays of engine.forward, as bench/step_widths.py times them; the GEMV roles then run the tensor-core GEMV (and its
+split-K reduce kernel, a role of its own), and their GB/s count the weight bytes once a step.
 
 The step's wall time is the first kernel's start to the last kernel's end of one replay; "gap before X"
 is the idle time between the end of the previous kernel and the start of X. With one stream and no
@@ -60,14 +64,19 @@ def gemv_role(i: int, names: list[str], prev: str) -> str:
 
 
 def role_names(names: list[str]) -> list[str]:
-    """The role of each kernel of one step in its layer, from the kernel order (engine.cu enqueue_step)."""
-    out: list[str] = []
-    for i, n in enumerate(names):
+    """The role of each kernel of one step in its layer, from the kernel order (engine.cu enqueue_step). The
+    tensor-core GEMV's split-K reduce (steps of T > 1) is a role of its own, left out of the order the GEMVs' roles
+    are read from."""
+    is_reduce = ["qgemv_mma_reduce" in n for n in names]
+    order = [n for n, r in zip(names, is_reduce) if not r]
+    roles: list[str] = []
+    for i, n in enumerate(order):
         role = next((r for frag, r in _NAMED_ROLES if frag in n), None)
         if role is None:
-            role = gemv_role(i, names, out[-1] if out else "") if "qgemv" in n else n
-        out.append(role)
-    return out
+            role = gemv_role(i, order, roles[-1] if roles else "") if "qgemv" in n else n
+        roles.append(role)
+    it = iter(roles)
+    return ["mma_reduce" if r else next(it) for r in is_reduce]
 
 
 def role_bytes(recipe) -> dict[str, int]:
@@ -94,6 +103,7 @@ def main() -> None:
                                                 "--routes takes one (e.g. 5120x6144=36)")
     ap.add_argument("--recipe", default="q4g64", help="weight formats, as step_probe.py's --recipe (e.g. q4-27b)")
     ap.add_argument("--attn-variant", type=int, default=-1, help="attention split variant (-1: the route by KV format)")
+    ap.add_argument("--tokens", type=int, default=1, help="tokens a step (T > 1: engine.forward of T tokens)")
     args = ap.parse_args()
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -111,9 +121,25 @@ def main() -> None:
     load_native().set_attn_variant(args.attn_variant)
     from step_probe import apply_route, parse_route  # bench/ is the script's directory, first on sys.path
     apply_route(load_native(), e, parse_route(args.route) if args.route.strip() else {})
-    graph_ms = statistics.median(e.time_steps(0, args.depth, 30) for _ in range(3))
+    if args.tokens > 1:
+        import time
+        ids = [1000 + i for i in range(args.tokens)]
+
+        def run_steps(n: int) -> float:
+            """ms a step over n forwards of T tokens at the depth (each rewrites the same slots), synchronised."""
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                e.forward(0, ids, [], args.depth)
+            torch.cuda.synchronize()
+            return (time.perf_counter() - t0) * 1e3 / n
+        run_steps(2)   # the graph of T tokens is captured
+    else:
+        def run_steps(n: int) -> float:
+            return e.time_steps(0, args.depth, n)
+    graph_ms = statistics.median(run_steps(30) for _ in range(3))
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        e.time_steps(0, args.depth, args.steps)
+        run_steps(args.steps)
     torch.cuda.synchronize()
     path = os.path.join(tempfile.mkdtemp(), "trace.json")
     prof.export_chrome_trace(path)
@@ -156,7 +182,8 @@ def main() -> None:
     rb = role_bytes(recipe)
     wall, busy = statistics.median(walls), statistics.median(busys)
     res = {
-        "recipe": args.recipe, "kv": args.kv, "depth": args.depth, "pdl": bool(args.pdl), "route": args.route,
+        "recipe": args.recipe, "kv": args.kv, "depth": args.depth, "tokens": args.tokens, "pdl": bool(args.pdl),
+        "route": args.route,
         "graph_step_ms": graph_ms,
         "traced_step_us": wall, "kernel_busy_us": busy, "gap_us": wall - busy,
         "kernels_per_step": statistics.median(counts),

@@ -40,6 +40,17 @@ def test_two_kernel_gdn_and_separate_norm_are_named_too():
                                    "lm_head"]
 
 
+def test_tensor_core_split_k_reduces_are_a_role_of_their_own():
+    t = _timeline()
+    # a step of T > 1 tokens: each tensor-core GEMV with few row tiles is followed by its split-K reduce
+    r = "qgemv_mma_reduce_kernel"
+    gdn = ["qgemv_mma_kernel", "conv_kernel", "gdn_kernel", "qgemv_mma_kernel", r, "qgemv_mma_kernel",
+           "qgemv_mma_kernel", r]
+    names = ["embed_kernel"] + gdn * 2 + ["qgemv_mma_kernel"]
+    g = ["gdn_in", "conv", "gdn_step", "gdn_out", "mma_reduce", "gate_up", "down", "mma_reduce"]
+    assert t.role_names(names) == ["embed"] + g * 2 + ["lm_head"]
+
+
 def test_split_input_projections_name_their_tails():
     t = _timeline()
     # a recipe with GDN b|a and attention k|v in formats of their own (q4-27b): the norm runs first, then two GEMVs
