@@ -114,7 +114,7 @@ def main() -> None:
     from engine.registry import config_27b
     recipe = recipe_named(args.recipe, config_27b(vision=False))
     model = NativeModel.random_27b(kv_dtype=args.kv, max_context=args.depth + 64, seed=1,
-                                   vram_budget_bytes=24 << 30, recipe=recipe)
+                                   vram_budget_bytes=24 << 30, recipe=recipe, step_tokens=max(1, args.tokens))
     e = model.engine
     from engine.native import load_native
     load_native().set_pdl(bool(args.pdl))
