@@ -90,8 +90,10 @@ def load_native():
 
 # MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (on by
 # default: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU test module either way without a rebuild.
-# Applied once, at the first import.
+# MONORAIL_QGEMV_MMA_SHAPE="W,S" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass), for a
+# device call to run the tests under a candidate shape. Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
+_MMA_SHAPE_ENV = "MONORAIL_QGEMV_MMA_SHAPE"
 _configured_once = False
 
 
@@ -102,6 +104,13 @@ def _configured(mod):
         value = os.environ.get(_MMA_ENV)
         if value in ("0", "1") and hasattr(mod, "set_qgemv_mma"):
             mod.set_qgemv_mma(value == "1")
+        shape = os.environ.get(_MMA_SHAPE_ENV, "").strip()
+        if shape and hasattr(mod, "set_qgemv_mma_shape"):
+            try:
+                warps, spans = (int(v) for v in shape.split(","))
+            except ValueError:
+                raise ValueError(f"{_MMA_SHAPE_ENV} must be 'warps_per_sm,spans', got {shape!r}") from None
+            mod.set_qgemv_mma_shape(warps, spans)
     return mod
 
 

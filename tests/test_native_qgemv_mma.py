@@ -60,11 +60,43 @@ def test_tensor_core_gemv_against_fp64(nat, bits, N, K, group, T, epi, split):
         pytest.skip("the gate_up shape: its 4-bit SwiGLU at two widths is enough")
     if bits != 4 and (T not in (3, 16) or (N, K) == (96, 160)):
         pytest.skip("5 / 6 / 8 bits: two widths on two shapes")
+    _check_against_fp64(nat, bits, N, K, group, T, epi, split)
+
+
+@contextlib.contextmanager
+def work_shape(nat, warps_per_sm: int, spans: int):
+    before = nat.qgemv_mma_shape()
+    nat.set_qgemv_mma_shape(warps_per_sm, spans)
+    try:
+        yield
+    finally:
+        nat.set_qgemv_mma_shape(*before)
+
+
+# the shapes bench/mma_shape_sweep.py times: more warps an SM split K further; 4 spans a pass hold twice the weights
+@pytest.mark.parametrize("warps, spans", [(8, 4), (16, 2), (16, 4), (32, 2)])
+@pytest.mark.parametrize("N, K, group, T, epi", [(2 * 17408, 5120, 64, 3, 2), (5120, 6144, 64, 16, 1),
+                                                 (250, 1152, 64, 9, 0), (96, 160, 32, 2, 0)])
+@pytest.mark.parametrize("bits", [4, 6, 8])
+def test_every_work_shape_against_fp64(nat, warps, spans, bits, N, K, group, T, epi):
+    if bits != 4 and N == 2 * 17408:
+        pytest.skip("the gate_up shape at 4 bits only")
+    with work_shape(nat, warps, spans):
+        _check_against_fp64(nat, bits, N, K, group, T, epi, split=True)
+
+
+def test_the_work_shape_is_checked(nat):
+    for bad in ((0, 2), (65, 2), (8, 3)):
+        with pytest.raises(ValueError):
+            nat.set_qgemv_mma_shape(*bad)
+
+
+def _check_against_fp64(nat, bits, N, K, group, T, epi, split):
     gen = torch.Generator().manual_seed(N + K + T * 7 + epi + bits)
     q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
     x = torch.randn(T, K, generator=gen).half().cuda()
     scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
-    if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1:
+    if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1 and nat.qgemv_mma_shape() == (8, 2):
         pytest.skip("this shape runs unsplit even with scratch")
     ref = _oracle(wd, x, epi)
     if epi == 2:

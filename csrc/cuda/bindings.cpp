@@ -250,6 +250,10 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_qgemv_lanes", &set_qgemv_lanes, "allow the lanes input layout where variant 4 is the route (default on)");
   m.def("set_qgemv_mma", &set_qgemv_mma, "GEMVs of T = 2..16 on tensor cores (on, the default) or per token (off)");
   m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
+  m.def("set_qgemv_mma_shape", &set_qgemv_mma_shape, py::arg("warps_per_sm"), py::arg("spans"),
+        "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
+        "(2 or 4; default 2)");
+  m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

@@ -7,6 +7,7 @@
 // [N, K/G]; value = (code - 2^(B-1)) * scale.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <cuda_fp16.h>
@@ -43,6 +44,11 @@ void set_qgemv_lanes(bool on);
 // off runs the per-token kernel. On by default (session 40).
 void set_qgemv_mma(bool on);
 bool qgemv_mma();
+// Its shape of work (a benchmark's switch; captured graphs keep the one they were captured with): the warps an SM
+// should get, K split until the row tiles give that many (default 8), and the 128-element spans a warp loads
+// together (2, the default, or 4; 8-bit loads one).
+void set_qgemv_mma_shape(int warps_per_sm, int spans);
+std::pair<int, int> qgemv_mma_shape();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
 // little for a split) the kernel runs unsplit, with the same result up to the order of the sums.

@@ -1805,12 +1805,18 @@ bool g_mma = true;
 float* g_gemv_scratch = nullptr;   // GemvScratchScope
 int64_t g_gemv_scratch_floats = 0;
 
-// Splits of K for the tensor-core GEMV: enough warps for ~8 an SM (the bytes in flight a stream needs), each split
-// at least 4 spans of 128, and the partials within the scratch.
+// The tensor-core GEMV's shape of work, set_qgemv_mma_shape: the warps an SM should get (K is split until the row
+// tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4; 8-bit: 1).
+int g_mma_warps_per_sm = 8;
+int g_mma_spans = 2;
+
+// Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
+// needs), each split at least 4 spans of 128, and the partials within the scratch.
 int mma_splits(int N, int K, int T, int64_t floats) {
   const int tiles = ceil_div(N, mma_gemv::kRowsPerWarp);
   const int spans = ceil_div(K, mma_gemv::kSpan);
-  int splits = std::min({mma_gemv::kMaxSplits, ceil_div(8 * sm_count(), tiles), std::max(1, spans / 4)});
+  int splits = std::min({mma_gemv::kMaxSplits, ceil_div(g_mma_warps_per_sm * sm_count(), tiles),
+                         std::max(1, spans / 4)});
   while (splits > 1 && (int64_t)splits * T * N > floats) --splits;
   if (splits < 1) splits = 1;
   const int per = ceil_div(spans, splits);
@@ -1826,8 +1832,14 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
-  if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
+  if (BITS != 8 && g_mma_spans == 4) {
+    if (a.T <= 8) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, 2 * U>, grid, block, 0, st, a, part, per);
+    else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, 2 * U>, grid, block, 0, st, a, part, per);
+  } else if (a.T <= 8) {
+    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
+  } else {
+    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
+  }
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2200,6 +2212,14 @@ void set_qgemv_lanes(bool on) { g_lanes = on; }
 
 void set_qgemv_mma(bool on) { g_mma = on; }
 bool qgemv_mma() { return g_mma; }
+
+void set_qgemv_mma_shape(int warps_per_sm, int spans) {
+  if (warps_per_sm < 1 || warps_per_sm > 64) throw std::invalid_argument("warps_per_sm must be in 1..64");
+  if (spans != 2 && spans != 4) throw std::invalid_argument("spans must be 2 or 4");
+  g_mma_warps_per_sm = warps_per_sm;
+  g_mma_spans = spans;
+}
+std::pair<int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans}; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
     : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Session 41, call 4: the tensor-core GEMV's shape of work (set_qgemv_mma_shape). Call 3's timeline of a 4-token step
+# (bench/results/timeline-T4-pdl1-h100-s41-call3.txt) put its loss on the GEMV's stream rate: gate_up 57 us against
+# 35 at T = 1, each of its 1,088 warps walking all of K with 4 KB in flight (8 warps an SM), and on 192 split-K reduce
+# kernels. Prediction: 4 spans a pass (8 KB in flight a warp) brings gate_up to ~40 us and a 4-token step from 9.2 to
+# ~8.2 ms; more warps an SM (K split further) helps gate_up less (a reduce kernel more) and the 5120-row shapes little.
+# This sweeps the shapes on whole steps, then runs the op, verify and MTP tests and spec_decode under the best.
+#   [BUDGET=seconds] bash bench/calls/device_s41_call4.sh     (carry .whl)
+set -uo pipefail
+start=$(date +%s)
+left() { echo $(( ${BUDGET:-500} - ($(date +%s) - start) )); }
+source bench/device_setup.sh
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
+(cd bench && timeout 150 python3 mma_shape_sweep.py --out "$out/mma-shape-sweep-$gpu.json") 2>&1 | tail -8
+best=$(python3 -c "import json; print(','.join(map(str, json.load(open('$out/mma-shape-sweep-$gpu.json'))['best'])))" \
+  2>/dev/null || echo "8,2")
+echo "best shape: $best ($(left) s left)"
+export MONORAIL_QGEMV_MMA_SHAPE=$best
+timeout $(( $(left) - 60 > 200 ? 200 : $(left) - 60 )) python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 \
+  tests/test_native_qgemv_mma.py tests/test_native_verify.py tests/test_native_mtp.py > "$out/tests.log" 2>&1
+echo "tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -8
+if [[ $(left) -gt 70 ]]; then
+  (cd bench && timeout $(( $(left) - 10 )) python3 spec_decode.py --drafts 1,3 --accept 0,0.8,1 \
+    --out "$out/spec-decode-$gpu.json") 2>&1 | tail -8
+fi
+echo "total: $(( $(date +%s) - start )) s"

@@ -1,0 +1,80 @@
+"""Whole steps of T = 2..16 tokens on random weights of the real 27B shapes under each shape of work of the
+tensor-core GEMV (set_qgemv_mma_shape: warps an SM, which sets how far K is split, and 128-element spans a warp
+loads together), to choose its default (run on the GPU machine).
+
+    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2]
+
+Each shape's graphs are captured anew (a captured graph keeps its launch shapes). The step times are the median of
+graph replays of engine.forward of T tokens at depth 0, synchronised, as bench/step_widths.py times them; T = 1 runs
+the per-token kernels, beside them for scale. ``best`` is the shape with the least time summed over the widths of a
+speculative verify step (T = 2 and 4)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import time
+
+
+def step_ms(engine, T: int, reps: int) -> float:
+    import torch
+    ids = [1000 + i for i in range(T)]
+    engine.forward(0, ids, [], 0)   # captures this width's graph
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        engine.forward(0, ids, [], 0)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results/mma-shape-sweep.json")
+    ap.add_argument("--shapes", default="8,2;8,4;16,2;16,4;32,2")
+    ap.add_argument("--widths", default="1,2,4,8,16")
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args(argv)
+    import torch
+
+    from engine.native import load_native
+    from engine.native_backend import STEP_TOKENS, NativeModel
+    from provenance import commit as run_commit, write_result
+
+    nat = load_native()
+    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s]
+    widths = [int(w) for w in args.widths.split(",") if w]
+    model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
+                                   step_tokens=STEP_TOKENS)
+    state = model.new_state(64)
+    before = nat.qgemv_mma_shape()
+    rows = []
+    try:
+        for warps, spans in shapes:
+            nat.set_qgemv_mma_shape(warps, spans)
+            model.engine.reset_graphs()
+            row = {"warps_per_sm": warps, "spans": spans,
+                   "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths}}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    finally:
+        nat.set_qgemv_mma_shape(*before)
+        model.engine.reset_graphs()
+        model.release(state)
+    verify = [w for w in ("2", "4") if w in rows[0]["ms"]] or list(rows[0]["ms"])
+    best = min(rows, key=lambda r: sum(r["ms"][w] for w in verify))
+    result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
+              "model": "random weights of the real 27B shapes, native engine, int8 KV, q4g64, depth 0",
+              "default_before": list(before), "method": "median ms of graph replays of engine.forward(T tokens)",
+              "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_by": f"sum over T = {verify}"}
+    write_result(args.out, result)
+    print(f"best {best['warps_per_sm']},{best['spans']}; wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
