@@ -11,7 +11,8 @@ start=$(date +%s)
 left() { echo $(( ${BUDGET:-500} - ($(date +%s) - start) )); }
 source bench/device_setup.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
-(cd bench && timeout 150 python3 mma_shape_sweep.py --out "$out/mma-shape-sweep-$gpu.json") 2>&1 | tail -8
+(cd bench && timeout 100 python3 mma_shape_sweep.py --shapes "8,2;8,4;16,2;16,4" --widths 1,2,4,16 --reps 5 \
+  --out "$out/mma-shape-sweep-$gpu.json") 2>&1 | tail -8
 best=$(python3 -c "import json; print(','.join(map(str, json.load(open('$out/mma-shape-sweep-$gpu.json'))['best'])))" \
   2>/dev/null || echo "8,2")
 echo "best shape: $best ($(left) s left)"
@@ -20,7 +21,7 @@ timeout $(( $(left) - 60 > 200 ? 200 : $(left) - 60 )) python3 -m pytest -q -p n
   tests/test_native_qgemv_mma.py tests/test_native_verify.py tests/test_native_mtp.py > "$out/tests.log" 2>&1
 echo "tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -8
 if [[ $(left) -gt 70 ]]; then
-  (cd bench && timeout $(( $(left) - 10 )) python3 spec_decode.py --drafts 1,3 --accept 0,0.8,1 \
+  (cd bench && timeout $(( $(left) - 10 )) python3 spec_decode.py --drafts 1,3 --accept 0.8,1 \
     --out "$out/spec-decode-$gpu.json") 2>&1 | tail -8
 fi
 echo "total: $(( $(date +%s) - start )) s"
