@@ -519,10 +519,15 @@ class Engine:
 
         first = sampler.sample(logits, [], prompt_ids=prompt_ids)
         yield first
+        def plain_from(draw: int) -> Iterator[int]:
+            # the lane's penalty counts already hold the prompt's marks and the committed tokens
+            return self._model.decode_tokens(state, sampler.params, seed=sampler.seed,
+                                             vocab_limit=sampler.valid_vocab_size, first_draw=draw)
+
         yield from speculative_tokens(self._model, state, first, k=self.options.mtp_draft_tokens,
                                       sampling=device_sampling(sampler.params, seed=sampler.seed,
                                                                vocab_limit=sampler.valid_vocab_size),
-                                      prompt_ids=prompt_ids, stats=stats)
+                                      prompt_ids=prompt_ids, stats=stats, plain_from=plain_from)
 
     def _host_tokens(self, state, logits, sampler, prompt_ids: list[int]) -> Iterator[int]:
         generated: list[int] = []

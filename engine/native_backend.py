@@ -676,9 +676,9 @@ class NativeModel:
         self.engine.count_tokens(state.lane, [int(i) for i in ids], in_prompt, remove)
 
     def decode_tokens(self, state: NativeState, params, *, seed: int, vocab_limit: int,
-                      prompt_ids=(), ahead: int = 2):
+                      prompt_ids=(), ahead: int = 2, first_draw: int = 0):
         """Tokens drawn and stepped on the GPU from the state's last logits on (engine.native_loop)."""
         from engine.native_loop import decode_tokens
         self._verify = None  # the loop's steps change the lane's state
         return decode_tokens(self, state, params, seed=seed, vocab_limit=vocab_limit, prompt_ids=prompt_ids,
-                             ahead=ahead)
+                             ahead=ahead, first_draw=first_draw)

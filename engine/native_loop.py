@@ -38,11 +38,13 @@ def device_sampling(params: SamplingParams, *, seed: int, vocab_limit: int) -> d
 
 
 def decode_tokens(model, state, params: SamplingParams, *, seed: int, vocab_limit: int,
-                  prompt_ids: Sequence[int] = (), ahead: int = 2) -> Iterator[int]:
-    """Tokens drawn from the state's last logits on, each stepped on the GPU before the host reads it.
+                  prompt_ids: Sequence[int] = (), ahead: int = 2, first_draw: int = 0) -> Iterator[int]:
+    """Tokens drawn from the state's last logits on, each stepped on the GPU before the host reads it; the first
+    with draw index ``first_draw`` (the response's token index: above 0 where speculative rounds hand over,
+    engine.native_speculative).
 
-    The lane's penalty counts start empty (a new state); the prompt is marked seen when the repetition
-    penalty needs it. Stops by itself only at the state's token limit."""
+    The lane's penalty counts hold what the response so far left in them (empty for a new state); the prompt is
+    marked seen when the repetition penalty needs it. Stops by itself only at the state's token limit."""
     if state.revoked:
         from engine.native_backend import NativeBackendError
         raise NativeBackendError("this sequence's lane was released or given to a newer sequence")
@@ -54,7 +56,7 @@ def decode_tokens(model, state, params: SamplingParams, *, seed: int, vocab_limi
     kv_next = state.seq_len
     capacity = state.max_tokens - kv_next  # steps the state can take: draw k's step uses slot kv_next + k
     eng.decode_start(state.lane, model.last_logit_rows - 1, kv_next,
-                     device_sampling(params, seed=seed, vocab_limit=vocab_limit), 0)
+                     device_sampling(params, seed=seed, vocab_limit=vocab_limit), int(first_draw))
     draws = 1
     try:
         for k in itertools.count():

@@ -35,10 +35,16 @@ counted, as the plain decode loop counts its tokens.
 Steps of k + 1 tokens sum in another order than one-token steps, so where two candidates' scores agree to within
 that rounding the draw may go the other way (tests check each token against the trunk's logits at its position).
 The greedy oracle is engine/speculative.py (the reference model's loop); the sampled one is plain decoding.
+
+Falling back: a round costs about ROUND_COST_STEPS(k) one-token steps whatever it keeps, so where a reply's drafts
+are mostly rejected the rounds are slower than plain decoding. Given ``plain_from`` (the GPU decode loop from the
+state's last logits, its first draw at a given index), the rounds hand over to it once the last FALLBACK_WINDOW
+rounds committed fewer tokens a round than that cost; the tokens stay the same (plain decoding's), only faster.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable, Iterator
 
 from engine.speculative import SpecStats
@@ -49,15 +55,30 @@ DraftFilter = Callable[[int, list[int]], list[int]]
 
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
+# Rounds over which the committed tokens a round are averaged before falling back to plain decoding.
+FALLBACK_WINDOW = 16
+
+
+def round_cost_steps(k: int) -> float:
+    """One-token steps a round of k drafts costs, whatever it keeps: H100, random 27B weights, depth 0
+    (bench/spec_decode.py, bench/results/spec-decode-h100-s41-call2.json: k = 1 rounds 1.59 steps, k = 3 1.85, from
+    the rates with every draft rejected and every draft kept), linear in k between and beyond."""
+    return 1.46 + 0.13 * k
+
+# The GPU decode loop from the state's last logits, its first token drawn with this response index.
+PlainFrom = Callable[[int], Iterator[int]]
+
 
 def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict, prompt_ids=(),
-                       stats: SpecStats | None = None, draft_filter: DraftFilter | None = None) -> Iterator[int]:
+                       stats: SpecStats | None = None, draft_filter: DraftFilter | None = None,
+                       plain_from: PlainFrom | None = None) -> Iterator[int]:
     """Committed tokens after ``first_token``, response index 0 (the caller drew it from the prompt's logits with the
     same sampler; the state has consumed the prompt and, through its last forward, holds the MTP head's pending
     pairs; its lane's penalty counts are empty, as a new state's). ``sampling``: the device sampler's parameters
     (engine.native_loop.device_sampling); ``prompt_ids``: the prompt, which the repetition penalty reads. The caller
     stops iterating when it is done (a stop token, the budget); the lane has then consumed every committed token but
-    the last one, including those of the current round the caller did not take, and none of the rejected drafts."""
+    the last one, including those of the current round the caller did not take, and none of the rejected drafts.
+    With ``plain_from``, rounds that commit too little hand over to it (module doc)."""
     if not 1 <= k <= model.mtp_drafts:
         raise ValueError(f"k (drafts a round) must be in 1..{model.mtp_drafts} (the engine's planned mtp_drafts)")
     stats = stats if stats is not None else SpecStats()
@@ -72,6 +93,7 @@ def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict
         return model.sample(state, **sampling, rows=1, draw=index)[0]
 
     last, n = int(first_token), 1   # n: tokens committed so far; `last` is response index n - 1
+    recent: deque[int] = deque(maxlen=FALLBACK_WINDOW)   # tokens the last rounds committed
     model.mtp_draft(state, last)
     while True:
         base = state.seq_len   # the cache slot `last` goes to
@@ -104,9 +126,15 @@ def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict
         stats.drafted += k_round
         stats.accepted += kept
         n += len(committed)
+        recent.append(len(committed))
         yield from committed
-        # commit left this round's consumed positions pending for the head; its last committed token closes them
         last = committed[-1]
+        if (plain_from is not None and len(recent) == FALLBACK_WINDOW and state.max_tokens - state.seq_len >= 2
+                and sum(recent) < round_cost_steps(k) * FALLBACK_WINDOW):
+            model.forward([last], state)   # `last` consumed: its logits are the loop's first draw's
+            yield from plain_from(n)
+            return
+        # commit left this round's consumed positions pending for the head; its last committed token closes them
         model.mtp_draft(state, last)
 
 

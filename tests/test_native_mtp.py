@@ -245,6 +245,49 @@ def test_sampled_speculation_gives_plain_decodings_tokens(models, k, mode):
     assert stats.accepted >= stats.drafted // (2 * (k + 1))
 
 
+@pytest.mark.parametrize("mode", list(SAMPLED))
+def test_rounds_that_keep_nothing_hand_over_to_the_decode_loop(models, mode):
+    """Every draft spoiled: after FALLBACK_WINDOW rounds the GPU decode loop takes over from the state as the rounds
+    left it (`last` consumed, the draw index and the penalty counts carried on); each token is still the host
+    Sampler's draw at its place."""
+    from engine.native_loop import device_sampling
+    from engine.native_speculative import FALLBACK_WINDOW, speculative_tokens
+    from engine.sampling import Sampler, SamplingParams
+    from engine.speculative import SpecStats
+    native, _ = models
+    sampling, k, n = SAMPLED[mode], 3, FALLBACK_WINDOW + 24
+    params = SamplingParams(**sampling)
+    dev = device_sampling(params, seed=sampling["seed"], vocab_limit=VOCAB_LIMIT)
+    prompt = _prompt(21, seed=8)
+    s = native.new_state(len(prompt) + n + 2 * k + 8)
+    stats, got, handed = SpecStats(), [], []
+
+    def plain_from(draw: int):
+        handed.append(draw)
+        return native.decode_tokens(s, params, seed=sampling["seed"], vocab_limit=VOCAB_LIMIT, first_draw=draw)
+
+    gen = None
+    try:
+        logits = native.forward(torch.tensor(prompt), s, last_only=True).logits[-1]
+        got.append(Sampler(params, valid_vocab_size=VOCAB_LIMIT).sample(logits, [], prompt_ids=prompt))
+        gen = speculative_tokens(native, s, got[0], k=k, sampling=dev, prompt_ids=prompt, stats=stats,
+                                 draft_filter=lambda base, d: [(t + 1) % VOCAB_LIMIT for t in d],
+                                 plain_from=plain_from)
+        for tok in gen:
+            got.append(tok)
+            if len(got) >= n:
+                break
+    finally:
+        if gen is not None:
+            gen.close()
+        native.release(s)
+    checked = _check_sampled(native, prompt, got, sampling)
+    print(f"{mode}: handed over at draw {handed}, {checked} of {len(got)} tokens checked")
+    # a spoiled draft can still match the trunk's draw (a near tie resolved the other way): then a round keeps more
+    assert handed and handed[0] >= 1 + FALLBACK_WINDOW and stats.drafted >= FALLBACK_WINDOW * k
+    assert checked >= len(got) // 2
+
+
 def test_mtp_refusals(models, tiny_native_ckpt):
     from engine.native_backend import NativeBackendError, NativeModel
     native, _ = models

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from engine.native_speculative import greedy_speculative_tokens, speculative_tokens
+from engine.native_speculative import FALLBACK_WINDOW, greedy_speculative_tokens, round_cost_steps, speculative_tokens
 from engine.speculative import SpecStats
 
 V = 50
@@ -74,6 +74,13 @@ class FakeModel:
             self.rows.append((list(state.consumed), False))
         state.seq_len += len(ids)
         self.last_verify = (start, len(ids))
+
+    def forward(self, ids, state: State):
+        """A plain step (the hand-over to the decode loop): consumes ``ids``; its last row is drawn from next."""
+        for t in ids:
+            state.consumed.append(int(t))
+        state.seq_len += len(ids)
+        self.rows = [(list(state.consumed), False)]
 
     def commit(self, state: State, kept: int) -> None:
         start, T = self.last_verify
@@ -246,3 +253,45 @@ def test_penalised_rounds_draw_each_token_against_the_counts_before_it(k, penalt
             break
     assert got == plain_sampled(prompt, 40, 0.7, 777)
     assert 0 < stats.accepted < stats.drafted and model.penalised_draws > 40
+
+
+def plain_loop(model: FakeModel, state: State, sampling: dict, calls: list[int]):
+    """A stand-in for the GPU decode loop from the state's last logits (Engine's plain_from): each token drawn with
+    the next draw index from the history so far, then consumed."""
+    def start(draw: int):
+        calls.append(draw)
+        while True:
+            token = trunk_draw(list(state.consumed), sampling["temperature"], sampling["seed"], draw)
+            yield token
+            state.consumed.append(token)
+            state.seq_len += 1
+            draw += 1
+    return start
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("pattern", ["never", "always"])
+def test_rounds_that_commit_too_little_hand_over_to_plain_decoding(k, pattern):
+    """Drafts always rejected: after FALLBACK_WINDOW rounds of one token each (below a round's cost in steps) the
+    tokens come from the plain loop, starting at the right draw index with `last` consumed; the tokens are plain
+    decoding's throughout. Drafts always kept: no hand-over."""
+    model = FakeModel(mtp_drafts=k, head_right={"never": lambda p: False, "always": lambda p: True}[pattern])
+    state = State()
+    prompt = [3, 14, 15, 9, 26]
+    model.prefill(state, prompt)
+    sampling = dict(temperature=0.7, seed=4242, vocab_limit=V)
+    first = trunk_draw(prompt, 0.7, 4242, 0)
+    calls: list[int] = []
+    stats = SpecStats()
+    got = [first]
+    for tok in speculative_tokens(model, state, first, k=k, sampling=sampling, stats=stats,
+                                  plain_from=plain_loop(model, state, sampling, calls)):
+        got.append(tok)
+        if len(got) >= 80:
+            break
+    assert got == plain_sampled(prompt, 80, 0.7, 4242)
+    if pattern == "never":
+        assert 1 < round_cost_steps(k) and calls == [1 + FALLBACK_WINDOW]
+        assert stats.drafted == FALLBACK_WINDOW * k and stats.accepted == 0
+    else:
+        assert calls == [] and stats.accepted == stats.drafted > 0
