@@ -2,7 +2,10 @@
 tensor-core GEMV (set_qgemv_mma_shape: warps an SM, which sets how far K is split, and 128-element spans a warp
 loads together), to choose its default (run on the GPU machine).
 
-    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2]
+    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2;8,2,f]
+
+A third field f runs that shape with the split-K sums in the kernel (set_qgemv_mma_fused_reduce) instead of a
+reduce kernel.
 
 Each shape's graphs are captured anew (a captured graph keeps its launch shapes). The step times are the median of
 graph replays of engine.forward of T tokens at depth 0, synchronised, as bench/step_widths.py times them; T = 1 runs
@@ -46,23 +49,25 @@ def main(argv=None) -> int:
     from provenance import commit as run_commit, write_result
 
     nat = load_native()
-    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";") if s]
+    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "f") for f in (s.split(",") for s in args.shapes.split(";") if s)]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)
     state = model.new_state(64)
-    before = nat.qgemv_mma_shape()
+    before, fused_before = nat.qgemv_mma_shape(), nat.qgemv_mma_fused_reduce()
     rows = []
     try:
-        for warps, spans in shapes:
+        for warps, spans, fused in shapes:
             nat.set_qgemv_mma_shape(warps, spans)
+            nat.set_qgemv_mma_fused_reduce(fused)
             model.engine.reset_graphs()
-            row = {"warps_per_sm": warps, "spans": spans,
+            row = {"warps_per_sm": warps, "spans": spans, "fused_reduce": fused,
                    "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths}}
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         nat.set_qgemv_mma_shape(*before)
+        nat.set_qgemv_mma_fused_reduce(fused_before)
         model.engine.reset_graphs()
         model.release(state)
     verify = [w for w in ("2", "4") if w in rows[0]["ms"]] or list(rows[0]["ms"])
@@ -70,9 +75,10 @@ def main(argv=None) -> int:
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
               "model": "random weights of the real 27B shapes, native engine, int8 KV, q4g64, depth 0",
               "default_before": list(before), "method": "median ms of graph replays of engine.forward(T tokens)",
-              "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_by": f"sum over T = {verify}"}
+              "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_fused_reduce": best["fused_reduce"],
+              "best_by": f"sum over T = {verify}"}
     write_result(args.out, result)
-    print(f"best {best['warps_per_sm']},{best['spans']}; wrote {args.out}")
+    print(f"best {best['warps_per_sm']},{best['spans']} fused_reduce={best['fused_reduce']}; wrote {args.out}")
     return 0
 
 

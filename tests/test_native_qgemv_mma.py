@@ -85,6 +85,47 @@ def test_every_work_shape_against_fp64(nat, warps, spans, bits, N, K, group, T, 
         _check_against_fp64(nat, bits, N, K, group, T, epi, split=True)
 
 
+@contextlib.contextmanager
+def fused_reduce(nat, on: bool):
+    before = nat.qgemv_mma_fused_reduce()
+    nat.set_qgemv_mma_fused_reduce(on)
+    try:
+        yield
+    finally:
+        nat.set_qgemv_mma_fused_reduce(before)
+
+
+# (N, K, T, epilogue, warps an SM): down, gdn_out-like, gate_up's SwiGLU (split only with more warps an SM), and a
+# shape with a partial last row block
+@pytest.mark.parametrize("N, K, T, epi, warps", [(5120, 17408, 16, 1, 8), (5120, 6144, 4, 0, 8),
+                                                 (2 * 17408, 5120, 3, 2, 32), (1000, 2048, 9, 2, 32)])
+def test_the_fused_reduce_gives_the_reduce_kernels_sums_bit_for_bit(nat, N, K, T, epi, warps):
+    """The last split of a row block to finish sums the partials in split order, as the reduce kernel does: the same
+    bits, on every launch (its arrival counters reset themselves), and within the fp64 tolerance."""
+    gen = torch.Generator().manual_seed(N + T)
+    q, codes, high, scales, wd = quantized(N, K, 4, 64, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    scratch = torch.zeros(SCRATCH_FLOATS, device="cuda")
+    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
+    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
+    outs = {}
+    with work_shape(nat, warps, 2):
+        assert nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) > 1
+        for fused in (False, True):
+            with fused_reduce(nat, fused):
+                runs = []
+                for _ in range(3):
+                    out = base.clone()
+                    _run(nat, codes, scales, N, K, 64, x, T, epi, out, scratch)
+                    runs.append(out)
+            assert all(torch.equal(r, runs[0]) for r in runs[1:])
+            outs[fused] = runs[0]
+    assert torch.equal(outs[True], outs[False])
+    got = from_perm8(outs[True].float())[:, :N // 2] if epi == 2 else outs[True] - (base if epi == 1 else 0)
+    tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
+    assert rel_err(got, _oracle(wd, x, epi)) < tol
+
+
 def test_the_work_shape_is_checked(nat):
     for bad in ((0, 2), (65, 2), (8, 3)):
         with pytest.raises(ValueError):

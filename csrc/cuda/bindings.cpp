@@ -254,6 +254,9 @@ void register_cuda_bindings(py::module_& m) {
         "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
         "(2 or 4; default 2)");
   m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
+  m.def("set_qgemv_mma_fused_reduce", &set_qgemv_mma_fused_reduce,
+        "a split tensor-core GEMV summed by its last split to finish (on) or by a reduce kernel (off, the default)");
+  m.def("qgemv_mma_fused_reduce", &qgemv_mma_fused_reduce, "whether split tensor-core GEMVs reduce in the kernel");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

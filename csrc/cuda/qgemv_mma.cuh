@@ -16,7 +16,8 @@
 // A = (code - 8) * scale, formed in fp16 (exact code, one rounding for the scale's product); B = x of token
 // g (+ 8 for the second n8 tile). With few row tiles (the 5120-row outputs) the K range is split over blockIdx.y
 // and the partial sums go through a scratch buffer, summed in a fixed order by qgemv_mma_reduce_kernel (the same
-// result on every run).
+// result on every run), or, with `counters` (set_qgemv_mma_fused_reduce), by the last of a row block's splits to
+// finish, in the same order, which saves the reduce kernel's launch and the drain before it.
 #pragma once
 
 namespace mma_gemv {
@@ -59,12 +60,37 @@ __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast
 
 }  // namespace mma_gemv
 
-// BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2; 1 at 8 bits, whose
-// chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this split's sums go
-// to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
-template <int BITS, int NT, int U>
+// One output of a split GEMV: the splits' partials summed in split order, then the epilogue (t: token; o: output
+// row, or for SwiGLU the pair of rows 2o, 2o + 1). VIA_L2: the partials are read past L1 (the fused reduce: other
+// SMs of the same grid wrote them).
+template <bool VIA_L2>
+__device__ __forceinline__ void mma_reduce_output(const GemvArgs& a, const float* part, int splits, int t, int o) {
+  auto sum = [&](int row) {
+    float s = 0.f;
+    for (int z = 0; z < splits; ++z) {
+      const float* p = part + ((size_t)z * a.T + t) * a.N + row;
+      s += VIA_L2 ? __ldcg(p) : *p;
+    }
+    return s;
+  };
+  if (a.epi == GEMV_STORE) {
+    a.out_f32[(size_t)t * a.ldo + o] = sum(o);
+  } else if (a.epi == GEMV_ADD) {
+    a.out_f32[(size_t)t * a.ldo + o] += sum(o);
+  } else {
+    a.out_h[(size_t)t * a.ldo + swiglu_pos(a, o)] = __float2half(silu(sum(2 * o)) * sum(2 * o + 1));
+  }
+}
+
+// BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
+// bits, whose chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this
+// split's sums go to part[split][t][row] (fp32), and either qgemv_mma_reduce_kernel finishes (FUSED false) or the
+// last split of this row block to arrive (counters[blockIdx.x], zero between launches) does (FUSED: a template
+// switch, so that the default kernels compile as they did before it).
+template <int BITS, int NT, int U, bool FUSED>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
-                                                                                    int spans_per_split) {
+                                                                                    int spans_per_split,
+                                                                                    int* counters) {
   using namespace mma_gemv;
   constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -173,6 +199,26 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
           a.out_h[(size_t)t * a.ldo + swiglu_pos(a, row >> 1)] = __float2half(silu(v) * up);
         }
       }
+  if (!FUSED || part == nullptr) return;
+  // The last split of this row block to finish sums them all: each thread's partials made visible device-wide,
+  // then one arrival a block; the block that completes the count reads the others' partials (after a fence).
+  __shared__ bool last_split;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int before = atomicAdd(counters + blockIdx.x, 1);
+    last_split = before == (int)gridDim.y - 1;
+    if (last_split) counters[blockIdx.x] = 0;   // ready for the next launch (graph replays included)
+  }
+  __syncthreads();
+  if (!last_split) return;
+  __threadfence();
+  const int rows0 = blockIdx.x * kWarpsPerBlock * kRowsPerWarp;
+  const int swiglu = a.epi == GEMV_SWIGLU;
+  const int outs0 = rows0 >> swiglu;
+  const int outs = min((kWarpsPerBlock * kRowsPerWarp) >> swiglu, ((swiglu ? a.N / 2 : a.N)) - outs0);
+  for (int i = threadIdx.x; i < a.T * outs; i += blockDim.x)
+    mma_reduce_output<true>(a, part, (int)gridDim.y, i / outs, outs0 + i % outs);
 }
 
 // Sums the splits' partials in split order and applies the epilogue: one thread per (token, output).
@@ -182,17 +228,5 @@ __global__ void __launch_bounds__(256) qgemv_mma_reduce_kernel(GemvArgs a, const
   const int outs = a.epi == GEMV_SWIGLU ? a.N / 2 : a.N;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= a.T * outs) return;
-  const int t = idx / outs, o = idx % outs;
-  auto sum = [&](int row) {
-    float s = 0.f;
-    for (int z = 0; z < splits; ++z) s += part[((size_t)z * a.T + t) * a.N + row];
-    return s;
-  };
-  if (a.epi == GEMV_STORE) {
-    a.out_f32[(size_t)t * a.ldo + o] = sum(o);
-  } else if (a.epi == GEMV_ADD) {
-    a.out_f32[(size_t)t * a.ldo + o] += sum(o);
-  } else {
-    a.out_h[(size_t)t * a.ldo + swiglu_pos(a, o)] = __float2half(silu(sum(2 * o)) * sum(2 * o + 1));
-  }
+  mma_reduce_output<false>(a, part, splits, idx / outs, idx % outs);
 }
