@@ -63,24 +63,38 @@ def test_mtp_draft_logits_match_reference(models, n, last_only):
         native.release(ns)
 
 
-def _check_greedy(native, prompt: list[int], tokens: list[int]) -> int:
-    """Teacher-forces ``tokens`` after ``prompt`` by one-token steps: each must be the argmax there wherever the top-2
-    margin is clear of the rounding a step of another width may bring (4 x TOL_MODEL_BF16KV of the logits' rms; a
-    verify step's kernels sum in another order than a one-token step's). Returns the positions checked."""
+def _teacher_forced(native, prompt: list[int], tokens: list[int], expected) -> int:
+    """Teacher-forces ``tokens`` after ``prompt`` by one-token steps: ``expected(i, logits)`` gives the token due at
+    position i, or None where the margin between the best two candidates is within the rounding a step of another
+    width may bring (a verify step's kernels sum in another order than a one-token step's). Asserts each token that
+    has one; returns the positions checked."""
     s = native.new_state(len(prompt) + len(tokens) + 8)
     checked = 0
     try:
         logits = native.forward(torch.tensor(prompt), s, last_only=True).logits[-1]
         for i, tok in enumerate(tokens):
-            row = logits[:VOCAB_LIMIT].double()
-            top2 = torch.topk(row, 2).values
-            if float(top2[0] - top2[1]) > 4 * TOL_MODEL_BF16KV * float(row.norm() / row.numel() ** 0.5):
-                assert tok == int(row.argmax()), f"token {i}: {tok}, the trunk's argmax {int(row.argmax())}"
+            want = expected(i, logits)
+            if want is not None:
+                assert tok == want, f"token {i}: {tok}, the trunk's {want}"
                 checked += 1
             logits = native.forward(torch.tensor([tok]), s).logits[-1]
     finally:
         native.release(s)
     return checked
+
+
+def _rounding_margin(row) -> float:
+    """4 x TOL_MODEL_BF16KV of the logits' rms: the rounding a step of another width may bring."""
+    return 4 * TOL_MODEL_BF16KV * float(row.norm() / row.numel() ** 0.5)
+
+
+def _check_greedy(native, prompt: list[int], tokens: list[int]) -> int:
+    """Each token must be the trunk's argmax wherever its top-2 margin is clear of the rounding."""
+    def argmax(i, logits):
+        row = logits[:VOCAB_LIMIT].double()
+        top2 = torch.topk(row, 2).values
+        return int(row.argmax()) if float(top2[0] - top2[1]) > _rounding_margin(row) else None
+    return _teacher_forced(native, prompt, tokens, argmax)
 
 
 def _speculate(native, prompt: list[int], n: int, k: int, **kw) -> tuple[list[int], "object"]:
@@ -163,31 +177,21 @@ SAMPLED = {"temperature": dict(temperature=0.8, seed=0x5EED),
 
 
 def _check_sampled(native, prompt: list[int], tokens: list[int], sampling: dict) -> int:
-    """Teacher-forces ``tokens`` after ``prompt`` by one-token steps: token i must be the host Sampler's draw (index
-    i, the history before it) from the trunk's logits there wherever the best two Gumbel-perturbed scores of the
-    sampler's candidates are apart by more than the rounding a step of another width may bring. Returns the
-    positions checked."""
+    """Token i must be the host Sampler's draw (index i, the history before it) from the trunk's logits wherever the
+    best two Gumbel-perturbed scores of the sampler's candidates are apart by more than the rounding."""
     from engine.sampling import Sampler, SamplingParams, gumbel_noise
     host = Sampler(SamplingParams(**sampling), valid_vocab_size=VOCAB_LIMIT)
-    s = native.new_state(len(prompt) + len(tokens) + 8)
-    checked = 0
-    try:
-        logits = native.forward(torch.tensor(prompt), s, last_only=True).logits[-1]
-        for i, tok in enumerate(tokens):
-            row = logits[:VOCAB_LIMIT].double()
-            cand = host.candidates(logits, tokens[:i], prompt)
-            scores = cand.logits.double() + torch.from_numpy(gumbel_noise(host.seed, i, cand.ids.numpy())[0])
-            top2 = torch.topk(scores, 2).values if scores.numel() > 1 else torch.tensor([0.0, -1e9])
-            margin = 4 * TOL_MODEL_BF16KV * float(row.norm() / row.numel() ** 0.5) / sampling["temperature"]
-            if float(top2[0] - top2[1]) > margin:
-                want = host.sample(logits, tokens[:i], prompt_ids=prompt)
-                assert want == int(cand.ids[scores.argmax()])
-                assert tok == want, f"token {i}: {tok}, the trunk's draw {want}"
-                checked += 1
-            logits = native.forward(torch.tensor([tok]), s).logits[-1]
-    finally:
-        native.release(s)
-    return checked
+
+    def draw(i, logits):
+        cand = host.candidates(logits, tokens[:i], prompt)
+        scores = cand.logits.double() + torch.from_numpy(gumbel_noise(host.seed, i, cand.ids.numpy())[0])
+        top2 = torch.topk(scores, 2).values if scores.numel() > 1 else torch.tensor([0.0, -1e9])
+        if float(top2[0] - top2[1]) <= _rounding_margin(logits[:VOCAB_LIMIT].double()) / sampling["temperature"]:
+            return None
+        want = host.sample(logits, tokens[:i], prompt_ids=prompt)
+        assert want == int(cand.ids[scores.argmax()])
+        return want
+    return _teacher_forced(native, prompt, tokens, draw)
 
 
 @pytest.mark.parametrize("mode", list(SAMPLED))

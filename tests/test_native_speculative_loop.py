@@ -147,6 +147,17 @@ def greedy(prompt: list[int], n: int) -> list[int]:
     return out
 
 
+def first_n(first: int, rounds, n: int) -> list[int]:
+    """``first`` and the rounds' tokens after it, up to n in all (the caller stops the rounds there, as Engine does)."""
+    got = [first]
+    for tok in rounds:
+        got.append(tok)
+        if len(got) >= n:
+            break
+    rounds.close()
+    return got
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
 @pytest.mark.parametrize("pattern", ["always", "never", "mixed"])
 def test_rounds_yield_the_trunks_greedy_tokens(k, pattern):
@@ -157,11 +168,7 @@ def test_rounds_yield_the_trunks_greedy_tokens(k, pattern):
     model.prefill(state, prompt)
     first = model.sample(state, temperature=0.0, vocab_limit=V, rows=1)[0]
     stats = SpecStats()
-    got = [first]
-    for tok in greedy_speculative_tokens(model, state, first, k=k, vocab_limit=V, stats=stats):
-        got.append(tok)
-        if len(got) >= 60:
-            break
+    got = first_n(first, greedy_speculative_tokens(model, state, first, k=k, vocab_limit=V, stats=stats), 60)
     assert got == greedy(prompt, 60)[:len(got)] and len(got) == 60
     if pattern == "always":
         assert stats.accepted == stats.drafted
@@ -223,11 +230,7 @@ def test_sampled_rounds_yield_plain_decodings_tokens_for_the_seed(k, pattern):
     sampling = dict(temperature=0.7, top_k=20, top_p=0.95, min_p=0.0, seed=12345, vocab_limit=V)
     first = model.sample(state, **sampling, rows=1, draw=0)[0]
     stats = SpecStats()
-    got = [first]
-    for tok in speculative_tokens(model, state, first, k=k, sampling=sampling, stats=stats):
-        got.append(tok)
-        if len(got) >= 50:
-            break
+    got = first_n(first, speculative_tokens(model, state, first, k=k, sampling=sampling, stats=stats), 50)
     assert got == plain_sampled(prompt, 50, 0.7, 12345)
     assert got != greedy(prompt, 50)
     assert (stats.accepted == stats.drafted) if pattern == "always" else (0 < stats.accepted < stats.drafted)
@@ -246,11 +249,8 @@ def test_penalised_rounds_draw_each_token_against_the_counts_before_it(k, penalt
     sampling = dict(temperature=0.7, top_k=20, top_p=0.95, seed=777, vocab_limit=V, **penalty)
     first = trunk_draw(prompt, 0.7, 777, 0)   # Engine draws it on the host, with the prompt's penalty marks
     stats = SpecStats()
-    got = [first]
-    for tok in speculative_tokens(model, state, first, k=k, sampling=sampling, prompt_ids=prompt, stats=stats):
-        got.append(tok)
-        if len(got) >= 40:
-            break
+    rounds = speculative_tokens(model, state, first, k=k, sampling=sampling, prompt_ids=prompt, stats=stats)
+    got = first_n(first, rounds, 40)
     assert got == plain_sampled(prompt, 40, 0.7, 777)
     assert 0 < stats.accepted < stats.drafted and model.penalised_draws > 40
 
@@ -283,12 +283,8 @@ def test_rounds_that_commit_too_little_hand_over_to_plain_decoding(k, pattern):
     first = trunk_draw(prompt, 0.7, 4242, 0)
     calls: list[int] = []
     stats = SpecStats()
-    got = [first]
-    for tok in speculative_tokens(model, state, first, k=k, sampling=sampling, stats=stats,
-                                  plain_from=plain_loop(model, state, sampling, calls)):
-        got.append(tok)
-        if len(got) >= 80:
-            break
+    got = first_n(first, speculative_tokens(model, state, first, k=k, sampling=sampling, stats=stats,
+                                        plain_from=plain_loop(model, state, sampling, calls)), 80)
     assert got == plain_sampled(prompt, 80, 0.7, 4242)
     if pattern == "never":
         assert 1 < round_cost_steps(k) and calls == [1 + FALLBACK_WINDOW]
