@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     from provenance import commit as run_commit, write_result
 
     nat = load_native()
-    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "f") for f in (s.split(",") for s in args.shapes.split(";") if s)]
+    fields = [s.split(",") for s in args.shapes.split(";") if s]
+    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "f") for f in fields]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)

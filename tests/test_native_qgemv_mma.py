@@ -19,13 +19,18 @@ SCRATCH_FLOATS = 16 * 16 * 5120   # what a 27B decode workspace holds (alloc_seq
 
 
 @contextlib.contextmanager
-def mma(nat, on: bool):
-    before = nat.qgemv_mma()
-    nat.set_qgemv_mma(on)
+def switched(get, set_, *value):
+    """A process-wide switch of the native module set for the block, then restored."""
+    before = get()
+    set_(*value)
     try:
         yield
     finally:
-        nat.set_qgemv_mma(before)
+        set_(*before) if isinstance(before, tuple) else set_(before)
+
+
+def mma(nat, on: bool):
+    return switched(nat.qgemv_mma, nat.set_qgemv_mma, on)
 
 
 @pytest.fixture(autouse=True)
@@ -63,14 +68,8 @@ def test_tensor_core_gemv_against_fp64(nat, bits, N, K, group, T, epi, split):
     _check_against_fp64(nat, bits, N, K, group, T, epi, split)
 
 
-@contextlib.contextmanager
 def work_shape(nat, warps_per_sm: int, spans: int):
-    before = nat.qgemv_mma_shape()
-    nat.set_qgemv_mma_shape(warps_per_sm, spans)
-    try:
-        yield
-    finally:
-        nat.set_qgemv_mma_shape(*before)
+    return switched(nat.qgemv_mma_shape, nat.set_qgemv_mma_shape, warps_per_sm, spans)
 
 
 # the shapes bench/mma_shape_sweep.py times: more warps an SM split K further; 4 spans a pass hold twice the weights
@@ -85,14 +84,8 @@ def test_every_work_shape_against_fp64(nat, warps, spans, bits, N, K, group, T, 
         _check_against_fp64(nat, bits, N, K, group, T, epi, split=True)
 
 
-@contextlib.contextmanager
 def fused_reduce(nat, on: bool):
-    before = nat.qgemv_mma_fused_reduce()
-    nat.set_qgemv_mma_fused_reduce(on)
-    try:
-        yield
-    finally:
-        nat.set_qgemv_mma_fused_reduce(before)
+    return switched(nat.qgemv_mma_fused_reduce, nat.set_qgemv_mma_fused_reduce, on)
 
 
 # (N, K, T, epilogue, warps an SM): down, gdn_out-like, gate_up's SwiGLU (split only with more warps an SM), and a
