@@ -36,7 +36,7 @@ Steps of k + 1 tokens sum in another order than one-token steps, so where two ca
 that rounding the draw may go the other way (tests check each token against the trunk's logits at its position).
 The greedy oracle is engine/speculative.py (the reference model's loop); the sampled one is plain decoding.
 
-Falling back: a round costs about ROUND_COST_STEPS(k) one-token steps whatever it keeps, so where a reply's drafts
+Falling back: a round costs about round_cost_steps(k) one-token steps whatever it keeps, so where a reply's drafts
 are mostly rejected the rounds are slower than plain decoding. Given ``plain_from`` (the GPU decode loop from the
 state's last logits, its first draw at a given index), the rounds hand over to it once the last FALLBACK_WINDOW
 rounds committed fewer tokens a round than that cost; the tokens stay the same (plain decoding's), only faster.
@@ -64,6 +64,7 @@ def round_cost_steps(k: int) -> float:
     (bench/spec_decode.py, bench/results/spec-decode-h100-s41-call2.json: k = 1 rounds 1.59 steps, k = 3 1.85, from
     the rates with every draft rejected and every draft kept), linear in k between and beyond."""
     return 1.46 + 0.13 * k
+
 
 # The GPU decode loop from the state's last logits, its first token drawn with this response index.
 PlainFrom = Callable[[int], Iterator[int]]
