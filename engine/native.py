@@ -148,7 +148,7 @@ def verify_steps_pay() -> bool:
     """Whether a speculative verify step of k + 1 tokens costs about one decode step, so that drafting with the MTP
     head speeds the native engine up: only with the tensor-core GEMV of T = 2..16 (set_qgemv_mma, on by default). The
     per-token GEMV (MONORAIL_QGEMV_MMA=0) makes a step of T tokens cost nearly T steps (H100, depth 0: 5.9 ms for
-    T = 1, 17.9 for T = 4 against 9.4 on tensor cores; bench/results/step-widths-h100-s39-call2.json), so rounds would
+    T = 1, 18.0 for T = 4 against 9.4 on tensor cores; bench/results/step-widths-h100-s41-call1.json), so rounds would
     be slower than plain decoding at any acceptance. Engine plans the head and drafts only where this holds."""
     try:
         return bool(load_native().qgemv_mma())
