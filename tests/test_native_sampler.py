@@ -466,17 +466,33 @@ def _tiny(tiny_native_ckpt, chunk=0):
                                        vram_budget_bytes=2 << 30, prefill_chunk=chunk)
 
 
-def _host_loop(model, prompt, params, seed, n, vocab):
+def _host_loop(model, prompt, params, seed, n, vocab, first_draw=0):
     from engine.sampling import Sampler
     sampler = Sampler(params.with_(seed=seed), valid_vocab_size=vocab)
     state = model.new_state(len(prompt) + n + 1)
     logits = model.forward(torch.tensor(prompt), state, last_only=True).logits[-1]
     out = []
-    for _ in range(n):
-        out.append(sampler.sample(logits, out, prompt_ids=prompt))
+    for i in range(n):
+        out.append(sampler.sample(logits, out, prompt_ids=prompt, step=first_draw + i))
         logits = model.forward(torch.tensor([out[-1]]), state, last_only=True).logits[-1]
     model.release(state)
     return out
+
+
+def test_decode_loop_from_a_later_draw_index(tiny_native_ckpt):
+    """decode_tokens(first_draw=n) (where speculative rounds hand over): token i draws with index n + i, as the host
+    Sampler does at that step."""
+    from engine.sampling import preset as named
+    m = _tiny(tiny_native_ckpt)
+    vocab = m.config.text.vocab_size - 3
+    prompt = torch.randint(0, vocab, (23,), generator=torch.Generator().manual_seed(12)).tolist()
+    params = named("thinking")   # temperature 1, top-k, top-p and a presence penalty on the loop's own counts
+    want = _host_loop(m, prompt, params, 31, 30, vocab, first_draw=57)
+    assert want != _host_loop(m, prompt, params, 31, 30, vocab)
+    state = m.new_state(len(prompt) + 31)
+    m.forward(torch.tensor(prompt), state, last_only=True)
+    got = [t for _, t in zip(range(30), m.decode_tokens(state, params, seed=31, vocab_limit=vocab, first_draw=57))]
+    assert got == want
 
 
 @pytest.mark.parametrize("chunk", [0, 32])

@@ -24,7 +24,8 @@ fused=$(python3 -c "import json; print(int(json.load(open('$out/mma-shape-sweep-
 echo "best shape: $best, fused reduce $fused ($(left) s left)"
 export MONORAIL_QGEMV_MMA_SHAPE=$best MONORAIL_QGEMV_MMA_FUSED_REDUCE=$fused
 timeout $(( $(left) - 60 > 200 ? 200 : $(left) - 60 )) python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 \
-  tests/test_native_qgemv_mma.py tests/test_native_verify.py tests/test_native_mtp.py > "$out/tests.log" 2>&1
+  tests/test_native_qgemv_mma.py tests/test_native_verify.py tests/test_native_mtp.py \
+  "tests/test_native_sampler.py::test_decode_loop_from_a_later_draw_index" > "$out/tests.log" 2>&1
 echo "tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -8
 if [[ $(left) -gt 70 ]]; then
   (cd bench && timeout $(( $(left) - 10 )) python3 spec_decode.py --drafts 1,3 --accept 0.8,1 \
