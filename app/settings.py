@@ -53,6 +53,7 @@ class Settings:
     kv_dtype: str = "int8"
     vram_budget_gib: float = 0.0        # 0 = automatic (free memory minus a margin)
     mtp_speculation: bool = False       # draft with the model's MTP head (every reply)
+    mtp_draft_tokens: int = 3           # drafts a round, 1..5 (3: the best measured speed-up at 60-100 % acceptance)
     conversation_cache_gib: float = 8.0  # RAM for conversations set aside (engine.api prefix_cache_bytes); 0 = off
     saved_states_gib: float = 16.0      # disk for conversation states kept across restarts (prefix_disk_bytes); 0 = off
     api_port: int = 0                   # serve the loaded model's OpenAI API on 127.0.0.1:port (engine.server); 0 = off
@@ -82,6 +83,7 @@ class Settings:
         opts: dict = {"backend": self.local_backend, "kv_dtype": self.kv_dtype}
         if self.mtp_speculation:
             opts["mtp_speculation"] = True
+            opts["mtp_draft_tokens"] = int(self.mtp_draft_tokens)
         if self.max_context:
             opts["max_context"] = int(self.max_context)
         if self.vram_budget_gib:
@@ -112,8 +114,8 @@ LOCAL_BACKENDS = ("auto", "native", "reference")   # engine.api.BACKENDS (the ap
 _CHOICES = {"backend": ("local", "remote"), "local_backend": LOCAL_BACKENDS, "kv_dtype": KV_FORMATS,
             "theme": THEMES, "language": LANGUAGES}
 _MINIMUM = {"max_context": 0, "vram_budget_gib": 0.0, "conversation_cache_gib": 0.0, "saved_states_gib": 0.0,
-            "max_tokens": 1, "tariff_per_kwh": 0.0, "api_port": 0}
-_MAXIMUM = {"api_port": 65535}
+            "max_tokens": 1, "tariff_per_kwh": 0.0, "api_port": 0, "mtp_draft_tokens": 1}
+_MAXIMUM = {"api_port": 65535, "mtp_draft_tokens": 5}
 
 
 def _is_number(value) -> bool:

@@ -18,6 +18,8 @@ ZH_CN: dict[str, str] = {
     "Speculative decoding with the MTP head": "使用 MTP 头进行推测解码",
     "Drafts tokens with the model's own MTP head and checks them in one step. Replies keep their tokens (greedy, and on the native engine sampled ones for their seed) or their distribution (sampled ones on the reference backend).": "用模型自带的 MTP 头起草词元，并在一步中校验。回复保持原有词元（贪心解码，以及原生引擎上按种子采样的回复）或原有分布（参考后端上的采样回复）。",
     "Speculation": "推测解码",
+    "Drafts a round": "每轮草稿数",
+    "Tokens the MTP head drafts before each check. More drafts pay when most are right; replies whose drafts are mostly wrong go on without drafting.": "MTP 头在每次校验前起草的词元数。多数草稿正确时，更多草稿更划算；草稿大多错误的回复会改为不起草继续生成。",
     "Delete “{title}” and all its messages?": "删除“{title}”及其全部消息？",
     "Restarting the engine…": "正在重启引擎…",
     "Restart engine": "重启引擎",

@@ -64,7 +64,10 @@ def test_settings_round_trip_through_dialog(qtbot, data_dir):
     d.conversation_cache.setValue(2.5)
     d.saved_states.setValue(40.0)
     d.api_port.setValue(8123)
+    assert not d.mtp_drafts.isEnabled()          # drafts a round only mean something with speculation on
     d.mtp.setChecked(True)
+    assert d.mtp_drafts.isEnabled()
+    d.mtp_drafts.setValue(5)
     d.preset.setCurrentText("Precise (greedy)")
     assert d.temperature.value() == 0.0
     d.sys_preset.setCurrentText("Coding")
@@ -83,7 +86,7 @@ def test_settings_round_trip_through_dialog(qtbot, data_dir):
     assert (back.max_context, back.kv_dtype, back.vram_budget_gib) == (131072, "bf16", 22.5)
     assert back.conversation_cache_gib == 2.5 and back.saved_states_gib == 40.0
     assert back.api_port == 8123
-    assert back.mtp_speculation is True
+    assert back.mtp_speculation is True and back.mtp_draft_tokens == 5
     assert back.sampling["temperature"] == 0.0 and back.system_prompt.startswith("You are an expert programmer")
     assert (back.thinking_default, back.theme, back.language, back.enter_sends) == (False, "dark", "zh_CN", False)
     assert back.engine_options() == {"backend": "remote", "base_url": "http://gpu-box:8000/v1",
@@ -121,8 +124,9 @@ def test_local_engine_options():
     assert Settings(conversation_cache_gib=0).engine_options()["prefix_cache_bytes"] == 0
     assert Settings(saved_states_gib=0).engine_options()["prefix_disk_bytes"] == 0
     assert "api_port" not in Settings().engine_options() and Settings(api_port=8000).engine_options()["api_port"] == 8000
+    assert "mtp_draft_tokens" not in s.engine_options()
     s.mtp_speculation = True
-    assert s.engine_options()["mtp_speculation"] is True
+    assert s.engine_options()["mtp_speculation"] is True and s.engine_options()["mtp_draft_tokens"] == 3
 
 
 def test_keyring_fallback_is_visible_and_private(qtbot, data_dir):
@@ -165,13 +169,13 @@ def test_unusable_saved_values_fall_back_one_by_one(data_dir):
     (data_dir / "settings.json").write_text(json.dumps({
         "max_tokens": "lots", "theme": "neon", "kv_dtype": "fp4", "sampling": {"temperature": "hot"},
         "vram_budget_gib": -3, "conversation_cache_gib": -1, "saved_states_gib": -2, "api_port": 70000,
-        "enter_sends": 1, "tariff_per_kwh": float("nan"), "system_prompts": {"x": 5},
+        "enter_sends": 1, "tariff_per_kwh": float("nan"), "system_prompts": {"x": 5}, "mtp_draft_tokens": 9,
         "language": "zh_CN", "max_context": 65536, "local_backend": "native", "sampling_preset": "Mine",
         "not_a_setting": True}))
     loaded = load_settings_report()
     assert sorted(loaded.reset) == sorted(["max_tokens", "theme", "kv_dtype", "sampling", "vram_budget_gib",
                                            "conversation_cache_gib", "saved_states_gib", "api_port", "enter_sends",
-                                           "tariff_per_kwh", "system_prompts"])
+                                           "tariff_per_kwh", "system_prompts", "mtp_draft_tokens"])
     s = loaded.settings
     assert (s.language, s.max_context, s.local_backend, s.sampling_preset) == ("zh_CN", 65536, "native", "Mine")
     assert s.max_tokens == Settings().max_tokens and s.sampling == Settings().sampling and loaded.set_aside is None

@@ -163,6 +163,15 @@ class SettingsDialog(QDialog):
             "(greedy, and on the native engine sampled ones for their seed) or their distribution (sampled ones on "
             "the reference backend)."))
         f.addRow(tr("Speculation"), self.mtp)
+        self.mtp_drafts = QSpinBox()
+        self.mtp_drafts.setRange(1, 5)
+        self.mtp_drafts.setValue(self.s.mtp_draft_tokens)
+        self.mtp_drafts.setEnabled(self.s.mtp_speculation)
+        self.mtp_drafts.setToolTip(tr(
+            "Tokens the MTP head drafts before each check. More drafts pay when most are right; replies whose drafts "
+            "are mostly wrong go on without drafting."))
+        self.mtp.toggled.connect(self.mtp_drafts.setEnabled)
+        f.addRow(tr("Drafts a round"), self.mtp_drafts)
         self.plan_button = QPushButton(tr("Show memory plan"))
         self.plan_button.clicked.connect(self.request_plan)
         # The plan follows the settings as they change (debounced), so it is seen before OK.
@@ -170,7 +179,8 @@ class SettingsDialog(QDialog):
         self._plan_timer.setSingleShot(True)
         self._plan_timer.setInterval(400)
         self._plan_timer.timeout.connect(self.request_plan)
-        for signal in (self.context.valueChanged, self.kv.currentIndexChanged, self.budget.valueChanged):
+        for signal in (self.context.valueChanged, self.kv.currentIndexChanged, self.budget.valueChanged,
+                       self.mtp.toggled, self.mtp_drafts.valueChanged):   # the head and its checkpoints take memory
             signal.connect(lambda *_: self._plan_timer.start())
         f.addRow("", self.plan_button)
         self.plan_view = QPlainTextEdit()
@@ -354,6 +364,7 @@ class SettingsDialog(QDialog):
         s.conversation_cache_gib = self.conversation_cache.value()
         s.saved_states_gib = self.saved_states.value()
         s.mtp_speculation = self.mtp.isChecked()
+        s.mtp_draft_tokens = self.mtp_drafts.value()
         s.api_port = self.api_port.value()
         s.sampling_preset = self.preset.currentText()
         s.sampling = {**s.sampling, "temperature": self.temperature.value(), "top_p": self.top_p.value(),
