@@ -1,7 +1,12 @@
-"""Greedy speculative decoding on the native engine (engine/native_speculative.py) against plain GPU decoding, on
-random weights of the real 27B shapes with the MTP head (run on the GPU machine).
+"""Speculative decoding on the native engine (engine/native_speculative.py) against plain GPU decoding, on random
+weights of the real 27B shapes with the MTP head (run on the GPU machine).
 
     python bench/spec_decode.py --out bench/results/spec-decode-h100.json [--depth 0] [--drafts 1,3] [--accept 0,0.6,0.8,1]
+        [--sampling greedy | a preset of engine/sampling.py, e.g. instruct]
+
+--sampling other than greedy times sampled rounds (coupled drafts) with that preset's settings, penalties included
+(a preset with a penalty draws a verify step's rows one at a time); the oracle's continuation is then plain decoding's
+draws for the seed.
 
 Random weights make the head's drafts useless (nearly every one is rejected), so the acceptance is set instead: the
 drafts come from an oracle, the plain greedy continuation computed first by one-token steps, and each round's drafts
@@ -26,29 +31,37 @@ import random
 import time
 
 
-def plain_continuation(model, prompt: list[int], depth: int, n: int, vocab: int) -> list[int]:
-    """n greedy tokens after ``prompt`` at cache position ``depth``, by one-token steps (the oracle's drafts)."""
+SEED = 1234
+
+
+def plain_continuation(model, prompt: list[int], depth: int, n: int, dev: dict) -> list[int]:
+    """n tokens after ``prompt`` at cache position ``depth`` as plain decoding draws them (device sampler ``dev``,
+    draw index = response index, penalty counts kept), by one-token steps: the oracle's drafts."""
     state = model.new_state(depth + len(prompt) + n + 64)
     state.seq_len = depth
+    penalised = (dev["repetition_penalty"], dev["presence_penalty"], dev["frequency_penalty"]) != (1.0, 0.0, 0.0)
     try:
         model.forward(prompt, state, last_only=True)
-        out = [model.sample(state, vocab_limit=vocab)[0]]
-        while len(out) < n:
+        if penalised and dev["repetition_penalty"] != 1.0:
+            model.count_tokens(state, prompt, in_prompt=True)
+        out: list[int] = []
+        while True:
+            out.append(model.sample(state, **dev, draw=len(out))[0])
+            if len(out) >= n:
+                return out
+            if penalised:
+                model.count_tokens(state, [out[-1]])
             model.forward([out[-1]], state)
-            out.append(model.sample(state, vocab_limit=vocab)[0])
-        return out
     finally:
         model.release(state)
 
 
-def plain_tok_s(model, prompt: list[int], depth: int, n: int, vocab: int) -> float:
-    from engine.sampling import SamplingParams
+def plain_tok_s(model, prompt: list[int], depth: int, n: int, vocab: int, params) -> float:
     state = model.new_state(depth + len(prompt) + n + 64)
     state.seq_len = depth
     try:
         model.forward(prompt, state, last_only=True)
-        params = SamplingParams(temperature=0.0)
-        tokens = model.decode_tokens(state, params, seed=0, vocab_limit=vocab)
+        tokens = model.decode_tokens(state, params, seed=SEED, vocab_limit=vocab, prompt_ids=prompt)
         next(tokens)   # the first token (from the prompt's logits) and the loop's graph
         t0 = time.perf_counter()
         for _, _t in zip(range(n), tokens):
@@ -60,9 +73,9 @@ def plain_tok_s(model, prompt: list[int], depth: int, n: int, vocab: int) -> flo
         model.release(state)
 
 
-def speculative_run(model, prompt, depth, want, k, accept, vocab, seed):
-    """(tokens a second, drafts kept / drafted, rounds) of greedy_speculative_tokens over len(want) - k - 1 tokens."""
-    from engine.native_speculative import greedy_speculative_tokens
+def speculative_run(model, prompt, depth, want, k, accept, vocab, seed, dev):
+    """(tokens a second, drafts kept / drafted, rounds) of speculative_tokens over len(want) - k - 1 tokens."""
+    from engine.native_speculative import speculative_tokens
     from engine.speculative import SpecStats
     rng = random.Random(seed)
     start = depth + len(prompt)
@@ -84,8 +97,8 @@ def speculative_run(model, prompt, depth, want, k, accept, vocab, seed):
         stats = SpecStats()
         try:
             model.forward(prompt, state, last_only=True)
-            gen = greedy_speculative_tokens(model, state, want[0], k=k, vocab_limit=vocab, stats=stats,
-                                            draft_filter=oracle)
+            gen = speculative_tokens(model, state, want[0], k=k, sampling=dev, prompt_ids=prompt, stats=stats,
+                                     draft_filter=oracle)
             t0 = time.perf_counter()
             got = 0
             for _ in gen:
@@ -141,6 +154,7 @@ def main(argv=None) -> int:
     ap.add_argument("--accept", default="0,0.6,0.8,1")
     ap.add_argument("--tokens", type=int, default=96)
     ap.add_argument("--budget-gib", type=float, default=24.0)
+    ap.add_argument("--sampling", default="greedy", help="greedy, or a preset of engine/sampling.py (e.g. instruct)")
     args = ap.parse_args(argv)
     import torch
 
@@ -155,16 +169,21 @@ def main(argv=None) -> int:
                                    vram_budget_bytes=int(args.budget_gib * (1 << 30)), step_tokens=STEP_TOKENS,
                                    mtp_drafts=max(drafts))
     vocab = model.config.text.vocab_size
+    from engine.native_loop import device_sampling
+    from engine.sampling import preset
+    params = preset(args.sampling)
+    dev = device_sampling(params, seed=SEED, vocab_limit=vocab)
     prompt = [1000 + i for i in range(24)]
-    want = plain_continuation(model, prompt, args.depth, args.tokens + max(drafts) + 1, vocab)
-    plain = plain_tok_s(model, prompt, args.depth, args.tokens, vocab)
+    want = plain_continuation(model, prompt, args.depth, args.tokens + max(drafts) + 1, dev)
+    plain = plain_tok_s(model, prompt, args.depth, args.tokens, vocab, params)
     print(json.dumps({"plain_tok_s": round(plain, 1)}), flush=True)
     components = {k: component_ms(model, prompt, args.depth, k) for k in drafts}
     print(json.dumps({"components_ms": components}), flush=True)
     rows = []
     for k in drafts:
         for a in accepts:
-            tok_s, kept, rounds = speculative_run(model, prompt, args.depth, want, k, a, vocab, seed=int(100 * a) + k)
+            tok_s, kept, rounds = speculative_run(model, prompt, args.depth, want, k, a, vocab, seed=int(100 * a) + k,
+                                                  dev=dev)
             row = {"drafts": k, "accept": a, "tok_s": round(tok_s, 1), "measured_accept": round(kept, 3),
                    "rounds": rounds, "speedup": round(tok_s / plain, 3)}
             rows.append(row)
@@ -172,9 +191,9 @@ def main(argv=None) -> int:
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
               "model": "random weights of the real 27B shapes with the MTP head, native engine, int8 KV, q4g64",
               "depth": args.depth, "tensor_core_gemv": bool(nat.qgemv_mma()), "plain_tok_s": round(plain, 1),
-              "components_ms": components,
-              "method": "wall time of greedy_speculative_tokens with oracle drafts at a set acceptance (module doc) "
-                        "after a warm round, against NativeModel.decode_tokens greedy (the plain GPU loop)",
+              "sampling": args.sampling, "sampling_params": dev, "components_ms": components,
+              "method": "wall time of speculative_tokens with oracle drafts at a set acceptance (module doc) after a "
+                        "warm round, against NativeModel.decode_tokens with the same sampling (the plain GPU loop)",
               "rows": rows}
     write_result(args.out, result)
     print(f"wrote {args.out}")

@@ -31,4 +31,8 @@ if [[ $(left) -gt 70 ]]; then
   (cd bench && timeout $(( $(left) - 10 )) python3 spec_decode.py --drafts 1,3 --accept 0.8,1 \
     --out "$out/spec-decode-$gpu.json") 2>&1 | tail -8
 fi
+if [[ $(left) -gt 70 ]]; then   # sampled and penalised rounds (the app's instruct preset: presence penalty 1.5)
+  (cd bench && timeout $(( $(left) - 10 )) python3 spec_decode.py --drafts 3 --accept 0.8,1 --sampling instruct \
+    --out "$out/spec-decode-instruct-$gpu.json") 2>&1 | tail -6
+fi
 echo "total: $(( $(date +%s) - start )) s"
