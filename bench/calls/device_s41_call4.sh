@@ -9,7 +9,7 @@
 # Not run in session 41 (its device time was spent on refused starts): the next session's first call. Its MTP tests
 # include the hand-over to the decode loop (test_rounds_that_keep_nothing_hand_over_to_the_decode_loop), which has
 # not run on a GPU yet.
-#   [BUDGET=seconds] bash bench/calls/device_s41_call4.sh     (carry .whl; ~4 minutes)
+#   [BUDGET=seconds] bash bench/calls/device_s41_call4.sh     (carry .whl; ~5-6 minutes)
 set -uo pipefail
 start=$(date +%s)
 left() { echo $(( ${BUDGET:-500} - ($(date +%s) - start) )); }
