@@ -519,6 +519,7 @@ class Engine:
 
         first = sampler.sample(logits, [], prompt_ids=prompt_ids)
         yield first
+
         def plain_from(draw: int) -> Iterator[int]:
             # the lane's penalty counts already hold the prompt's marks and the committed tokens
             return self._model.decode_tokens(state, sampler.params, seed=sampler.seed,

@@ -291,3 +291,44 @@ def test_rounds_that_commit_too_little_hand_over_to_plain_decoding(k, pattern):
         assert stats.drafted == FALLBACK_WINDOW * k and stats.accepted == 0
     else:
         assert calls == [] and stats.accepted == stats.drafted > 0
+
+
+def test_engine_wires_the_rounds_and_the_hand_over():
+    """engine.api's native speculative path: the first token is the host Sampler's draw from the prompt's logits; the
+    rounds get the device sampler's parameters for the request's seed and the prompt; a hand-over opens the decode
+    loop with the request's parameters, seed and vocabulary at the next draw index."""
+    torch = pytest.importorskip("torch")
+    from engine.api import Engine, EngineOptions
+    from engine.native_loop import device_sampling
+    from engine.sampling import Sampler, SamplingParams
+
+    params = SamplingParams(temperature=0.7, top_k=20, presence_penalty=1.5, seed=99)
+    sampler = Sampler(params, valid_vocab_size=V)
+    dev = device_sampling(params, seed=sampler.seed, vocab_limit=V)
+    model = FakeModel(mtp_drafts=3, head_right=lambda p: False)   # every draft rejected: a hand-over after 16 rounds
+    seen: list[dict] = []
+    real_sample = model.sample
+
+    def sample(state, **kw):
+        seen.append({k: v for k, v in kw.items() if k not in ("rows", "draw", "first_row")})
+        return real_sample(state, **kw)
+    model.sample = sample
+    loops: list[dict] = []
+
+    def decode_tokens(state, p, *, seed, vocab_limit, first_draw):
+        loops.append(dict(params=p, seed=seed, vocab_limit=vocab_limit, first_draw=first_draw))
+        yield from plain_loop(model, state, dev, [])(first_draw)
+    model.decode_tokens = decode_tokens
+
+    engine = Engine.__new__(Engine)
+    engine._model, engine.options = model, EngineOptions(backend="native", mtp_draft_tokens=3)
+    state = State()
+    prompt = [3, 14, 15, 9, 26]
+    model.prefill(state, prompt)
+    logits = torch.randn(V, generator=torch.Generator().manual_seed(1))
+    tokens = engine._native_speculative_tokens(state, logits, sampler, prompt, SpecStats())
+    got = [t for _, t in zip(range(40), tokens)]
+    tokens.close()
+    assert got[0] == sampler.sample(logits, [], prompt_ids=prompt)
+    assert seen and all(kw == dev for kw in seen)
+    assert loops == [dict(params=params, seed=sampler.seed, vocab_limit=V, first_draw=1 + FALLBACK_WINDOW)]
