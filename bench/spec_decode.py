@@ -39,7 +39,8 @@ def plain_continuation(model, prompt: list[int], depth: int, n: int, dev: dict) 
     draw index = response index, penalty counts kept), by one-token steps: the oracle's drafts."""
     state = model.new_state(depth + len(prompt) + n + 64)
     state.seq_len = depth
-    penalised = (dev["repetition_penalty"], dev["presence_penalty"], dev["frequency_penalty"]) != (1.0, 0.0, 0.0)
+    from engine.native_speculative import has_penalties
+    penalised = has_penalties(dev)
     try:
         model.forward(prompt, state, last_only=True)
         if penalised and dev["repetition_penalty"] != 1.0:

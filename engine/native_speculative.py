@@ -55,6 +55,12 @@ DraftFilter = Callable[[int, list[int]], list[int]]
 
 _NEUTRAL = {"repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
+
+def has_penalties(sampling: dict) -> bool:
+    """Whether device sampler parameters (engine.native_loop.device_sampling) apply a penalty, so that every draw
+    needs the lane's counts of the tokens before it."""
+    return any(float(sampling.get(p, v)) != v for p, v in _NEUTRAL.items())
+
 # Rounds over which the committed tokens a round are averaged before falling back to plain decoding.
 FALLBACK_WINDOW = 16
 
@@ -83,7 +89,7 @@ def speculative_tokens(model, state, first_token: int, *, k: int, sampling: dict
     if not 1 <= k <= model.mtp_drafts:
         raise ValueError(f"k (drafts a round) must be in 1..{model.mtp_drafts} (the engine's planned mtp_drafts)")
     stats = stats if stats is not None else SpecStats()
-    penalised = any(float(sampling.get(p, v)) != v for p, v in _NEUTRAL.items())
+    penalised = has_penalties(sampling)
     if penalised:
         if float(sampling.get("repetition_penalty", 1.0)) != 1.0 and len(prompt_ids):
             model.count_tokens(state, list(prompt_ids), in_prompt=True)

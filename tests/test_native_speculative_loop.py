@@ -255,7 +255,7 @@ def test_penalised_rounds_draw_each_token_against_the_counts_before_it(k, penalt
     assert 0 < stats.accepted < stats.drafted and model.penalised_draws > 40
 
 
-def plain_loop(model: FakeModel, state: State, sampling: dict, calls: list[int]):
+def plain_loop(state: State, sampling: dict, calls: list[int]):
     """A stand-in for the GPU decode loop from the state's last logits (Engine's plain_from): each token drawn with
     the next draw index from the history so far, then consumed."""
     def start(draw: int):
@@ -284,7 +284,7 @@ def test_rounds_that_commit_too_little_hand_over_to_plain_decoding(k, pattern):
     calls: list[int] = []
     stats = SpecStats()
     got = first_n(first, speculative_tokens(model, state, first, k=k, sampling=sampling, stats=stats,
-                                        plain_from=plain_loop(model, state, sampling, calls)), 80)
+                                        plain_from=plain_loop(state, sampling, calls)), 80)
     assert got == plain_sampled(prompt, 80, 0.7, 4242)
     if pattern == "never":
         assert 1 < round_cost_steps(k) and calls == [1 + FALLBACK_WINDOW]
@@ -317,7 +317,7 @@ def test_engine_wires_the_rounds_and_the_hand_over():
 
     def decode_tokens(state, p, *, seed, vocab_limit, first_draw):
         loops.append(dict(params=p, seed=seed, vocab_limit=vocab_limit, first_draw=first_draw))
-        yield from plain_loop(model, state, dev, [])(first_draw)
+        yield from plain_loop(state, dev, [])(first_draw)
     model.decode_tokens = decode_tokens
 
     engine = Engine.__new__(Engine)
