@@ -111,6 +111,7 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
     """The memory plan the native engine would launch with for (model, options): the same function as a load
     (engine.native_backend.launch_plan), computed in the worker so the GUI never imports the engine.
     Returns (Plan.as_dict() for the dashboard, the plan's own table)."""
+    from engine.api import DEFAULT_MTP_DRAFTS
     from engine.native_backend import DEFAULT_RECIPE, launch_plan, planned_mtp_drafts
     from engine.native_recipe import recipe_from_artifact
 
@@ -123,7 +124,7 @@ def _compute_plan(model: str, options: dict[str, Any]) -> tuple[dict | None, str
                           vram_budget_bytes=budget, free_bytes=free,
                           recipe=recipe_from_artifact(artifact) if artifact is not None else DEFAULT_RECIPE,
                           mtp_drafts=planned_mtp_drafts(cfg, bool(options.get("mtp_speculation")),
-                                                        int(options.get("mtp_draft_tokens", 1))))
+                                                        int(options.get("mtp_draft_tokens", DEFAULT_MTP_DRAFTS))))
     if budget:
         source = "the VRAM budget set in Settings"
     elif free is not None:

@@ -194,7 +194,7 @@ def test_auto_backend_loads_and_reports_its_choice(tmp_path, monkeypatch):
 
 
 def test_mtp_speculation_gives_the_same_greedy_reply_and_reports_acceptance(demo_engine):
-    spec_engine = Engine.load("demo", EngineOptions(max_context=4096, mtp_speculation=True))
+    spec_engine = Engine.load("demo", EngineOptions(max_context=4096, mtp_speculation=True, mtp_draft_tokens=1))
     msgs = [{"role": "user", "content": "List three colours."}]
     p = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
     plain, fin_plain = _run(demo_engine, msgs, p, enable_thinking=False)

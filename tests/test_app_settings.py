@@ -129,6 +129,20 @@ def test_local_engine_options():
     assert s.engine_options()["mtp_speculation"] is True and s.engine_options()["mtp_draft_tokens"] == 3
 
 
+def test_the_app_and_the_engine_draft_the_same_number_a_round_by_default():
+    """The app keeps its own default (it never imports the engine's modules in its process); the two must agree, as
+    must `monorail chat --mtp-drafts`, so that one measured default (spec-decode-h100-s41-call2.json) holds everywhere."""
+    import argparse
+
+    from engine.api import DEFAULT_MTP_DRAFTS, EngineOptions
+    from engine.commands import chat
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    chat.register(sub)
+    cli = sub.choices["chat"].parse_args([])
+    assert Settings().mtp_draft_tokens == EngineOptions().mtp_draft_tokens == cli.mtp_drafts == DEFAULT_MTP_DRAFTS
+
+
 def test_keyring_fallback_is_visible_and_private(qtbot, data_dir):
     keyring.set_keyring(fail.Keyring())
     status = keystore.set_api_key("http://x/v1", "sk-secret")

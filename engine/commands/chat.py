@@ -144,6 +144,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    from engine.api import DEFAULT_MTP_DRAFTS
     from engine.commands.engine_args import add_engine_arguments
 
     p = subparsers.add_parser("chat", help="chat in the terminal (streams the reply)",
@@ -158,8 +159,8 @@ def register(subparsers) -> None:
                    help="speculative decoding with the model's MTP head (greedy replies keep their tokens; on the "
                         "reference backend sampled ones keep their distribution, on the native one their tokens "
                         "for the seed)")
-    p.add_argument("--mtp-drafts", type=int, choices=range(1, 6), default=1, metavar="K",
-                   help="with --mtp: tokens drafted a round, 1..5 (default 1)")
+    p.add_argument("--mtp-drafts", type=int, choices=range(1, 6), default=DEFAULT_MTP_DRAFTS, metavar="K",
+                   help=f"with --mtp: tokens drafted a round, 1..5 (default {DEFAULT_MTP_DRAFTS})")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-k", type=int, default=20)
     p.add_argument("--top-p", type=float, default=0.95)
