@@ -101,6 +101,12 @@ def llamacpp_peers(args) -> dict[str, dict[int, float]]:
             "int4": llamacpp_rows(args.llamacpp_q4, "q4_0")}
 
 
+def _gpu_model(name: str) -> str:
+    """'NVIDIA H200 (driver ...)' and 'NVIDIA H200' -> 'h200'; 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    words = name.replace("NVIDIA", "").split()
+    return words[0].lower() if words else ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="default bench/results/decode-h200.json, or decode-h200-<recipe>.json for another "
@@ -134,7 +140,10 @@ def main() -> int:
         peers = llamacpp_peers(args)
         shared = {"bf16": {}, "int8": {}, "int4": {}}
         if args.shared_peer and os.path.exists(args.shared_peer):
-            for r in json.load(open(args.shared_peer))["rows"]:
+            shared_file = json.load(open(args.shared_peer))
+            # the shared figures were measured on one GPU model: another card's rows stay without a peer
+            same_gpu = _gpu_model(shared_file.get("gpu", "")) == _gpu_model(result.get("gpu", ""))
+            for r in shared_file["rows"] if same_gpu else []:
                 if r["test"].startswith("tg"):
                     shared["bf16" if r["kv"] == "f16" else "int8"][int(r["depth"])] = r["tok_s"]
         label = {"bf16": args.peer_call_f16 or args.peer_call, "int8": args.peer_call, "int4": args.peer_call}

@@ -1807,9 +1807,14 @@ int64_t g_gemv_scratch_floats = 0;
 
 // The tensor-core GEMV's shape of work, set_qgemv_mma_shape: the warps an SM should get (K is split until the row
 // tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4; 8-bit: 1).
+// 4 spans since session 42: on the H100 a 4-token step takes 8.84 ms against 9.37 with 2, T = 2 8.49 against 8.76,
+// T = 16 11.98 against 12.20; 16 warps an SM, with 2 or 4 spans, is slower than 8 and 4 at T = 2, 4 and 16 (bench/mma_shape_sweep.py,
+// bench/results/mma-shape-sweep-h100-s42-call1.json).
 int g_mma_warps_per_sm = 8;
-int g_mma_spans = 2;
-// set_qgemv_mma_fused_reduce: a split GEMV's last split per row block sums the partials (no reduce kernel); its
+int g_mma_spans = 4;
+// set_qgemv_mma_fused_reduce: a split GEMV's last split per row block sums the partials (no reduce kernel). Off: it
+// measured slower than the reduce kernels at every width (T = 4 9.48 against 8.84 ms at 8 warps and 4 spans, T = 16
+// 14.94 against 11.98; same sweep; not yet traced to a cause). Its
 // arrival counters are the scratch's last kMmaCounters floats (as ints), which the partials never use (either way,
 // so that switching it on finds them as the engine's zeroed arena left them) and the last arrival resets.
 bool g_mma_fused_reduce = false;
