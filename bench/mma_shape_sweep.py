@@ -2,10 +2,11 @@
 tensor-core GEMV (set_qgemv_mma_shape: warps an SM, which sets how far K is split, and 128-element spans a warp
 loads together), to choose its default (run on the GPU machine).
 
-    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2;8,2,f]
+    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2;8,4,p]
 
-A third field f runs that shape with the split-K sums in the kernel (set_qgemv_mma_fused_reduce) instead of a
-reduce kernel.
+A third field p runs that shape pipelined (set_qgemv_mma_pipelined: each warp loads its next pass of weights before
+it multiplies the current one). (Session 41's f, the split-K sums in the GEMV, lost at every width in session 42 and
+was removed.)
 
 Each shape's graphs are captured anew (a captured graph keeps its launch shapes). The step times are the median of
 graph replays of engine.forward of T tokens at depth 0, synchronised, as bench/step_widths.py times them; T = 1 runs
@@ -50,25 +51,25 @@ def main(argv=None) -> int:
 
     nat = load_native()
     fields = [s.split(",") for s in args.shapes.split(";") if s]
-    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "f") for f in fields]
+    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "p") for f in fields]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)
     state = model.new_state(64)
-    before, fused_before = nat.qgemv_mma_shape(), nat.qgemv_mma_fused_reduce()
+    before, pipelined_before = nat.qgemv_mma_shape(), nat.qgemv_mma_pipelined()
     rows = []
     try:
-        for warps, spans, fused in shapes:
+        for warps, spans, pipelined in shapes:
             nat.set_qgemv_mma_shape(warps, spans)
-            nat.set_qgemv_mma_fused_reduce(fused)
+            nat.set_qgemv_mma_pipelined(pipelined)
             model.engine.reset_graphs()
-            row = {"warps_per_sm": warps, "spans": spans, "fused_reduce": fused,
+            row = {"warps_per_sm": warps, "spans": spans, "pipelined": pipelined,
                    "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths}}
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         nat.set_qgemv_mma_shape(*before)
-        nat.set_qgemv_mma_fused_reduce(fused_before)
+        nat.set_qgemv_mma_pipelined(pipelined_before)
         model.engine.reset_graphs()
         model.release(state)
     verify = [w for w in ("2", "4") if w in rows[0]["ms"]] or list(rows[0]["ms"])
@@ -76,10 +77,10 @@ def main(argv=None) -> int:
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
               "model": "random weights of the real 27B shapes, native engine, int8 KV, q4g64, depth 0",
               "default_before": list(before), "method": "median ms of graph replays of engine.forward(T tokens)",
-              "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_fused_reduce": best["fused_reduce"],
+              "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_pipelined": best["pipelined"],
               "best_by": f"sum over T = {verify}"}
     write_result(args.out, result)
-    print(f"best {best['warps_per_sm']},{best['spans']} fused_reduce={best['fused_reduce']}; wrote {args.out}")
+    print(f"best {best['warps_per_sm']},{best['spans']} pipelined={best['pipelined']}; wrote {args.out}")
     return 0
 
 

@@ -84,35 +84,35 @@ def test_every_work_shape_against_fp64(nat, warps, spans, bits, N, K, group, T, 
         _check_against_fp64(nat, bits, N, K, group, T, epi, split=True)
 
 
-def fused_reduce(nat, on: bool):
-    return switched(nat.qgemv_mma_fused_reduce, nat.set_qgemv_mma_fused_reduce, on)
+def pipelined(nat, on: bool):
+    return switched(nat.qgemv_mma_pipelined, nat.set_qgemv_mma_pipelined, on)
 
 
-# (N, K, T, epilogue, warps an SM): down, gdn_out-like, gate_up's SwiGLU (split only with more warps an SM), and a
-# shape with a partial last row block
-@pytest.mark.parametrize("N, K, T, epi, warps", [(5120, 17408, 16, 1, 8), (5120, 6144, 4, 0, 8),
-                                                 (2 * 17408, 5120, 3, 2, 32), (1000, 2048, 9, 2, 32)])
-def test_the_fused_reduce_gives_the_reduce_kernels_sums_bit_for_bit(nat, N, K, T, epi, warps):
-    """The last split of a row block to finish sums the partials in split order, as the reduce kernel does: the same
-    bits, on every launch (its arrival counters reset themselves), and within the fp64 tolerance."""
-    gen = torch.Generator().manual_seed(N + T)
-    q, codes, high, scales, wd = quantized(N, K, 4, 64, gen)
+# (N, K, T, epilogue): down split (16 tokens: two n8 tiles), gdn_out-like split, gate_up's SwiGLU unsplit, shapes with
+# a partial last row block and a partial last span (an odd count of passes: the pipelined loop's early exit)
+@pytest.mark.parametrize("spans", [2, 4])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+@pytest.mark.parametrize("N, K, group, T, epi", [(5120, 17408, 64, 16, 1), (5120, 6144, 64, 4, 0),
+                                                 (2 * 17408, 5120, 64, 3, 2), (1000, 2048 + 320, 64, 9, 2),
+                                                 (96, 160, 32, 2, 0)])
+def test_the_pipelined_gemv_gives_the_same_bits(nat, bits, N, K, group, T, epi, spans):
+    """A warp that loads its next pass of weights before multiplying the current one sums the same products in the
+    same order: the same bits as the default kernel, split or not, and within the fp64 tolerance."""
+    if bits != 4 and N == 2 * 17408:
+        pytest.skip("the gate_up shape at 4 bits only")
+    gen = torch.Generator().manual_seed(N + K + T + bits)
+    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
     x = torch.randn(T, K, generator=gen).half().cuda()
     scratch = torch.zeros(SCRATCH_FLOATS, device="cuda")
     width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
     base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
     outs = {}
-    with work_shape(nat, warps, 2):
-        assert nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) > 1
-        for fused in (False, True):
-            with fused_reduce(nat, fused):
-                runs = []
-                for _ in range(3):
-                    out = base.clone()
-                    _run(nat, codes, scales, N, K, 64, x, T, epi, out, scratch)
-                    runs.append(out)
-            assert all(torch.equal(r, runs[0]) for r in runs[1:])
-            outs[fused] = runs[0]
+    with work_shape(nat, 8, spans):
+        for pipe in (False, True):
+            with pipelined(nat, pipe):
+                out = base.clone()
+                _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
+                outs[pipe] = out
     assert torch.equal(outs[True], outs[False])
     got = from_perm8(outs[True].float())[:, :N // 2] if epi == 2 else outs[True] - (base if epi == 1 else 0)
     tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA

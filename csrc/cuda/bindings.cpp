@@ -252,11 +252,12 @@ void register_cuda_bindings(py::module_& m) {
   m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
   m.def("set_qgemv_mma_shape", &set_qgemv_mma_shape, py::arg("warps_per_sm"), py::arg("spans"),
         "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
-        "(2 or 4; default 2)");
+        "(2 or 4; default 4)");
   m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
-  m.def("set_qgemv_mma_fused_reduce", &set_qgemv_mma_fused_reduce,
-        "a split tensor-core GEMV summed by its last split to finish (on) or by a reduce kernel (off, the default)");
-  m.def("qgemv_mma_fused_reduce", &qgemv_mma_fused_reduce, "whether split tensor-core GEMVs reduce in the kernel");
+  m.def("set_qgemv_mma_pipelined", &set_qgemv_mma_pipelined,
+        "each warp of the tensor-core GEMV loads its next pass of weights before multiplying the current one (on) or "
+        "after (off, the default)");
+  m.def("qgemv_mma_pipelined", &qgemv_mma_pipelined, "whether the tensor-core GEMV's warps load a pass ahead");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

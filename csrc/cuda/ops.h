@@ -49,11 +49,10 @@ bool qgemv_mma();
 // together (2, the default, or 4; 8-bit loads one).
 void set_qgemv_mma_shape(int warps_per_sm, int spans);
 std::pair<int, int> qgemv_mma_shape();
-// A split GEMV's partials summed by the last of a row block's splits to finish (on) instead of a reduce kernel
-// (off, the default until timed on a GPU); the same sums in the same order. Its arrival counters take the scratch's
-// last 4096 floats, which must be zero before the first launch (the engine's arena is zeroed at launch).
-void set_qgemv_mma_fused_reduce(bool on);
-bool qgemv_mma_fused_reduce();
+// The tensor-core GEMV with each warp's next pass of weights loaded before it multiplies the current one (on) or
+// after (off, the default until timed on whole steps); the same sums in the same order either way.
+void set_qgemv_mma_pipelined(bool on);
+bool qgemv_mma_pipelined();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
 // little for a split) the kernel runs unsplit, with the same result up to the order of the sums.

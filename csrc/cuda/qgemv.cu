@@ -1812,16 +1812,9 @@ int64_t g_gemv_scratch_floats = 0;
 // bench/results/mma-shape-sweep-h100-s42-call1.json).
 int g_mma_warps_per_sm = 8;
 int g_mma_spans = 4;
-// set_qgemv_mma_fused_reduce: a split GEMV's last split per row block sums the partials (no reduce kernel). Off: it
-// measured slower than the reduce kernels at every width (T = 4 9.48 against 8.84 ms at 8 warps and 4 spans, T = 16
-// 14.94 against 11.98; same sweep; not yet traced to a cause). Its
-// arrival counters are the scratch's last kMmaCounters floats (as ints), which the partials never use (either way,
-// so that switching it on finds them as the engine's zeroed arena left them) and the last arrival resets.
-bool g_mma_fused_reduce = false;
-constexpr int kMmaCounters = 4096;
-
-// Scratch floats the partials may use: all of it but the counters' room.
-int64_t mma_part_floats(int64_t floats) { return std::max<int64_t>(0, floats - kMmaCounters); }
+// set_qgemv_mma_pipelined: a warp loads its next pass of weights before it multiplies the current one
+// (qgemv_mma_kernel's PIPE). Off by default until timed on whole steps (bench/mma_shape_sweep.py, shape field p).
+bool g_mma_pipelined = false;
 
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
@@ -1836,36 +1829,32 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
-template <int BITS, int U, bool FUSED>
-void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per,
-                       int* counters) {
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, FUSED>, grid, block, 0, st, a, part, per, counters);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, FUSED>, grid, block, 0, st, a, part, per, counters);
+template <int BITS, int U, bool PIPE>
+void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
+  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, PIPE>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, PIPE>, grid, block, 0, st, a, part, per);
 }
 
 template <int BITS>
 void launch_mma(const GemvArgs& a, cudaStream_t st) {
-  const int64_t part_floats = g_gemv_scratch ? mma_part_floats(g_gemv_scratch_floats) : 0;
+  const int64_t part_floats = g_gemv_scratch ? g_gemv_scratch_floats : 0;
   const int splits = mma_splits(a.N, a.K, a.T, part_floats);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
   const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
-  int* counters = part != nullptr && g_mma_fused_reduce && (int)grid.x <= kMmaCounters
-                      ? reinterpret_cast<int*>(g_gemv_scratch + part_floats)
-                      : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
   const bool wide = BITS != 8 && g_mma_spans == 4, two = a.T > 8;
-  if (counters != nullptr) {
-    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per, counters);
-    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per, counters);
+  if (g_mma_pipelined) {
+    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
+    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
   } else if (wide) {
-    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per, nullptr);
+    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per);
   } else {
-    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per, nullptr);
+    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per);
   }
-  if (splits > 1 && counters == nullptr) {
+  if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
                static_cast<const float*>(part), splits);
@@ -2246,8 +2235,8 @@ void set_qgemv_mma_shape(int warps_per_sm, int spans) {
 }
 std::pair<int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans}; }
 
-void set_qgemv_mma_fused_reduce(bool on) { g_mma_fused_reduce = on; }
-bool qgemv_mma_fused_reduce() { return g_mma_fused_reduce; }
+void set_qgemv_mma_pipelined(bool on) { g_mma_pipelined = on; }
+bool qgemv_mma_pipelined() { return g_mma_pipelined; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
     : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {
@@ -2260,7 +2249,7 @@ GemvScratchScope::~GemvScratchScope() {
   g_gemv_scratch_floats = saved_floats;
 }
 
-int qgemv_mma_splits(int N, int K, int T, int64_t floats) { return mma_splits(N, K, T, mma_part_floats(floats)); }
+int qgemv_mma_splits(int N, int K, int T, int64_t floats) { return mma_splits(N, K, T, floats); }
 
 SpreadLaunch qgemv_spread_launch(int N, bool x_lanes) { return pp_spread_launch(x_lanes, N); }
 

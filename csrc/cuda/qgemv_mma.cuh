@@ -16,8 +16,8 @@
 // A = (code - 8) * scale, formed in fp16 (exact code, one rounding for the scale's product); B = x of token
 // g (+ 8 for the second n8 tile). With few row tiles (the 5120-row outputs) the K range is split over blockIdx.y
 // and the partial sums go through a scratch buffer, summed in a fixed order by qgemv_mma_reduce_kernel (the same
-// result on every run), or, with `counters` (set_qgemv_mma_fused_reduce), by the last of a row block's splits to
-// finish, in the same order, which saves the reduce kernel's launch and the drain before it.
+// result on every run). (Session 41 tried the sums in the GEMV itself, by the last of a row block's splits to
+// finish: slower at every width, bench/results/mma-shape-sweep-h100-s42-call1.json; removed in session 42.)
 #pragma once
 
 namespace mma_gemv {
@@ -61,16 +61,11 @@ __device__ __forceinline__ uint32_t as_u32(__half2 h) { return *reinterpret_cast
 }  // namespace mma_gemv
 
 // One output of a split GEMV: the splits' partials summed in split order, then the epilogue (t: token; o: output
-// row, or for SwiGLU the pair of rows 2o, 2o + 1). VIA_L2: the partials are read past L1 (the fused reduce: other
-// SMs of the same grid wrote them).
-template <bool VIA_L2>
+// row, or for SwiGLU the pair of rows 2o, 2o + 1).
 __device__ __forceinline__ void mma_reduce_output(const GemvArgs& a, const float* part, int splits, int t, int o) {
   auto sum = [&](int row) {
     float s = 0.f;
-    for (int z = 0; z < splits; ++z) {
-      const float* p = part + ((size_t)z * a.T + t) * a.N + row;
-      s += VIA_L2 ? __ldcg(p) : *p;
-    }
+    for (int z = 0; z < splits; ++z) s += part[((size_t)z * a.T + t) * a.N + row];
     return s;
   };
   if (a.epi == GEMV_STORE) {
@@ -82,24 +77,104 @@ __device__ __forceinline__ void mma_reduce_output(const GemvArgs& a, const float
   }
 }
 
+namespace mma_gemv {
+
+// One pass's weights for one lane: U spans of its four rows' chunks and their scales (x D).
+template <int BITS, int U>
+struct Pass {
+  Chunk<BITS> wq[U][4];
+  __half2 s2[U][4];   // scale x D: times (code - offset) / D gives the weight with one rounding
+  bool valid[U];
+};
+
+// Issues the loads of the pass starting at span sb (spans past span1, and rows past N, load nothing: a zero scale
+// makes their weights 0).
+template <int BITS, int U>
+__device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4], bool warp_has_rows, int sb,
+                                          int span1, int c, Pass<BITS, U>& P) {
+  constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
+  const int nch = a.K >> 5;
+  const int ngroups = a.K >> a.gshift;
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int ch = (sb + u) * 4 + c;  // this lane's chunk
+    P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      if (P.valid[u]) {
+        load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
+      } else {   // any finite decode: the zero scale makes the weight 0
+        P.wq[u][m].lo = make_uint4(0, 0, 0, 0);
+        P.wq[u][m].hi8 = make_uint4(0, 0, 0, 0);
+        P.wq[u][m].high = make_uint2(0, 0);
+      }
+      const __half s = P.valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
+      P.s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
+    }
+  }
+}
+
+// Multiplies a loaded pass with the T tokens' x (read here, after the PDL wait) into acc.
+template <int BITS, int NT, int U>
+__device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U>& P, int sb, int g, int c,
+                                              float (&acc)[2][NT][4]) {
+  uint4 xv[U][NT][4];
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int t = g + 8 * nt;
+      const bool have = P.valid[u] && t < a.T;
+      const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
+      const int j = s >> 1, i = (s & 1) * 2;
+      uint32_t afr[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
+        decode_pairs<BITS>(P.wq[u][2 * mt], j, i, lo0, lo1);
+        decode_pairs<BITS>(P.wq[u][2 * mt + 1], j, i, hi0, hi1);
+        afr[mt][0] = as_u32(__hmul2(lo0, P.s2[u][2 * mt]));
+        afr[mt][1] = as_u32(__hmul2(hi0, P.s2[u][2 * mt + 1]));
+        afr[mt][2] = as_u32(__hmul2(lo1, P.s2[u][2 * mt]));
+        afr[mt][3] = as_u32(__hmul2(hi1, P.s2[u][2 * mt + 1]));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[u][nt][j]);
+        const uint32_t b0 = x32[i], b1 = x32[i + 1];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
+      }
+    }
+  }
+}
+
+}  // namespace mma_gemv
+
 // BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
 // bits, whose chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this
-// split's sums go to part[split][t][row] (fp32), and either qgemv_mma_reduce_kernel finishes (FUSED false) or the
-// last split of this row block to arrive (counters[blockIdx.x], zero between launches) does (FUSED: a template
-// switch, so that the default kernels compile as they did before it).
-template <int BITS, int NT, int U, bool FUSED>
+// split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
+// PIPE (set_qgemv_mma_pipelined): the next pass's weights are loaded before this pass multiplies, in a second set
+// of registers, so a warp's loads stay in flight while it decodes and multiplies; without it a warp loads a pass,
+// waits for it and multiplies, and nothing of its own is in flight meanwhile. Either way every product is summed in
+// the same order, so the two give the same bits.
+template <int BITS, int NT, int U, bool PIPE>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
-                                                                                    int spans_per_split,
-                                                                                    int* counters) {
+                                                                                    int spans_per_split) {
   using namespace mma_gemv;
-  constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * kRowsPerWarp;
-  const int nch = a.K >> 5;
   const int nspans = (a.K + kSpan - 1) / kSpan;
-  const int ngroups = a.K >> a.gshift;
   const int span0 = blockIdx.y * spans_per_split;
   const int span1 = min(nspans, span0 + spans_per_split);
+  const bool has_rows = row0 < a.N;
   // rows g, g + 8, g + 16, g + 24 of the warp's tile (m tile mt: rows g + 16 mt and g + 8 + 16 mt)
   int rows[4];
 #pragma unroll
@@ -111,72 +186,37 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-  bool waited = false;
-  // U spans a pass: their weights are all loaded before any is used (4-bit, U = 2: 4 KB of codes in flight a warp)
-  for (int sb = span0; sb < span1; sb += U) {
-    Chunk<BITS> wq[U][4];
-    __half2 s2[U][4];   // scale x D: times (code - offset) / D gives the weight with one rounding
-    bool valid[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = (sb + u) * 4 + c;  // this lane's chunk
-      valid[u] = sb + u < span1 && ch < nch && row0 < a.N;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        if (valid[u]) {
-          load_chunk<BITS>(a, rows[m], ch, wq[u][m]);
-        } else {   // any finite decode: the zero scale makes the weight 0
-          wq[u][m].lo = make_uint4(0, 0, 0, 0);
-          wq[u][m].hi8 = make_uint4(0, 0, 0, 0);
-          wq[u][m].high = make_uint2(0, 0);
-        }
-        const __half s = valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
-        s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
+  Pass<BITS, U> cur;
+  if constexpr (!PIPE) {
+    bool waited = false;
+    // U spans a pass: their weights are all loaded before any is used (4-bit, U = 2: 4 KB of codes in flight a warp)
+    for (int sb = span0; sb < span1; sb += U) {
+      load_pass<BITS, U>(a, rows, has_rows, sb, span1, c, cur);
+      if (!waited) {  // the first weights are in flight; x is the previous kernel's output
+        pdl_wait();
+        pdl_trigger();
+        waited = true;
       }
+      multiply_pass<BITS, NT, U>(a, cur, sb, g, c, acc);
     }
-    if (!waited) {  // the first weights are in flight; x is the previous kernel's output
-      pdl_wait();
-      pdl_trigger();
-      waited = true;
-    }
-    uint4 xv[U][NT][4];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int t = g + 8 * nt;
-        const bool have = valid[u] && t < a.T;
-        const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-#pragma unroll
-      for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
-        const int j = s >> 1, i = (s & 1) * 2;
-        uint32_t afr[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
-          decode_pairs<BITS>(wq[u][2 * mt], j, i, lo0, lo1);
-          decode_pairs<BITS>(wq[u][2 * mt + 1], j, i, hi0, hi1);
-          afr[mt][0] = as_u32(__hmul2(lo0, s2[u][2 * mt]));
-          afr[mt][1] = as_u32(__hmul2(hi0, s2[u][2 * mt + 1]));
-          afr[mt][2] = as_u32(__hmul2(lo1, s2[u][2 * mt]));
-          afr[mt][3] = as_u32(__hmul2(hi1, s2[u][2 * mt + 1]));
-        }
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[u][nt][j]);
-          const uint32_t b0 = x32[i], b1 = x32[i + 1];
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
-        }
-      }
+    if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
+  } else {
+    Pass<BITS, U> next;
+    load_pass<BITS, U>(a, rows, has_rows, span0, span1, c, cur);   // in flight across the wait
+    pdl_wait();
+    pdl_trigger();
+    // Two register sets, alternating. The empty asm with a memory clobber keeps ptxas from sinking a pass's loads
+    // into the multiply before it (it otherwise interleaves them to save registers, and issues many late).
+    for (int sb = span0; sb < span1; sb += 2 * U) {
+      load_pass<BITS, U>(a, rows, has_rows, sb + U, span1, c, next);
+      asm volatile("" ::: "memory");
+      multiply_pass<BITS, NT, U>(a, cur, sb, g, c, acc);
+      if (sb + U >= span1) break;
+      load_pass<BITS, U>(a, rows, has_rows, sb + 2 * U, span1, c, cur);
+      asm volatile("" ::: "memory");
+      multiply_pass<BITS, NT, U>(a, next, sb + U, g, c, acc);
     }
   }
-  if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
   // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
@@ -199,26 +239,6 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
           a.out_h[(size_t)t * a.ldo + swiglu_pos(a, row >> 1)] = __float2half(silu(v) * up);
         }
       }
-  if (!FUSED || part == nullptr) return;
-  // The last split of this row block to finish sums them all: each thread's partials made visible device-wide,
-  // then one arrival a block; the block that completes the count reads the others' partials (after a fence).
-  __shared__ bool last_split;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int before = atomicAdd(counters + blockIdx.x, 1);
-    last_split = before == (int)gridDim.y - 1;
-    if (last_split) counters[blockIdx.x] = 0;   // ready for the next launch (graph replays included)
-  }
-  __syncthreads();
-  if (!last_split) return;
-  __threadfence();
-  const int rows0 = blockIdx.x * kWarpsPerBlock * kRowsPerWarp;
-  const int swiglu = a.epi == GEMV_SWIGLU;
-  const int outs0 = rows0 >> swiglu;
-  const int outs = min((kWarpsPerBlock * kRowsPerWarp) >> swiglu, ((swiglu ? a.N / 2 : a.N)) - outs0);
-  for (int i = threadIdx.x; i < a.T * outs; i += blockDim.x)
-    mma_reduce_output<true>(a, part, (int)gridDim.y, i / outs, outs0 + i % outs);
 }
 
 // Sums the splits' partials in split order and applies the epilogue: one thread per (token, output).
@@ -228,5 +248,5 @@ __global__ void __launch_bounds__(256) qgemv_mma_reduce_kernel(GemvArgs a, const
   const int outs = a.epi == GEMV_SWIGLU ? a.N / 2 : a.N;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= a.T * outs) return;
-  mma_reduce_output<false>(a, part, splits, idx / outs, idx % outs);
+  mma_reduce_output(a, part, splits, idx / outs, idx % outs);
 }
