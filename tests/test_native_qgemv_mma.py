@@ -212,3 +212,137 @@ def test_engine_steps_on_tensor_cores_are_causal_and_match_one_token_steps(nat, 
     assert rel_err(ab[0], run([prompt, [5]])[0]) < TOL_MODEL_BF16KV
     one_by_one = run([[t] for t in prompt])
     assert rel_err(run([prompt])[-1], one_by_one[-1]) < TOL_MODEL_BF16KV
+
+
+def reduce_norm(nat, on: bool):
+    return switched(nat.qgemv_reduce_norm, nat.set_qgemv_reduce_norm, on)
+
+
+def _add_normed_next(nat, codes, high, scales, N, K, bits, x, T, resid, norm_w, xin, scratch=None):
+    return nat.op_qgemv_add_normed_next(codes.data_ptr(), 0 if high is None else high.data_ptr(), scales.data_ptr(),
+                                        N, K, bits, 64, to_perm8(x).data_ptr(), T, resid.data_ptr(),
+                                        norm_w.data_ptr(), 1e-6, True, xin.data_ptr(),
+                                        scratch=0 if scratch is None else scratch.data_ptr(),
+                                        scratch_floats=0 if scratch is None else scratch.numel())
+
+
+def _add_norm_case(N, K, T, bits, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q, codes, high, scales, wd = quantized(N, K, bits, 64, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    resid = (3 * torch.randn(T, N, generator=gen)).cuda()
+    norm_w = (0.2 * torch.randn(N, generator=gen)).cuda()
+    return codes, high, scales, wd, x, resid, norm_w
+
+
+# the residual adds of a 27B step (down, gdn_out / attn_o), a row that is not a multiple of the norm block's 1024
+@pytest.mark.parametrize("N, K, T", [(5120, 17408, 16), (5120, 6144, 4), (5120, 6144, 2), (1000, 2048 + 320, 9)])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+def test_the_reduce_that_normalises_the_next_input_gives_the_two_kernels_bits(nat, bits, N, K, T):
+    """qgemv_add_normed_next with the norm in the split's reduce kernel: the residual and the next GEMV's input are
+    the bits of the reduce kernel's add followed by the norm kernel (rmsnorm_to_gemv_input), and the input is the
+    fp64 norm of the new residual within fp16 rounding."""
+    if bits != 4 and (N, K, T) != (5120, 6144, 4):
+        pytest.skip("5 / 6 / 8 bits: one shape")
+    codes, high, scales, wd, x, resid, norm_w = _add_norm_case(N, K, T, bits, seed=N + K + T + bits)
+    scratch = torch.zeros(SCRATCH_FLOATS, device="cuda")
+    assert nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) > 1    # the split route, where the reduce kernel runs
+    want_resid = resid.clone()
+    _run(nat, codes, scales, N, K, 64, x, T, 1, want_resid, scratch, bits, high)
+    want_xin = torch.empty(T, N, dtype=torch.half, device="cuda")
+    nat.op_rmsnorm(want_resid.data_ptr(), T, N, norm_w.data_ptr(), 1e-6, True, want_xin.data_ptr())
+    got_resid = resid.clone()
+    got_xin = torch.full((T, N), float("nan"), dtype=torch.half, device="cuda")
+    with reduce_norm(nat, True):
+        assert _add_normed_next(nat, codes, high, scales, N, K, bits, x, T, got_resid, norm_w, got_xin, scratch)
+    assert torch.equal(got_resid, want_resid)
+    assert torch.equal(got_xin, want_xin)
+    r = got_resid.double()
+    oracle = r * torch.rsqrt((r * r).mean(dim=1, keepdim=True) + 1e-6) * (1 + norm_w.double())
+    assert rel_err(from_perm8(got_xin.float()), oracle) < TOL_FP16_OUT
+    assert rel_err(got_resid - resid, _oracle(wd, x, 1)) < 2 * TOL_GEMV_MMA
+
+
+def test_the_residual_add_says_when_it_did_not_normalise(nat):
+    """Switched off, at T = 1, or unsplit (no scratch), qgemv_add_normed_next runs the plain add (the same bits as
+    qgemv's GEMV_ADD), leaves xin alone and says so."""
+    N, K = 5120, 6144
+    for on, T, with_scratch in ((False, 4, True), (True, 1, True), (True, 4, False)):
+        codes, high, scales, wd, x, resid, norm_w = _add_norm_case(N, K, T, 4, seed=T + 11)
+        scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if with_scratch else None
+        want = resid.clone()
+        _run(nat, codes, scales, N, K, 64, x, T, 1, want, scratch)
+        got = resid.clone()
+        xin = torch.full((T, N), float("nan"), dtype=torch.half, device="cuda")
+        with reduce_norm(nat, on):
+            assert not _add_normed_next(nat, codes, high, scales, N, K, 4, x, T, got, norm_w, xin, scratch)
+        assert torch.equal(got, want), (on, T, with_scratch)
+        assert xin.isnan().all(), (on, T, with_scratch)
+
+
+@pytest.fixture(scope="module")
+def split_add_model(tmp_path_factory):
+    """A tiny model with the MTP head whose residual adds split K on tensor cores in steps of T > 1 (down: K = 2048,
+    attn_o: K = 1536), beside gdn_out (K = 768) that runs unsplit."""
+    pytest.importorskip("transformers")
+    from test_native_model import source_from_checkpoint
+    from tiny_models import TinyShape, make_tiny_hf_model
+
+    from engine.native_backend import NativeModel
+    shape = TinyShape(hidden_size=256, intermediate_size=2048, linear_head_dim=128)
+    _, path = make_tiny_hf_model(tmp_path_factory.mktemp("split_add"), seed=7, vision=False, mtp=True,
+                                 text_only_layout=True, vocab_size=1024, num_hidden_layers=8, shape=shape)
+    return NativeModel.from_checkpoint(source_from_checkpoint(path, mtp=True), kv_dtype="bf16", max_context=128,
+                                       vram_budget_bytes=2 << 30, prefill_chunk=0, mtp_drafts=3)
+
+
+def _kernel_names(fn) -> list[str]:
+    """The names of the kernels fn ran on the GPU (a CUPTI trace, as bench/step_timeline.py reads one)."""
+    import json
+    import os
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        return [ev["name"] for ev in json.load(f)["traceEvents"] if ev.get("cat") == "kernel"]
+
+
+def test_steps_with_the_norm_in_the_reduce_give_the_same_logits(nat, split_add_model):
+    """Engine steps of 16 and 2 tokens and an MTP call over 2 pairs give the same logits, bit for bit, with the next
+    input's norm in the residual add's reduce kernel as with the norm kernels; and the switch changes the steps'
+    kernels (a trace: reduce-norm kernels in, norm kernels out), so the equality is not that of one route twice."""
+    m = split_add_model
+    prompt = torch.randint(0, 1000, (16,), generator=torch.Generator().manual_seed(3)).tolist()
+    assert nat.qgemv_mma_splits(256, 2048, 16, SCRATCH_FLOATS) > 1
+
+    def sequence():
+        s = m.new_state(64)
+        try:
+            first = m.forward(torch.tensor(prompt), s).logits.clone()
+            second = m.forward(torch.tensor([5, 7]), s).logits.clone()
+            m.mtp_draft(s, 9)
+            return first, second, m.mtp_logits().clone()
+        finally:
+            m.release(s)
+
+    def run():
+        m.engine.reset_graphs()   # a captured graph keeps the kernels it was captured with
+        out = sequence()          # captures this route's graphs
+        return out, _kernel_names(sequence)
+
+    with reduce_norm(nat, False):
+        plain, plain_kernels = run()
+    with reduce_norm(nat, True):
+        fused, fused_kernels = run()
+    m.engine.reset_graphs()
+    for a, b in zip(plain, fused):
+        assert torch.equal(a, b)
+    count = lambda names, part: sum(part in n for n in names)   # noqa: E731
+    assert count(plain_kernels, "rmsnorm_kernel") > 0 and count(plain_kernels, "reduce_norm") == 0
+    assert count(fused_kernels, "reduce_norm") > 0
+    assert count(fused_kernels, "rmsnorm_kernel") < count(plain_kernels, "rmsnorm_kernel")

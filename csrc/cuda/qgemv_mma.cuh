@@ -250,3 +250,64 @@ __global__ void __launch_bounds__(256) qgemv_mma_reduce_kernel(GemvArgs a, const
   if (idx >= a.T * outs) return;
   mma_reduce_output(a, part, splits, idx / outs, idx % outs);
 }
+
+// A split GEMV_ADD into the residual (one block per token, rows of a.ldo == a.N floats) that also writes the next
+// GEMV's normalised input, xin = rmsnorm_to_gemv_input(the new residual): each element's partials summed in split order
+// and added as qgemv_mma_reduce_kernel adds them, then rmsnorm_kernel's arithmetic on the new row, with its thread for
+// each element (k = thread + 1024 i) and its sums in its order, so the residual and xin are the bits of the two kernels
+// it replaces. Why: in a step of T > 1 tokens every norm follows such a reduce (down, gdn_out, attn_o), and the norm
+// kernel (~2.6 us a launch on an H100, 129 a step) is a dependency of its own.
+constexpr int kReduceNormThreads = 1024, kReduceNormPer = 8;  // rmsnorm_kernel's: H <= 8192
+__global__ void __launch_bounds__(kReduceNormThreads) qgemv_mma_reduce_norm_kernel(GemvArgs a, const float* part,
+                                                                                   int splits, const float* norm_w,
+                                                                                   float eps, float add_one,
+                                                                                   __half* xin) {
+  MR_WARP_STAMP(kStampRmsnorm, norm_w);
+  __shared__ float red[32];
+  const int t = blockIdx.x, H = a.N;
+  float v[kReduceNormPer], wv[kReduceNormPer], s[kReduceNormPer];
+#pragma unroll
+  for (int i = 0; i < kReduceNormPer; ++i) {  // the norm weights before the wait (constant)
+    const int k = threadIdx.x + i * kReduceNormThreads;
+    wv[i] = k < H ? norm_w[k] : 0.f;
+    s[i] = 0.f;
+  }
+  pdl_wait();
+  pdl_trigger();
+  float* row = a.out_f32 + (size_t)t * a.ldo;
+  float old[kReduceNormPer];
+#pragma unroll
+  for (int i = 0; i < kReduceNormPer; ++i) {
+    const int k = threadIdx.x + i * kReduceNormThreads;
+    old[i] = k < H ? row[k] : 0.f;
+  }
+  // split by split (unrolled, so that several splits' loads are in flight together)
+#pragma unroll 4
+  for (int z = 0; z < splits; ++z) {
+    const float* pz = part + ((size_t)z * a.T + t) * a.N;
+#pragma unroll
+    for (int i = 0; i < kReduceNormPer; ++i) {
+      const int k = threadIdx.x + i * kReduceNormThreads;
+      if (k < H) s[i] += pz[k];
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kReduceNormPer; ++i) {
+    const int k = threadIdx.x + i * kReduceNormThreads;
+    v[i] = 0.f;
+    if (k < H) {
+      v[i] = old[i] + s[i];
+      row[k] = v[i];
+    }
+    ss += v[i] * v[i];
+  }
+  ss = block_sum(ss, red);
+  const float r = rsqrtf(ss / H + eps);
+  __half* o = xin + (size_t)t * H;
+#pragma unroll
+  for (int i = 0; i < kReduceNormPer; ++i) {
+    const int k = threadIdx.x + i * kReduceNormThreads;
+    if (k < H) o[perm8(k)] = __float2half(v[i] * r * (wv[i] + add_one));
+  }
+}
