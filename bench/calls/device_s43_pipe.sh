@@ -5,10 +5,9 @@
 # for the one-token kernel. Prediction: if a warp's loads idling while it multiplies is what holds gate_up back,
 # pipelining brings it toward ~40 us and a 4-token step from 8.8 to ~8.0 ms; if it is the access pattern (a warp reads
 # 256 bytes of each of 32 rows 2.5 KB apart a pass), nothing moves. The op tests (same bits as the default kernel,
-# fp64 tolerance) run first; then the sweep (4 warps an SM with
-# the pipelined kernel dropped for time), and n, the next
+# fp64 tolerance) run first; then the sweep at 8 warps an SM and 4 spans, plain, p (pipelined), n (the next
 # input's norm in the residual add's reduce kernel (qgemv_add_normed_next; prediction: a 4-token step ~0.25 ms less,
-# the 129 norm kernels at ~2.6 us gone, each reduce ~1 us longer); under the best, the op, verify and MTP tests.
+# the 129 norm kernels at ~2.6 us gone, each reduce ~1 us longer) and pn; under the best, the op, verify and MTP tests.
 #   [BUDGET=seconds] bash bench/calls/device_s43_pipe.sh     (carry .whl; ~5 minutes)
 set -uo pipefail
 start=$(date +%s)
