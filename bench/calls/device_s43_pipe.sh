@@ -14,10 +14,10 @@ start=$(date +%s)
 left() { echo $(( ${BUDGET:-450} - ($(date +%s) - start) )); }
 source bench/device_setup.sh
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | sed 's/NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
-timeout 200 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_qgemv_mma.py -k "pipelined or normalise or norm_in_the_reduce" \
+timeout $(( $(left) - 10 > 200 ? 200 : $(left) - 10 )) python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_qgemv_mma.py -k "pipelined or normalise or norm_in_the_reduce" \
   > "$out/tests-pipelined-op.log" 2>&1
 echo "op tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests-pipelined-op.log" | tail -8
-(cd bench && timeout 180 python3 mma_shape_sweep.py --shapes "8,4;8,4,n;8,4,p;8,4,pn" --widths 1,2,4,16 --reps 5 \
+[[ $(left) -gt 90 ]] && (cd bench && timeout $(( $(left) - 10 > 180 ? 180 : $(left) - 10 )) python3 mma_shape_sweep.py --shapes "8,4;8,4,n;8,4,p;8,4,pn" --widths 1,2,4,16 --reps 5 \
   --out "$out/mma-shape-sweep-$gpu.json") 2>&1 | tail -6
 best=$(python3 -c "import json; print(','.join(map(str, json.load(open('$out/mma-shape-sweep-$gpu.json'))['best'])))" \
   2>/dev/null || echo "8,4")
