@@ -50,14 +50,15 @@ bool qgemv_mma();
 void set_qgemv_mma_shape(int warps_per_sm, int spans);
 std::pair<int, int> qgemv_mma_shape();
 // The tensor-core GEMV with each warp's next pass of weights loaded before it multiplies the current one (on) or
-// after (off, the default until timed on whole steps); the same sums in the same order either way.
+// after (off, the default: measured slower at T = 4 and 16, qgemv.cu g_mma_pipelined); the same sums either way.
 void set_qgemv_mma_pipelined(bool on);
 bool qgemv_mma_pipelined();
 // resid += W x (GEMV_ADD, resid [T, W.rows] fp32) and, where the tensor-core GEMV splits K (T = 2..16 with scratch,
 // W.rows <= 8192) and set_qgemv_reduce_norm is on, in its reduce kernel also xin = rmsnorm_to_gemv_input(the new resid,
 // norm_w, eps, add_one), the same bits as that kernel after the add. Returns whether xin was written; if not, only
 // the add ran and the caller normalises as before (at T = 1 inside the next GEMV). Why: in a step of T > 1 tokens
-// every norm follows such an add, and the norm kernel is a dependency of its own.
+// every norm follows such an add, and the norm kernel is a dependency of its own. Off by default: measured slower
+// (qgemv.cu g_reduce_norm).
 bool qgemv_add_normed_next(const QMatrix& W, const __half* x, int T, float* resid, const float* norm_w, float eps,
                            bool add_one, __half* xin, cudaStream_t stream, int x_layout = GEMV_X_PERM8);
 void set_qgemv_reduce_norm(bool on);

@@ -1813,7 +1813,9 @@ int64_t g_gemv_scratch_floats = 0;
 int g_mma_warps_per_sm = 8;
 int g_mma_spans = 4;
 // set_qgemv_mma_pipelined: a warp loads its next pass of weights before it multiplies the current one
-// (qgemv_mma_kernel's PIPE). Off by default until timed on whole steps (bench/mma_shape_sweep.py, shape field p).
+// (qgemv_mma_kernel's PIPE; bit for bit the default's, GPU-tested). Off: on an H100 whole steps took 8.35-8.45 /
+// 9.08-9.10 / 15.80-15.85 ms at T = 2 / 4 / 16 against 8.49-8.50 / 8.78-8.81 / 11.99-12.23 without it (the second
+// register set costs occupancy, T = 16 most; bench/results/mma-shape-sweep-h100-s43-call3.json).
 bool g_mma_pipelined = false;
 
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
@@ -2374,7 +2376,10 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
   MR_CHECK_LAUNCH("qgemv");
 }
 
-// set_qgemv_reduce_norm: off by default until timed on whole steps (bench/mma_shape_sweep.py, shape field n).
+// set_qgemv_reduce_norm: off. Bit for bit the two kernels' result (GPU-tested), but slower on an H100: whole steps of
+// T = 2 / 4 / 16 took 8.60-8.63 / 9.03 / 12.26 ms against 8.49-8.50 / 8.78-8.81 / 11.99-12.23 with the reduce and
+// norm kernels (bench/results/mma-shape-sweep-h100-s43-call3.json): one block per token reads all the splits'
+// partials of its row (~140 KB at 7 splits) through one SM, where the reduce kernel spreads them over T x 20 blocks.
 static bool g_reduce_norm = false;
 void set_qgemv_reduce_norm(bool on) { g_reduce_norm = on; }
 bool qgemv_reduce_norm() { return g_reduce_norm; }
