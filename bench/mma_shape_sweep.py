@@ -4,9 +4,8 @@ loads together), to choose its default (run on the GPU machine).
 
     python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2;8,4,p]
 
-A third field of flags: p runs that shape pipelined (set_qgemv_mma_pipelined: each warp loads its next pass of weights
-before it multiplies the current one), n with the next input's norm in a split residual add's reduce kernel
-(set_qgemv_reduce_norm: a step of T > 1 tokens then runs no norm kernels), e.g. 8,4,pn. (Session 41's f, the split-K sums in the GEMV, lost at every width in session 42 and
+A third field p runs that shape pipelined (set_qgemv_mma_pipelined: each warp loads its next pass of weights before
+it multiplies the current one). (Session 41's f, the split-K sums in the GEMV, lost at every width in session 42 and
 was removed.)
 
 Each shape's graphs are captured anew (a captured graph keeps its launch shapes). The step times are the median of
@@ -52,29 +51,25 @@ def main(argv=None) -> int:
 
     nat = load_native()
     fields = [s.split(",") for s in args.shapes.split(";") if s]
-    # a third field of flags: p pipelined (set_qgemv_mma_pipelined), n the norm in the reduce (set_qgemv_reduce_norm)
-    shapes = [(int(f[0]), int(f[1]), "p" in "".join(f[2:]), "n" in "".join(f[2:])) for f in fields]
+    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "p") for f in fields]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)
     state = model.new_state(64)
     before, pipelined_before = nat.qgemv_mma_shape(), nat.qgemv_mma_pipelined()
-    reduce_norm_before = nat.qgemv_reduce_norm()
     rows = []
     try:
-        for warps, spans, pipelined, reduce_norm in shapes:
+        for warps, spans, pipelined in shapes:
             nat.set_qgemv_mma_shape(warps, spans)
             nat.set_qgemv_mma_pipelined(pipelined)
-            nat.set_qgemv_reduce_norm(reduce_norm)
             model.engine.reset_graphs()
-            row = {"warps_per_sm": warps, "spans": spans, "pipelined": pipelined, "reduce_norm": reduce_norm,
+            row = {"warps_per_sm": warps, "spans": spans, "pipelined": pipelined,
                    "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths}}
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         nat.set_qgemv_mma_shape(*before)
         nat.set_qgemv_mma_pipelined(pipelined_before)
-        nat.set_qgemv_reduce_norm(reduce_norm_before)
         model.engine.reset_graphs()
         model.release(state)
     verify = [w for w in ("2", "4") if w in rows[0]["ms"]] or list(rows[0]["ms"])
@@ -83,11 +78,9 @@ def main(argv=None) -> int:
               "model": "random weights of the real 27B shapes, native engine, int8 KV, q4g64, depth 0",
               "default_before": list(before), "method": "median ms of graph replays of engine.forward(T tokens)",
               "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_pipelined": best["pipelined"],
-              "best_reduce_norm": best["reduce_norm"],
               "best_by": f"sum over T = {verify}"}
     write_result(args.out, result)
-    print(f"best {best['warps_per_sm']},{best['spans']} pipelined={best['pipelined']} "
-          f"reduce_norm={best['reduce_norm']}; wrote {args.out}")
+    print(f"best {best['warps_per_sm']},{best['spans']} pipelined={best['pipelined']}; wrote {args.out}")
     return 0
 
 

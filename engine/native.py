@@ -91,13 +91,11 @@ def load_native():
 # MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (on by
 # default: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU test module either way without a rebuild.
 # MONORAIL_QGEMV_MMA_SHAPE="W,S" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass) and
-# MONORAIL_QGEMV_MMA_PIPELINED=1 / 0 whether its warps load a pass of weights ahead (set_qgemv_mma_pipelined) and
-# MONORAIL_QGEMV_REDUCE_NORM=1 / 0 whether a split residual add's reduce also normalises the next input
-# (set_qgemv_reduce_norm), for a device call to run the tests under a candidate. Applied once, at the first import.
+# MONORAIL_QGEMV_MMA_PIPELINED=1 / 0 whether its warps load a pass of weights ahead (set_qgemv_mma_pipelined), for a
+# device call to run the tests under a candidate. Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
 _MMA_SHAPE_ENV = "MONORAIL_QGEMV_MMA_SHAPE"
 _MMA_PIPELINED_ENV = "MONORAIL_QGEMV_MMA_PIPELINED"
-_REDUCE_NORM_ENV = "MONORAIL_QGEMV_REDUCE_NORM"
 _configured_once = False
 
 
@@ -118,9 +116,6 @@ def _configured(mod):
         pipelined = os.environ.get(_MMA_PIPELINED_ENV)
         if pipelined in ("0", "1") and hasattr(mod, "set_qgemv_mma_pipelined"):
             mod.set_qgemv_mma_pipelined(pipelined == "1")
-        reduce_norm = os.environ.get(_REDUCE_NORM_ENV)
-        if reduce_norm in ("0", "1") and hasattr(mod, "set_qgemv_reduce_norm"):
-            mod.set_qgemv_reduce_norm(reduce_norm == "1")
     return mod
 
 

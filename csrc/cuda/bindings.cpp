@@ -258,24 +258,6 @@ void register_cuda_bindings(py::module_& m) {
         "each warp of the tensor-core GEMV loads its next pass of weights before multiplying the current one (on) or "
         "after (off, the default)");
   m.def("qgemv_mma_pipelined", &qgemv_mma_pipelined, "whether the tensor-core GEMV's warps load a pass ahead");
-  m.def("set_qgemv_reduce_norm", &set_qgemv_reduce_norm,
-        "a split GEMV_ADD's reduce also writes the next GEMV's normalised input (qgemv_add_normed_next; engine steps "
-        "of T > 1 then run no norm kernels)");
-  m.def("qgemv_reduce_norm", &qgemv_reduce_norm, "whether qgemv_add_normed_next normalises in the reduce");
-  m.def("op_qgemv_add_normed_next", [](uintptr_t codes, uintptr_t high, uintptr_t scales, int64_t N, int64_t K,
-                                       int bits, int group, uintptr_t x, int T, uintptr_t resid, uintptr_t norm_w,
-                                       float eps, bool add_one, uintptr_t xin, uintptr_t scratch,
-                                       int64_t scratch_floats) {
-    const GemvScratchScope scope(ptr<float>(scratch), scratch_floats);
-    const bool normed = qgemv_add_normed_next(qmat(codes, high, scales, N, K, bits, group), ptr<const __half>(x), T,
-                                              ptr<float>(resid), ptr<const float>(norm_w), eps, add_one,
-                                              ptr<__half>(xin), 0);
-    sync0("qgemv_add_normed_next");
-    return normed;
-  }, py::arg("codes"), py::arg("high"), py::arg("scales"), py::arg("N"), py::arg("K"), py::arg("bits"),
-     py::arg("group"), py::arg("x"), py::arg("T"), py::arg("resid"), py::arg("norm_w"), py::arg("eps"),
-     py::arg("add_one"), py::arg("xin"), py::arg("scratch") = 0, py::arg("scratch_floats") = 0,
-     "resid += W x; returns whether xin now holds rmsnorm_to_gemv_input(resid) (ops.h)");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

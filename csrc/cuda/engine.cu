@@ -498,10 +498,7 @@ void NativeEngine::enqueue_step(int lane, int T, bool keep_hidden, bool keep_sta
 
   embed_gather(buf_.embed, in->tokens, T, w.resid, st);
   mark("embed");
-  xin_norm_ = nullptr;
-  for (size_t i = 0; i < buf_.layers.size(); ++i) {
-    const LayerBuffers& L = buf_.layers[i];
-    const float* next_norm = i + 1 < buf_.layers.size() ? buf_.layers[i + 1].input_norm : buf_.final_norm;
+  for (auto& L : buf_.layers) {
     if (!L.full) {
       const int ldp = (int)d.gdn_in_rows();
       const int C = (int)d.conv_dim();
@@ -531,17 +528,15 @@ void NativeEngine::enqueue_step(int lane, int T, bool keep_hidden, bool keep_sta
                    gdn_ckpt, ckpt_stride);
         mark("gdn_step");
       }
-      if (!(skip_ & 32)) add_to_residual(L.mixer_out, mix, T, mix_layout, L.post_norm);
+      if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, H, st, mix_layout);
       mark("gemv gdn_out");
     } else {
       enqueue_attention_mixer(L, lane, T);
     }
-    enqueue_mlp(L, T, next_norm);
+    enqueue_mlp(L, T);
   }
-  if (xin_norm_ == buf_.final_norm) qgemv(buf_.lm_head, xin, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, st);
-  else qgemv_normed(buf_.lm_head, w.resid, buf_.final_norm, eps_, true, T, GEMV_STORE, w.logits, nullptr,
-                    (int)d.vocab, xin, st);
-  xin_norm_ = nullptr;
+  qgemv_normed(buf_.lm_head, w.resid, buf_.final_norm, eps_, true, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab, xin,
+               st);
   mark("gemv lm_head");
   if (keep_hidden && buf_.mtp.on)  // the MTP head's input: these residual rows, until the lane's next step
     MR_CHECK(cudaMemcpyAsync(mtp_hidden_rows(lane), w.resid, (size_t)T * H * 4, cudaMemcpyDeviceToDevice, st),
@@ -568,12 +563,12 @@ void NativeEngine::enqueue_attention_mixer(const LayerBuffers& L, int lane, int 
   if (!(skip_ & 8))
     attn_decode(w.q, T, ad, in, kc, vc, ks, vs, w.attn_part, w.proj + d.head_dim, ldp, mix, st, mix_layout);
   mark("attn_decode");
-  if (!(skip_ & 32)) add_to_residual(L.mixer_out, mix, T, mix_layout, L.post_norm);
+  if (!(skip_ & 32)) qgemv(L.mixer_out, mix, T, GEMV_ADD, w.resid, nullptr, (int)d.hidden, st, mix_layout);
   mark("gemv attn_o");
 }
 
 // A layer's MLP in a decode/verify step: post-norm, gate|up GEMV with the SwiGLU epilogue, down GEMV into the residual.
-void NativeEngine::enqueue_mlp(const LayerBuffers& L, int T, const float* next_norm) {
+void NativeEngine::enqueue_mlp(const LayerBuffers& L, int T) {
   StepWorkspace& w = buf_.ws;
   cudaStream_t st = stream_;
   auto* xin = reinterpret_cast<__half*>(w.xin);
@@ -581,10 +576,7 @@ void NativeEngine::enqueue_mlp(const LayerBuffers& L, int T, const float* next_n
   const int H = (int)dims_.hidden, I = (int)dims_.intermediate;
   // the SwiGLU output in the order down's GEMV reads fastest (ops.h GemvXLayout)
   const int act_layout = qgemv_x_layout(L.down, T);
-  if (xin_norm_ != nullptr && xin_norm_ == L.post_norm) {  // the mixer's output GEMV left the normalised input
-    qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st, GEMV_X_PERM8, act_layout);
-    xin_norm_ = nullptr;
-  } else if (!(skip_ & 16) && !(skip_ & 1)) {  // qgemv_normed fuses the norm where it can, else runs it first
+  if (!(skip_ & 16) && !(skip_ & 1)) {  // qgemv_normed fuses the norm where it can, else runs it first
     qgemv_normed(L.gate_up, w.resid, L.post_norm, eps_, true, T, GEMV_SWIGLU, nullptr, act, I, xin, st, act_layout);
   } else {  // leave-one-out timings (skip_): the norm or the GEMV alone
     if (!(skip_ & 1)) rmsnorm_to_gemv_input(w.resid, T, H, L.post_norm, eps_, true, xin, st);
@@ -592,20 +584,8 @@ void NativeEngine::enqueue_mlp(const LayerBuffers& L, int T, const float* next_n
     if (!(skip_ & 16)) qgemv(L.gate_up, xin, T, GEMV_SWIGLU, nullptr, act, I, st, GEMV_X_PERM8, act_layout);
   }
   mark("gemv gate_up");
-  if (!(skip_ & 16)) add_to_residual(L.down, act, T, act_layout, next_norm);
+  if (!(skip_ & 16)) qgemv(L.down, act, T, GEMV_ADD, w.resid, nullptr, H, st, act_layout);
   mark("gemv down");
-}
-
-void NativeEngine::add_to_residual(const QMatrix& W, const __half* x, int T, int x_layout, const float* next_norm) {
-  StepWorkspace& w = buf_.ws;
-  xin_norm_ = nullptr;
-  if (skip_ != 0 || next_norm == nullptr) {  // leave-one-out timings keep their kernels as they are
-    qgemv(W, x, T, GEMV_ADD, w.resid, nullptr, (int)W.rows, stream_, x_layout);
-    return;
-  }
-  if (qgemv_add_normed_next(W, x, T, w.resid, next_norm, eps_, true, reinterpret_cast<__half*>(w.xin), stream_,
-                            x_layout))
-    xin_norm_ = next_norm;
 }
 
 float* NativeEngine::mtp_hidden_rows(int lane) const {
@@ -624,7 +604,6 @@ void NativeEngine::enqueue_mtp(int lane, int T, int hidden_row, bool chained) {
   cudaStream_t st = stream_;
   const StepInputs* in = reinterpret_cast<const StepInputs*>(w.inputs);
   const int H = (int)d.hidden;
-  xin_norm_ = nullptr;
   auto* fc_in = reinterpret_cast<__half*>(w.act);  // [T, 2H] fp16 (intermediate >= 2 hidden: allocate_engine)
   // the next tokens' embeddings go to the projection buffer, free until the layer's q|k|v projection
   embed_gather(buf_.embed, in->tokens, T, w.proj, st);
@@ -634,12 +613,9 @@ void NativeEngine::enqueue_mtp(int lane, int T, int hidden_row, bool chained) {
   qgemv(M.fc, fc_in, T, GEMV_STORE, w.resid, nullptr, H, st);
   mark("gemv mtp fc");
   enqueue_attention_mixer(M.layer, lane, T);
-  enqueue_mlp(M.layer, T, M.norm);
-  if (xin_norm_ == M.norm) qgemv(buf_.lm_head, reinterpret_cast<__half*>(w.xin), T, GEMV_STORE, w.logits, nullptr,
-                                 (int)d.vocab, st);
-  else qgemv_normed(buf_.lm_head, w.resid, M.norm, eps_, true, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab,
-                    reinterpret_cast<__half*>(w.xin), st);
-  xin_norm_ = nullptr;
+  enqueue_mlp(M.layer, T);
+  qgemv_normed(buf_.lm_head, w.resid, M.norm, eps_, true, T, GEMV_STORE, w.logits, nullptr, (int)d.vocab,
+               reinterpret_cast<__half*>(w.xin), st);
   mark("gemv lm_head (mtp)");
   MR_CHECK(cudaMemcpyAsync(M.chain, w.resid + (int64_t)(T - 1) * H, (size_t)H * 4, cudaMemcpyDeviceToDevice, st),
            "MTP step (chain row)");
@@ -651,11 +627,6 @@ void NativeEngine::enqueue_mtp(int lane, int T, int hidden_row, bool chained) {
 void NativeEngine::normed_store(const SplitQMatrix& W, const float* norm_w, int T, float* out, int ldo) {
   StepWorkspace& w = buf_.ws;
   auto* xin = reinterpret_cast<__half*>(w.xin);
-  if (xin_norm_ != nullptr && xin_norm_ == norm_w) {  // the output GEMV before left the normalised input in xin
-    xin_norm_ = nullptr;
-    matmul_store(W, xin, T, out, ldo);
-    return;
-  }
   // Two segments: qgemv_normed_split, one kernel for both where the route allows (set_qgemv_split_fused), else the
   // head on the normalised input leaving it in xin (keep_x: the head's fused kernel writes it, or the norm kernel runs
   // first), then the tail on xin. (Session 15 call 4 measured each GEMV fusing the norm instead, the tail on the

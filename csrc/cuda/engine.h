@@ -157,11 +157,7 @@ class NativeEngine {
   // keep_states: write the verify checkpoints (forward's keep_states)
   void enqueue_step(int lane, int T, bool keep_hidden = false, bool keep_states = false);
   void enqueue_attention_mixer(const LayerBuffers& L, int lane, int T);
-  // next_norm: the norm weights of the projection after the MLP (the next layer's input norm, or the final norm)
-  void enqueue_mlp(const LayerBuffers& L, int T, const float* next_norm);
-  // resid += W x for a mixer's or MLP's output GEMV; where the GEMV's reduce also normalises the new residual with
-  // next_norm (qgemv_add_normed_next: steps of T > 1), xin_norm_ records it and the next projection reads xin
-  void add_to_residual(const QMatrix& W, const __half* x, int T, int x_layout, const float* next_norm);
+  void enqueue_mlp(const LayerBuffers& L, int T);
   void enqueue_mtp(int lane, int T, int hidden_row, bool chained);
   float* mtp_hidden_rows(int lane) const;
   void prefill_attention_mixer(const LayerBuffers& L, int lane, int T, int kv_start);
@@ -202,9 +198,6 @@ class NativeEngine {
   int mrope_section_[3];
   bool use_graphs_ = true;
   int skip_ = 0;
-  // The norm weights xin holds the residual normalised with (an output GEMV's reduce wrote it: add_to_residual),
-  // or nullptr; the projection on that norm takes it and clears it.
-  const float* xin_norm_ = nullptr;
   // (lane, T); (lane, 0): the decode loop's step + draw; (lane, -T): a verify step that keeps checkpoints
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   // The verify step whose checkpoints commit_states may still use (T = 0: none).

@@ -53,16 +53,6 @@ std::pair<int, int> qgemv_mma_shape();
 // after (off, the default: measured slower at T = 4 and 16, qgemv.cu g_mma_pipelined); the same sums either way.
 void set_qgemv_mma_pipelined(bool on);
 bool qgemv_mma_pipelined();
-// resid += W x (GEMV_ADD, resid [T, W.rows] fp32) and, where the tensor-core GEMV splits K (T = 2..16 with scratch,
-// W.rows <= 8192) and set_qgemv_reduce_norm is on, in its reduce kernel also xin = rmsnorm_to_gemv_input(the new resid,
-// norm_w, eps, add_one), the same bits as that kernel after the add. Returns whether xin was written; if not, only
-// the add ran and the caller normalises as before (at T = 1 inside the next GEMV). Why: in a step of T > 1 tokens
-// every norm follows such an add, and the norm kernel is a dependency of its own. Off by default: measured slower
-// (qgemv.cu g_reduce_norm).
-bool qgemv_add_normed_next(const QMatrix& W, const __half* x, int T, float* resid, const float* norm_w, float eps,
-                           bool add_one, __half* xin, cudaStream_t stream, int x_layout = GEMV_X_PERM8);
-void set_qgemv_reduce_norm(bool on);
-bool qgemv_reduce_norm();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
 // little for a split) the kernel runs unsplit, with the same result up to the order of the sums.

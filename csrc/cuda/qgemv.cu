@@ -1837,17 +1837,8 @@ void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, c
   else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, PIPE>, grid, block, 0, st, a, part, per);
 }
 
-// qgemv_add_normed_next's request: after the split GEMV_ADD's reduce, xin = the new residual normalised with norm_w.
-struct NormNext {
-  const float* norm_w;
-  float eps, add_one;
-  __half* xin;
-};
-
-// norm (GEMV_ADD only, a.ldo == a.N <= 8192): with a split, one reduce kernel also writes the normalised input
-// (qgemv_mma_reduce_norm_kernel); returns whether it did (false: unsplit, nothing normalised).
 template <int BITS>
-bool launch_mma(const GemvArgs& a, cudaStream_t st, const NormNext* norm = nullptr) {
+void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const int64_t part_floats = g_gemv_scratch ? g_gemv_scratch_floats : 0;
   const int splits = mma_splits(a.N, a.K, a.T, part_floats);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
@@ -1865,17 +1856,11 @@ bool launch_mma(const GemvArgs& a, cudaStream_t st, const NormNext* norm = nullp
   } else {
     launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per);
   }
-  if (splits > 1 && norm != nullptr) {
-    launch_pdl("qgemv_mma_reduce_norm", qgemv_mma_reduce_norm_kernel, dim3(a.T), dim3(kReduceNormThreads), 0, st, a,
-               static_cast<const float*>(part), splits, norm->norm_w, norm->eps, norm->add_one, norm->xin);
-    return true;
-  }
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
                static_cast<const float*>(part), splits);
   }
-  return false;
 }
 
 template <int BITS>
@@ -2374,39 +2359,6 @@ void qgemv(const QMatrix& W, const __half* x, int T, int epilogue, float* out_f3
     default: throw std::invalid_argument("qgemv: bits must be 4, 5, 6 or 8");
   }
   MR_CHECK_LAUNCH("qgemv");
-}
-
-// set_qgemv_reduce_norm: off. Bit for bit the two kernels' result (GPU-tested), but slower on an H100: whole steps of
-// T = 2 / 4 / 16 took 8.60-8.63 / 9.03 / 12.26 ms against 8.49-8.50 / 8.78-8.81 / 11.99-12.23 with the reduce and
-// norm kernels (bench/results/mma-shape-sweep-h100-s43-call3.json): one block per token reads all the splits'
-// partials of its row (~140 KB at 7 splits) through one SM, where the reduce kernel spreads them over T x 20 blocks.
-static bool g_reduce_norm = false;
-void set_qgemv_reduce_norm(bool on) { g_reduce_norm = on; }
-bool qgemv_reduce_norm() { return g_reduce_norm; }
-
-bool qgemv_add_normed_next(const QMatrix& W, const __half* x, int T, float* resid, const float* norm_w, float eps,
-                           bool add_one, __half* xin, cudaStream_t stream, int x_layout) {
-  const int H = (int)W.rows;
-  const GemvArgs a = gemv_args(W, x, T, GEMV_ADD, resid, nullptr, H, x_layout, GEMV_X_PERM8);
-  const int64_t part_floats = g_gemv_scratch ? g_gemv_scratch_floats : 0;
-  // the tensor-core route of launch_bits (T > 1), split, with a row the norm kernel's block holds
-  const bool fused = g_reduce_norm && T > 1 && g_mma && !a.x_lanes && norm_w != nullptr && xin != nullptr &&
-                     H <= kReduceNormThreads * kReduceNormPer && mma_splits(a.N, a.K, T, part_floats) > 1;
-  if (!fused) {
-    qgemv(W, x, T, GEMV_ADD, resid, nullptr, H, stream, x_layout);
-    return false;
-  }
-  const NormNext norm{norm_w, eps, add_one ? 1.f : 0.f, xin};
-  bool normed = false;
-  switch (W.q.bits) {
-    case 4: normed = launch_mma<4>(a, stream, &norm); break;
-    case 5: normed = launch_mma<5>(a, stream, &norm); break;
-    case 6: normed = launch_mma<6>(a, stream, &norm); break;
-    case 8: normed = launch_mma<8>(a, stream, &norm); break;
-    default: throw std::invalid_argument("qgemv_add_normed_next: bits must be 4, 5, 6 or 8");
-  }
-  MR_CHECK_LAUNCH("qgemv_add_normed_next");
-  return normed;
 }
 
 MR_STAMPS_TU(qgemv)
