@@ -84,53 +84,6 @@ def test_every_work_shape_against_fp64(nat, warps, spans, bits, N, K, group, T, 
         _check_against_fp64(nat, bits, N, K, group, T, epi, split=True)
 
 
-def run_form(nat, form: int):
-    return switched(nat.qgemv_mma_runs, nat.set_qgemv_mma_runs, form)
-
-
-# (N, K, T, epilogue): down split (16 tokens: two n8 tiles), gdn_out-like split, gate_up's SwiGLU unsplit, shapes with
-# a partial last row tile (1000: a 16-row tile of 8 rows; 144 and 48: a warp's later tiles past N) and a partial last
-# pass
-@pytest.mark.parametrize("bits", [4, 5, 6, 8])
-@pytest.mark.parametrize("N, K, group, T, epi", [(5120, 17408, 64, 16, 1), (5120, 6144, 64, 4, 0),
-                                                 (2 * 17408, 5120, 64, 3, 2), (1000, 2048 + 320, 64, 9, 2),
-                                                 (96 + 48, 160, 32, 2, 0), (48, 1152, 64, 5, 1)])
-def test_the_long_run_forms_give_the_same_bits(nat, bits, N, K, group, T, epi):
-    """A warp walking 16-row tiles in turn, reading twice the run of each row a pass, sums the same products in the
-    same order: the same bits as the default form where K is split the same, and within the fp64 tolerance."""
-    if bits != 4 and N == 2 * 17408:
-        pytest.skip("the gate_up shape at 4 bits only")
-    gen = torch.Generator().manual_seed(N + K + T + bits)
-    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
-    x = torch.randn(T, K, generator=gen).half().cuda()
-    scratch = torch.zeros(SCRATCH_FLOATS, device="cuda")
-    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
-    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
-    outs = {}
-    for form in (0, 1, 2):
-        with run_form(nat, form):
-            out = base.clone()
-            _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
-            outs[form] = out
-    # form 2 has half the row slots, so it may split K further: the same bits where the splits agree
-    with run_form(nat, 2):
-        splits_2 = nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS)
-    splits_0 = nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS)
-    assert torch.equal(outs[1], outs[0])
-    if splits_2 == splits_0:
-        assert torch.equal(outs[2], outs[0])
-    for form in (1, 2):
-        got = from_perm8(outs[form].float())[:, :N // 2] if epi == 2 else outs[form] - (base if epi == 1 else 0)
-        tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
-        assert rel_err(got, _oracle(wd, x, epi)) < tol
-
-
-def test_the_run_form_is_checked(nat):
-    for bad in (-1, 3):
-        with pytest.raises(ValueError):
-            nat.set_qgemv_mma_runs(bad)
-
-
 def test_the_work_shape_is_checked(nat):
     for bad in ((0, 2), (65, 2), (8, 3)):
         with pytest.raises(ValueError):

@@ -254,10 +254,6 @@ void register_cuda_bindings(py::module_& m) {
         "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
         "(2 or 4; default 4)");
   m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
-  m.def("set_qgemv_mma_runs", &set_qgemv_mma_runs, py::arg("form"),
-        "the tensor-core GEMV's run of each row a pass: 0 (default) 32 rows a warp, 1 two 16-row tiles in turn "
-        "with twice the run of each row, 2 four such tiles (64 rows a warp, K split further)");
-  m.def("qgemv_mma_runs", &qgemv_mma_runs, "the tensor-core GEMV's run form (set_qgemv_mma_runs)");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

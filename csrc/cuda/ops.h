@@ -49,11 +49,6 @@ bool qgemv_mma();
 // together (2, or 4, the default since session 42; 8-bit loads half as many).
 void set_qgemv_mma_shape(int warps_per_sm, int spans);
 std::pair<int, int> qgemv_mma_shape();
-// How long a run of each row the tensor-core GEMV's warps read a pass (a benchmark's switch, qgemv.cu g_mma_runs):
-// 0 (default) 32 rows a warp, 256 bytes of each at 4 bits; 1: two 16-row tiles in turn, 512 bytes of each; 2: four
-// such tiles (64 rows a warp, K split further). The same sums in the same order where the split of K is the same.
-void set_qgemv_mma_runs(int form);
-int qgemv_mma_runs();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
 // little for a split) the kernel runs unsplit, with the same result up to the order of the sums.

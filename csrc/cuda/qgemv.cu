@@ -1812,22 +1812,17 @@ int64_t g_gemv_scratch_floats = 0;
 // bench/results/mma-shape-sweep-h100-s42-call1.json).
 int g_mma_warps_per_sm = 8;
 int g_mma_spans = 4;
-// set_qgemv_mma_runs: how long a run of each row a warp reads a pass (qgemv_mma_kernel's MT / SEQ). 0, the default:
-// 32 rows a warp, 256 bytes of each a pass (4-bit, 4 spans); 1: 16 rows at a time, 512 bytes of each, two 16-row tiles
-// walked in turn (the default's warps and rows); 2: the same with four tiles in turn (64 rows a warp: half the warps,
-// so K is split further to reach the warps an SM). The same bits where the split of K is the same.
-// Why (session 44): a 4-token step's gate_up streams at 1.77 TB/s against 2.68 for the one-token kernel, whose
-// warps read 512-byte and longer runs of a row; more warps an SM (16, 4) and a second register set (session 43's
-// pipelined form, removed; its code is in 1cf42e1) both made it slower, so bytes in flight are not what is short.
-int g_mma_runs = 0;
-
-// Rows a warp covers: 32 (form 1 as two 16-row tiles in turn), 64 in form 2 (four).
-int mma_slot_rows() { return g_mma_runs == 2 ? 64 : 32; }
+// (Two other forms were measured on whole steps on an H100 and removed, both bit for bit the default's: session 43's
+// pipelined form, each warp's next pass of weights loaded into a second register set before it multiplies the current
+// one: 8.35-8.45 / 9.08-9.10 / 15.80-15.85 ms at T = 2 / 4 / 16 against 8.49-8.50 / 8.78-8.81 / 11.99-12.23
+// (mma-shape-sweep-h100-s43-call3.json; code in 1cf42e1); session 44's long runs, each warp walking 16-row tiles in
+// turn and reading 512 bytes of each row a pass instead of 256 of each of 32 rows: 9.73 / 10.10 / 16.2-16.5 ms against
+// 8.51-8.52 / 8.82-8.90 / 12.19-12.28 (mma-shape-sweep-h100-s44-call2.json; code in 714a2b2).)
 
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
 int mma_splits(int N, int K, int T, int64_t floats) {
-  const int tiles = ceil_div(N, mma_slot_rows());
+  const int tiles = ceil_div(N, mma_gemv::kRowsPerWarp);
   const int spans = ceil_div(K, mma_gemv::kSpan);
   int splits = std::min({mma_gemv::kMaxSplits, ceil_div(g_mma_warps_per_sm * sm_count(), tiles),
                          std::max(1, spans / 4)});
@@ -1837,10 +1832,10 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
-template <int BITS, int U, int MT, int SEQ>
+template <int BITS, int U>
 void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, MT, SEQ>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, MT, SEQ>, grid, block, 0, st, a, part, per);
+  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
 }
 
 template <int BITS>
@@ -1849,18 +1844,13 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const int splits = mma_splits(a.N, a.K, a.T, part_floats);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
-  const dim3 grid(ceil_div(ceil_div(a.N, mma_slot_rows()), mma_gemv::kWarpsPerBlock), splits);
+  const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
-  // the long-run forms: twice the spans of the 4-span shape at 4 and 8 bits (512 / 256 bytes of a row a pass); 5 / 6
-  // bits keep 4 (their chunks carry a high plane: 8 spans would not fit the registers)
-  constexpr int U_RUN = BITS == 4 ? 8 : BITS == 8 ? 2 : 4;
-  const bool wide = BITS != 8 && g_mma_spans == 4, two = a.T > 8;
-  if (g_mma_runs == 1) launch_mma_kernel<BITS, U_RUN, 1, 2>(two, grid, block, st, a, part, per);
-  else if (g_mma_runs == 2) launch_mma_kernel<BITS, U_RUN, 1, 4>(two, grid, block, st, a, part, per);
-  else if (wide) launch_mma_kernel<BITS, 2 * U, 2, 1>(two, grid, block, st, a, part, per);
-  else launch_mma_kernel<BITS, U, 2, 1>(two, grid, block, st, a, part, per);
+  const bool two = a.T > 8;
+  if (BITS != 8 && g_mma_spans == 4) launch_mma_kernel<BITS, 2 * U>(two, grid, block, st, a, part, per);
+  else launch_mma_kernel<BITS, U>(two, grid, block, st, a, part, per);
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2242,11 +2232,6 @@ void set_qgemv_mma_shape(int warps_per_sm, int spans) {
 }
 std::pair<int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans}; }
 
-void set_qgemv_mma_runs(int form) {
-  if (form < 0 || form > 2) throw std::invalid_argument("the tensor-core GEMV's run form must be 0, 1 or 2");
-  g_mma_runs = form;
-}
-int qgemv_mma_runs() { return g_mma_runs; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
     : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {

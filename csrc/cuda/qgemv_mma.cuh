@@ -7,9 +7,8 @@
 // bench/results/turn-profile-*-s38-call2.txt), which made short prompt tails and speculative verification cost
 // nearly a full step per token.
 //
-// Work split: a warp owns 32 rows (two m16 tiles; the long-run forms: 16 rows, see qgemv_mma_kernel) over a range of
-// K; the four lanes of a quad (c = lane % 4) own four consecutive 32-element chunks of their rows (16 bytes each, so a
-// quad reads 64 contiguous bytes of a row a span).
+// Work split: a warp owns 32 rows (two m16 tiles) over a range of K; the four lanes of a quad (c = lane % 4) own
+// four consecutive 32-element chunks of their rows (16 bytes each, so a quad reads 64 contiguous bytes of a row).
 // The mma's k index is a reduction index, so any one-to-one map from its 16 k slots to elements serves, provided A
 // (weights) and B (x) use the same one: at k-step s (0..7) of a 128-element span, lane c's slots 2c, 2c+1 hold the
 // half2 pair (word s / 2, pair 2 (s % 2)) of its own chunk and slots 2c+8, 2c+9 the pair after it, exactly the
@@ -23,6 +22,7 @@
 
 namespace mma_gemv {
 
+constexpr int kRowsPerWarp = 32;
 constexpr int kWarpsPerBlock = 4;
 constexpr int kSpan = 128;        // elements of K a quad covers per iteration (4 lanes x 32)
 constexpr int kMaxSplits = 16;
@@ -79,19 +79,19 @@ __device__ __forceinline__ void mma_reduce_output(const GemvArgs& a, const float
 
 namespace mma_gemv {
 
-// One pass's weights for one lane: U spans of its 2 MT rows' chunks and their scales (x D).
-template <int BITS, int U, int MT>
+// One pass's weights for one lane: U spans of its four rows' chunks and their scales (x D).
+template <int BITS, int U>
 struct Pass {
-  Chunk<BITS> wq[U][2 * MT];
-  __half2 s2[U][2 * MT];   // scale x D: times (code - offset) / D gives the weight with one rounding
+  Chunk<BITS> wq[U][4];
+  __half2 s2[U][4];   // scale x D: times (code - offset) / D gives the weight with one rounding
   bool valid[U];
 };
 
 // Issues the loads of the pass starting at span sb (spans past span1, and rows past N, load nothing: a zero scale
 // makes their weights 0).
-template <int BITS, int U, int MT>
-__device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2 * MT], bool warp_has_rows, int sb,
-                                          int span1, int c, Pass<BITS, U, MT>& P) {
+template <int BITS, int U>
+__device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4], bool warp_has_rows, int sb,
+                                          int span1, int c, Pass<BITS, U>& P) {
   constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
@@ -100,7 +100,7 @@ __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2
     const int ch = (sb + u) * 4 + c;  // this lane's chunk
     P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
 #pragma unroll
-    for (int m = 0; m < 2 * MT; ++m) {
+    for (int m = 0; m < 4; ++m) {
       if (P.valid[u]) {
         load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
       } else {   // any finite decode: the zero scale makes the weight 0
@@ -114,67 +114,45 @@ __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2
   }
 }
 
-// Lane c's x of span sb + u for the T tokens (its chunk's 32 elements, 64 bytes a token; read after the PDL wait).
-template <int U, int NT>
-__device__ __forceinline__ void load_x(const GemvArgs& a, const bool (&valid)[U], int u, int sb, int g, int c,
-                                       uint4 (&xv)[NT][4]) {
+// Multiplies a loaded pass with the T tokens' x (read here, after the PDL wait) into acc.
+template <int BITS, int NT, int U>
+__device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U>& P, int sb, int g, int c,
+                                              float (&acc)[2][NT][4]) {
+  uint4 xv[U][NT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int t = g + 8 * nt;
-    const bool have = valid[u] && t < a.T;
-    const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
-#pragma unroll
-    for (int p = 0; p < 4; ++p) xv[nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
-  }
-}
-
-// The 8 k-steps of span u of a loaded pass with that span's x, into acc.
-template <int BITS, int NT, int U, int MT>
-__device__ __forceinline__ void multiply_span(const Pass<BITS, U, MT>& P, int u, const uint4 (&xv)[NT][4],
-                                              float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
-    const int j = s >> 1, i = (s & 1) * 2;
-    uint32_t afr[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
-      decode_pairs<BITS>(P.wq[u][2 * mt], j, i, lo0, lo1);
-      decode_pairs<BITS>(P.wq[u][2 * mt + 1], j, i, hi0, hi1);
-      afr[mt][0] = as_u32(__hmul2(lo0, P.s2[u][2 * mt]));
-      afr[mt][1] = as_u32(__hmul2(hi0, P.s2[u][2 * mt + 1]));
-      afr[mt][2] = as_u32(__hmul2(lo1, P.s2[u][2 * mt]));
-      afr[mt][3] = as_u32(__hmul2(hi1, P.s2[u][2 * mt + 1]));
-    }
+  for (int u = 0; u < U; ++u)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[nt][j]);
-      const uint32_t b0 = x32[i], b1 = x32[i + 1];
+      const int t = g + 8 * nt;
+      const bool have = P.valid[u] && t < a.T;
+      const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
+      for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
     }
-  }
-}
-
-// Multiplies a loaded pass with the T tokens' x into acc. X_PER_SPAN: each span's x is read just before its
-// k-steps (the long-run form's 8 spans would otherwise hold 8 x 64 bytes of x a token in registers); else every
-// span's x is read first, as one round of loads.
-template <int BITS, int NT, int U, int MT, bool X_PER_SPAN>
-__device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U, MT>& P, int sb, int g, int c,
-                                              float (&acc)[MT][NT][4]) {
-  if constexpr (X_PER_SPAN) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      uint4 xv[NT][4];
-      load_x<U, NT>(a, P.valid, u, sb, g, c, xv);
-      multiply_span<BITS, NT, U, MT>(P, u, xv, acc);
+  for (int u = 0; u < U; ++u) {
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
+      const int j = s >> 1, i = (s & 1) * 2;
+      uint32_t afr[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
+        decode_pairs<BITS>(P.wq[u][2 * mt], j, i, lo0, lo1);
+        decode_pairs<BITS>(P.wq[u][2 * mt + 1], j, i, hi0, hi1);
+        afr[mt][0] = as_u32(__hmul2(lo0, P.s2[u][2 * mt]));
+        afr[mt][1] = as_u32(__hmul2(hi0, P.s2[u][2 * mt + 1]));
+        afr[mt][2] = as_u32(__hmul2(lo1, P.s2[u][2 * mt]));
+        afr[mt][3] = as_u32(__hmul2(hi1, P.s2[u][2 * mt + 1]));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[u][nt][j]);
+        const uint32_t b0 = x32[i], b1 = x32[i + 1];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
+      }
     }
-  } else {
-    uint4 xv[U][NT][4];
-#pragma unroll
-    for (int u = 0; u < U; ++u) load_x<U, NT>(a, P.valid, u, sb, g, c, xv[u]);
-#pragma unroll
-    for (int u = 0; u < U; ++u) multiply_span<BITS, NT, U, MT>(P, u, xv[u], acc);
   }
 }
 
@@ -183,76 +161,62 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
 // BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
 // bits, whose chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this
 // split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
-// MT m16 tiles a warp multiplies together (2: 32 rows, the default) and SEQ row tiles of 16 MT rows it walks in turn;
-// with MT = 1 a pass reads U x 64 bytes of each of 16 rows (the long-run forms of set_qgemv_mma_runs, U = 8 at 4 bits:
-// 512-byte runs of a row a pass, where the default reads 256 of each of 32 rows). (16-row warps side by side, without
-// SEQ, would need twice the warps: at 122 registers gate_up's 2,176 would not fit one wave on 132 SMs, and capped to
-// fit they spill.) Every row's products are summed in the same order in every form (span by span, k-step by k-step),
-// so all give the same bits where the split of K is the same.
-template <int BITS, int NT, int U, int MT, int SEQ>
+template <int BITS, int NT, int U>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
                                                                                     int spans_per_split) {
   using namespace mma_gemv;
-  constexpr int kTileRows = 16 * MT;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int warp_row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * kTileRows * SEQ;
+  const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * kRowsPerWarp;
   const int nspans = (a.K + kSpan - 1) / kSpan;
   const int span0 = blockIdx.y * spans_per_split;
   const int span1 = min(nspans, span0 + spans_per_split);
+  const bool has_rows = row0 < a.N;
+  // rows g, g + 8, g + 16, g + 24 of the warp's tile (m tile mt: rows g + 16 mt and g + 8 + 16 mt)
+  int rows[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) rows[m] = min(row0 + g + 8 * m, a.N - 1);
+  float acc[2][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+  Pass<BITS, U> cur;
   bool waited = false;
-#pragma unroll 1
-  for (int q = 0; q < SEQ; ++q) {
-    const int row0 = warp_row0 + q * kTileRows;
-    const bool has_rows = row0 < a.N;
-    // rows g + 8 m of the tile (m tile mt: rows g + 16 mt and g + 8 + 16 mt)
-    int rows[2 * MT];
-#pragma unroll
-    for (int m = 0; m < 2 * MT; ++m) rows[m] = min(row0 + g + 8 * m, a.N - 1);
-    float acc[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-    Pass<BITS, U, MT> cur;
-    // U spans a pass: their weights are all loaded before any is used (4-bit, 32 rows, U = 4: 8 KB in flight a warp)
-    for (int sb = span0; sb < span1; sb += U) {
-      load_pass<BITS, U, MT>(a, rows, has_rows, sb, span1, c, cur);
-      if (!waited) {  // the first weights are in flight; x is the previous kernel's output
-        pdl_wait();
-        pdl_trigger();
-        waited = true;
-      }
-      multiply_pass<BITS, NT, U, MT, (MT == 1)>(a, cur, sb, g, c, acc);
-    }
-    if (!waited) {  // a warp without work still waits (pdl.cuh: completion stays transitive), before the epilogue
+  // U spans a pass: their weights are all loaded before any is used (4-bit, U = 4: 8 KB in flight a warp)
+  for (int sb = span0; sb < span1; sb += U) {
+    load_pass<BITS, U>(a, rows, has_rows, sb, span1, c, cur);
+    if (!waited) {  // the first weights are in flight; x is the previous kernel's output
       pdl_wait();
+      pdl_trigger();
       waited = true;
     }
-    // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = row0 + g + 16 * mt + 8 * (e >> 1), t = 2 * c + (e & 1) + 8 * nt;
-          // SwiGLU: rows 2p (gate) and 2p + 1 (up) sit in quads g and g + 1 (same c, e): lane + 4 holds the up
-          const float up = __shfl_down_sync(0xffffffffu, acc[mt][nt][e], 4);
-          if (row >= a.N || t >= a.T) continue;
-          const float v = acc[mt][nt][e];
-          if (part != nullptr) {    // one split of several: qgemv_mma_reduce_kernel applies the epilogue
-            part[((size_t)blockIdx.y * a.T + t) * a.N + row] = v;
-          } else if (a.epi == GEMV_STORE) {
-            a.out_f32[(size_t)t * a.ldo + row] = v;
-          } else if (a.epi == GEMV_ADD) {
-            a.out_f32[(size_t)t * a.ldo + row] += v;
-          } else if ((g & 1) == 0) {
-            a.out_h[(size_t)t * a.ldo + swiglu_pos(a, row >> 1)] = __float2half(silu(v) * up);
-          }
-        }
+    multiply_pass<BITS, NT, U>(a, cur, sb, g, c, acc);
   }
+  if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
+  // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + g + 16 * mt + 8 * (e >> 1), t = 2 * c + (e & 1) + 8 * nt;
+        // SwiGLU: rows 2p (gate) and 2p + 1 (up) sit in quads g and g + 1 (same c, e): lane + 4 holds the up
+        const float up = __shfl_down_sync(0xffffffffu, acc[mt][nt][e], 4);
+        if (row >= a.N || t >= a.T) continue;
+        const float v = acc[mt][nt][e];
+        if (part != nullptr) {    // one split of several: qgemv_mma_reduce_kernel applies the epilogue
+          part[((size_t)blockIdx.y * a.T + t) * a.N + row] = v;
+        } else if (a.epi == GEMV_STORE) {
+          a.out_f32[(size_t)t * a.ldo + row] = v;
+        } else if (a.epi == GEMV_ADD) {
+          a.out_f32[(size_t)t * a.ldo + row] += v;
+        } else if ((g & 1) == 0) {
+          a.out_h[(size_t)t * a.ldo + swiglu_pos(a, row >> 1)] = __float2half(silu(v) * up);
+        }
+      }
 }
 
 // Sums the splits' partials in split order and applies the epilogue: one thread per (token, output).
