@@ -252,7 +252,7 @@ void register_cuda_bindings(py::module_& m) {
   m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
   m.def("set_qgemv_mma_shape", &set_qgemv_mma_shape, py::arg("warps_per_sm"), py::arg("spans"),
         "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
-        "(2, 4 or 6 (4-bit only; 3-warp blocks); default 4)");
+        "(2 or 4; default 4)");
   m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");

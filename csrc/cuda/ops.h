@@ -46,8 +46,7 @@ void set_qgemv_mma(bool on);
 bool qgemv_mma();
 // Its shape of work (a benchmark's switch; captured graphs keep the one they were captured with): the warps an SM
 // should get, K split until the row tiles give that many (default 8), and the 128-element spans a warp loads
-// together (2, or 4, the default since session 42; 8-bit loads half as many; 6 runs 4-bit in 3-warp blocks, other
-// widths as 4).
+// together (2, or 4, the default since session 42; 8-bit loads half as many).
 void set_qgemv_mma_shape(int warps_per_sm, int spans);
 std::pair<int, int> qgemv_mma_shape();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for

@@ -1806,9 +1806,7 @@ float* g_gemv_scratch = nullptr;   // GemvScratchScope
 int64_t g_gemv_scratch_floats = 0;
 
 // The tensor-core GEMV's shape of work, set_qgemv_mma_shape: the warps an SM should get (K is split until the row
-// tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4; 8-bit: 1; 6 at
-// 4 bits, session 44, in blocks of 3 warps: Nsight Compute found the 4-token kernel short of bytes in flight, 8 warps an
-// SM on gate_up with 8 KB each, 70 % of cycles waiting on L1TEX, bench/results/ncu-34816-T4-h100-s44-call3.txt).
+// tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4; 8-bit: 1).
 // 4 spans since session 42: on the H100 a 4-token step takes 8.84 ms against 9.37 with 2, T = 2 8.49 against 8.76,
 // T = 16 11.98 against 12.20; 16 warps an SM, with 2 or 4 spans, is slower than 8 and 4 at T = 2, 4 and 16 (bench/mma_shape_sweep.py,
 // bench/results/mma-shape-sweep-h100-s42-call1.json).
@@ -1819,7 +1817,11 @@ int g_mma_spans = 4;
 // one: 8.35-8.45 / 9.08-9.10 / 15.80-15.85 ms at T = 2 / 4 / 16 against 8.49-8.50 / 8.78-8.81 / 11.99-12.23
 // (mma-shape-sweep-h100-s43-call3.json; code in 1cf42e1); session 44's long runs, each warp walking 16-row tiles in
 // turn and reading 512 bytes of each row a pass instead of 256 of each of 32 rows: 9.73 / 10.10 / 16.2-16.5 ms against
-// 8.51-8.52 / 8.82-8.90 / 12.19-12.28 (mma-shape-sweep-h100-s44-call2.json; code in 714a2b2).)
+// 8.51-8.52 / 8.82-8.90 / 12.19-12.28 (mma-shape-sweep-h100-s44-call2.json; code in 714a2b2). And 6 spans a pass at
+// 4 bits in 3-warp blocks (12 KB of codes in flight a warp, one wave kept), after Nsight Compute found the 4-token
+// kernel with 8 warps an SM on gate_up, 70 % of cycles waiting on its loads (ncu-34816-T4-h100-s44-call3.txt):
+// 9.31-9.32 / 9.69 / 15.46-15.52 ms against 8.46-8.48 / 8.83-8.85 / 12.00-12.01 (mma-shape-sweep-h100-s44-call5.json;
+// code in e3a72dd).)
 
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
@@ -1835,11 +1837,9 @@ int mma_splits(int N, int K, int T, int64_t floats) {
 }
 
 template <int BITS, int U>
-void launch_mma_kernel(bool two_tiles, int tiles, int splits, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  constexpr int WPB = U == 6 ? 3 : mma_gemv::kWarpsPerBlock;
-  const dim3 grid(ceil_div(tiles, WPB), splits), block(WPB * 32);
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, WPB>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, WPB>, grid, block, 0, st, a, part, per);
+void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
+  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
 }
 
 template <int BITS>
@@ -1848,13 +1848,13 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const int splits = mma_splits(a.N, a.K, a.T, part_floats);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
-  const int tiles = ceil_div(a.N, mma_gemv::kRowsPerWarp);
+  const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
+  const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
   const bool two = a.T > 8;
-  if (BITS == 4 && g_mma_spans == 6) launch_mma_kernel<BITS, 6>(two, tiles, splits, st, a, part, per);
-  else if (BITS != 8 && g_mma_spans >= 4) launch_mma_kernel<BITS, 2 * U>(two, tiles, splits, st, a, part, per);
-  else launch_mma_kernel<BITS, U>(two, tiles, splits, st, a, part, per);
+  if (BITS != 8 && g_mma_spans == 4) launch_mma_kernel<BITS, 2 * U>(two, grid, block, st, a, part, per);
+  else launch_mma_kernel<BITS, U>(two, grid, block, st, a, part, per);
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2230,7 +2230,7 @@ bool qgemv_mma() { return g_mma; }
 
 void set_qgemv_mma_shape(int warps_per_sm, int spans) {
   if (warps_per_sm < 1 || warps_per_sm > 64) throw std::invalid_argument("warps_per_sm must be in 1..64");
-  if (spans != 2 && spans != 4 && spans != 6) throw std::invalid_argument("spans must be 2, 4 or 6");
+  if (spans != 2 && spans != 4) throw std::invalid_argument("spans must be 2 or 4");
   g_mma_warps_per_sm = warps_per_sm;
   g_mma_spans = spans;
 }

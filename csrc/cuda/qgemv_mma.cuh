@@ -161,13 +161,12 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
 // BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
 // bits, whose chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this
 // split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
-// WPB warps a block: 4, or 3 for 6 spans a pass (~190 registers: 3 blocks of 3 warps an SM fit gate_up's 1,088 warps in
-// one wave on 132 SMs, where 2 blocks of 4 would leave 8 blocks to a second).
-template <int BITS, int NT, int U, int WPB>
-__global__ void __launch_bounds__(WPB * 32) qgemv_mma_kernel(GemvArgs a, float* part, int spans_per_split) {
+template <int BITS, int NT, int U>
+__global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
+                                                                                    int spans_per_split) {
   using namespace mma_gemv;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int row0 = (blockIdx.x * WPB + (threadIdx.x >> 5)) * kRowsPerWarp;
+  const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * kRowsPerWarp;
   const int nspans = (a.K + kSpan - 1) / kSpan;
   const int span0 = blockIdx.y * spans_per_split;
   const int span1 = min(nspans, span0 + spans_per_split);
