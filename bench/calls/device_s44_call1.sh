@@ -7,15 +7,9 @@
 #   the reduce-norm), as bench/device_run.sh tests, bounded by the time left.
 #   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s44_call1.sh     (carry .whl and .peer)
 set -uo pipefail
-name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "gpu: $name"
-if [[ $name == *H200* ]]; then
-  exec bash bench/calls/device_s41_h200.sh
-fi
-start=$(date +%s)
-source bench/device_setup.sh
-left=$(( ${BUDGET:-570} - ($(date +%s) - start) - 15 ))
-timeout $left python3 -m pytest -q -p no:cacheprovider -rfE tests/test_native*.py tests/test_plan.py \
+BUDGET=${BUDGET:-570}
+source bench/device_card.sh
+timeout $(( $(left) - 15 )) python3 -m pytest -q -p no:cacheprovider -rfE tests/test_native*.py tests/test_plan.py \
   -k "not timing_probe" > "$out/tests.log" 2>&1
 echo "pytest rc=$?"
 grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -20

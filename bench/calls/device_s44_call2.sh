@@ -11,15 +11,8 @@
 #   4-token trace under form 1, and with the time left every native GPU test at this commit.
 #   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s44_call2.sh     (carry .whl and .peer)
 set -uo pipefail
-name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "gpu: $name"
-if [[ $name == *H200* ]]; then
-  exec bash bench/calls/device_s41_h200.sh
-fi
-start=$(date +%s)
-left() { echo $(( ${BUDGET:-570} - ($(date +%s) - start) )); }
-source bench/device_setup.sh
-gpu=$(echo "$name" | sed 's/NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
+BUDGET=${BUDGET:-570}
+source bench/device_card.sh
 timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native_qgemv_mma.py \
   -k "long_run or run_form" > "$out/tests-runs-op.log" 2>&1
 echo "op tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests-runs-op.log" | tail -8

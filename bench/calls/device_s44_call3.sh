@@ -7,14 +7,8 @@
 #   the wave, bounds it; which unit: issue, a pipe (fp16, ALU, tensor), L1 wavefronts, or stalls on memory?
 #   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s44_call3.sh     (carry .whl and .peer)
 set -uo pipefail
-name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "gpu: $name"
-if [[ $name == *H200* ]]; then
-  exec bash bench/calls/device_s41_h200.sh
-fi
-start=$(date +%s)
-left() { echo $(( ${BUDGET:-300} - ($(date +%s) - start) )); }
-source bench/device_setup.sh
+BUDGET=${BUDGET:-300}
+source bench/device_card.sh
 sections="--section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
   --section MemoryWorkloadAnalysis --section InstructionStats --section LaunchStats"
 for spec in "34816 5120 0 4 mma" "248320 5120 0 4 mma" "34816 5120 37 1 qgemv"; do

@@ -9,14 +9,8 @@
 #   gate_up's shape at T = 4, the SASS rows and (with nvdisasm) the CUDA lines of qgemv_mma.cuh.
 #   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s45_call1.sh     (carry .whl and .peer)
 set -uo pipefail
-name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "gpu: $name"
-if [[ $name == *H200* ]]; then
-  exec bash bench/calls/device_s41_h200.sh
-fi
-start=$(date +%s)
-left() { echo $(( ${BUDGET:-300} - ($(date +%s) - start) )); }
-source bench/device_setup.sh
+BUDGET=${BUDGET:-300}
+source bench/device_card.sh
 timeout 120 ncu --clock-control none -k regex:qgemv_mma -s 2 -c 1 --section SourceCounters --section WarpStateStats \
   --section LaunchStats --import-source yes -o $out/mma-t4 python3 bench/ncu_gemv.py 34816 5120 0 4 \
   > $out/ncu-mma.log 2>&1
