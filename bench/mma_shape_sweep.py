@@ -2,7 +2,10 @@
 tensor-core GEMV (set_qgemv_mma_shape: warps an SM, which sets how far K is split, and 128-element spans a warp
 loads together), to choose its default (run on the GPU machine).
 
-    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2]
+    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2;8,4,l]
+
+A third field l runs that shape with each pass's weight loads issued before its first product
+(set_qgemv_mma_loads_first).
 
 (Forms once swept with a third field, each measured slower and removed: session 41's f, the split-K sums in the GEMV
 (session 42); session 43's p, a pass of weights loaded ahead, and n, the next norm in the reduce kernel (session 43);
@@ -51,23 +54,25 @@ def main(argv=None) -> int:
 
     nat = load_native()
     fields = [s.split(",") for s in args.shapes.split(";") if s]
-    shapes = [(int(f[0]), int(f[1])) for f in fields]
+    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "l") for f in fields]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)
     state = model.new_state(64)
-    before = nat.qgemv_mma_shape()
+    before, first_before = nat.qgemv_mma_shape(), nat.qgemv_mma_loads_first()
     rows = []
     try:
-        for warps, spans in shapes:
+        for warps, spans, first in shapes:
             nat.set_qgemv_mma_shape(warps, spans)
+            nat.set_qgemv_mma_loads_first(first)
             model.engine.reset_graphs()
-            row = {"warps_per_sm": warps, "spans": spans,
+            row = {"warps_per_sm": warps, "spans": spans, "loads_first": first,
                    "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths}}
             rows.append(row)
             print(json.dumps(row), flush=True)
     finally:
         nat.set_qgemv_mma_shape(*before)
+        nat.set_qgemv_mma_loads_first(first_before)
         model.engine.reset_graphs()
         model.release(state)
     verify = [w for w in ("2", "4") if w in rows[0]["ms"]] or list(rows[0]["ms"])
@@ -75,10 +80,10 @@ def main(argv=None) -> int:
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
               "model": "random weights of the real 27B shapes, native engine, int8 KV, q4g64, depth 0",
               "default_before": list(before), "method": "median ms of graph replays of engine.forward(T tokens)",
-              "rows": rows, "best": [best["warps_per_sm"], best["spans"]],
+              "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_loads_first": best["loads_first"],
               "best_by": f"sum over T = {verify}"}
     write_result(args.out, result)
-    print(f"best {best['warps_per_sm']},{best['spans']}; wrote {args.out}")
+    print(f"best {best['warps_per_sm']},{best['spans']} loads_first={best['loads_first']}; wrote {args.out}")
     return 0
 
 

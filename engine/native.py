@@ -90,10 +90,12 @@ def load_native():
 
 # MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (on by
 # default: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU test module either way without a rebuild.
-# MONORAIL_QGEMV_MMA_SHAPE="W,S" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass), for a
-# device call to run the tests under a candidate. Applied once, at the first import.
+# MONORAIL_QGEMV_MMA_SHAPE="W,S" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass) and
+# MONORAIL_QGEMV_MMA_LOADS_FIRST=1 / 0 whether a pass's weight loads all go out before its first product
+# (set_qgemv_mma_loads_first), for a device call to run the tests under a candidate. Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
 _MMA_SHAPE_ENV = "MONORAIL_QGEMV_MMA_SHAPE"
+_MMA_LOADS_FIRST_ENV = "MONORAIL_QGEMV_MMA_LOADS_FIRST"
 _configured_once = False
 
 
@@ -111,6 +113,9 @@ def _configured(mod):
             except ValueError:
                 raise ValueError(f"{_MMA_SHAPE_ENV} must be 'warps_per_sm,spans', got {shape!r}") from None
             mod.set_qgemv_mma_shape(warps, spans)
+        first = os.environ.get(_MMA_LOADS_FIRST_ENV)
+        if first in ("0", "1") and hasattr(mod, "set_qgemv_mma_loads_first"):
+            mod.set_qgemv_mma_loads_first(first == "1")
     return mod
 
 

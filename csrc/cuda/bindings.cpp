@@ -254,6 +254,9 @@ void register_cuda_bindings(py::module_& m) {
         "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
         "(2 or 4; default 4)");
   m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
+  m.def("set_qgemv_mma_loads_first", &set_qgemv_mma_loads_first, py::arg("on"),
+        "the tensor-core GEMV issues each pass's weight loads before its first product (on) or as scheduled (off)");
+  m.def("qgemv_mma_loads_first", &qgemv_mma_loads_first, "whether the tensor-core GEMV issues a pass's loads first");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

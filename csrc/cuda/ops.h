@@ -49,6 +49,10 @@ bool qgemv_mma();
 // together (2, or 4, the default since session 42; 8-bit loads half as many).
 void set_qgemv_mma_shape(int warps_per_sm, int spans);
 std::pair<int, int> qgemv_mma_shape();
+// The tensor-core GEMV with each pass's weight loads all issued before its first product (on) or as ptxas schedules
+// them (off, the default until timed); the same sums (qgemv.cu g_mma_loads_first).
+void set_qgemv_mma_loads_first(bool on);
+bool qgemv_mma_loads_first();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
 // little for a split) the kernel runs unsplit, with the same result up to the order of the sums.

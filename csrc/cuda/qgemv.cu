@@ -1823,6 +1823,14 @@ int g_mma_spans = 4;
 // 9.31-9.32 / 9.69 / 15.46-15.52 ms against 8.46-8.48 / 8.83-8.85 / 12.00-12.01 (mma-shape-sweep-h100-s44-call5.json;
 // code in e3a72dd).)
 
+// set_qgemv_mma_loads_first (session 44; off until timed on a GPU): each pass's weight loads all issued before its
+// first product (qgemv_mma_kernel's LF). The SASS of the default (nvdisasm, sm_90) issues a 4-span pass's spans 2 and
+// 3 only after spans 0 and 1 are multiplied: ptxas sinks the loads (the PTX has them all first), so a warp has about
+// half of its 8 KB in flight and waits on two or three round trips a pass. That fits session 44's profile (70 % of
+// cycles waiting on L1TEX) and why more spans, more warps or a second register set did not help. 158 registers at 4
+// bits, 4 spans, one n8 tile (147 without): still 3 blocks an SM.
+bool g_mma_loads_first = false;
+
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
 int mma_splits(int N, int K, int T, int64_t floats) {
@@ -1836,10 +1844,10 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
-template <int BITS, int U>
+template <int BITS, int U, bool LF>
 void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U>, grid, block, 0, st, a, part, per);
+  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF>, grid, block, 0, st, a, part, per);
 }
 
 template <int BITS>
@@ -1853,8 +1861,15 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
   const bool two = a.T > 8;
-  if (BITS != 8 && g_mma_spans == 4) launch_mma_kernel<BITS, 2 * U>(two, grid, block, st, a, part, per);
-  else launch_mma_kernel<BITS, U>(two, grid, block, st, a, part, per);
+  const bool wide = BITS != 8 && g_mma_spans == 4;
+  if (g_mma_loads_first) {
+    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
+    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
+  } else if (wide) {
+    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per);
+  } else {
+    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per);
+  }
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2236,6 +2251,9 @@ void set_qgemv_mma_shape(int warps_per_sm, int spans) {
 }
 std::pair<int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans}; }
 
+
+void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
+bool qgemv_mma_loads_first() { return g_mma_loads_first; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
     : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {

@@ -87,9 +87,9 @@ struct Pass {
   bool valid[U];
 };
 
-// Issues the loads of the pass starting at span sb (spans past span1, and rows past N, load nothing: a zero scale
-// makes their weights 0).
-template <int BITS, int U>
+// Issues the loads of the pass starting at span sb (spans past span1, and rows past N, load nothing (LF: chunk 0): a
+// zero scale makes their weights 0).
+template <int BITS, int U, bool LF>
 __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4], bool warp_has_rows, int sb,
                                           int span1, int c, Pass<BITS, U>& P) {
   constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
@@ -101,6 +101,14 @@ __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4
     P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
+      if constexpr (LF) {  // no branch: an invalid span loads chunk 0 (in bounds) and its zero scale drops it
+        const int chl = P.valid[u] ? ch : 0;
+        load_chunk<BITS>(a, rows[m], chl, P.wq[u][m]);
+        const __half sl = a.scales[(size_t)rows[m] * ngroups + ((chl * 32) >> a.gshift)];
+        const __half s = P.valid[u] ? sl : __float2half(0.f);
+        P.s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
+        continue;
+      }
       if (P.valid[u]) {
         load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
       } else {   // any finite decode: the zero scale makes the weight 0
@@ -160,8 +168,9 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
 
 // BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
 // bits, whose chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this
-// split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes.
-template <int BITS, int NT, int U>
+// split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes. LF (set_qgemv_mma_loads_first):
+// a pass's weight loads all issued before its first product (see the loop).
+template <int BITS, int NT, int U, bool LF>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
                                                                                     int spans_per_split) {
   using namespace mma_gemv;
@@ -186,7 +195,23 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
   bool waited = false;
   // U spans a pass: their weights are all loaded before any is used (4-bit, U = 4: 8 KB in flight a warp)
   for (int sb = span0; sb < span1; sb += U) {
-    load_pass<BITS, U>(a, rows, has_rows, sb, span1, c, cur);
+    load_pass<BITS, U, LF>(a, rows, has_rows, sb, span1, c, cur);
+    if constexpr (LF) {
+      // Every load of the pass before its first product: a value that depends on each chunk, + 0.f at run time (T
+      // >= 1, so T >> 31 is 0), added to the first accumulator. Without it ptxas issues spans 2 and 3 of a pass only
+      // after spans 0 and 1 are multiplied (SASS, session 44), so a warp waits on two or three round trips a pass,
+      // with half its bytes in flight.
+      uint32_t all = 0;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          all ^= cur.wq[u][m].lo.x;
+          if constexpr (BITS == 8) all ^= cur.wq[u][m].hi8.x;
+          if constexpr (BITS == 5 || BITS == 6) all ^= cur.wq[u][m].high.x;
+        }
+      acc[0][0][0] += __int_as_float(all & (uint32_t)(a.T >> 31));
+    }
     if (!waited) {  // the first weights are in flight; x is the previous kernel's output
       pdl_wait();
       pdl_trigger();
