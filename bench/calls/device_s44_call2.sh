@@ -9,6 +9,7 @@
 #   ~8.0 ms; if not, nothing moves. Form 2 (four tiles in turn, half the warps, K split twice for gate_up) is the same
 #   run with fewer rows streamed at once. First the op tests (the same bits as the default form), then the sweep, a
 #   4-token trace under form 1, and with the time left every native GPU test at this commit.
+# (The run forms were removed after this ran: rerun it only at 714a2b2.)
 #   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s44_call2.sh     (carry .whl and .peer)
 set -uo pipefail
 BUDGET=${BUDGET:-570}
