@@ -19,9 +19,7 @@ a proof.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import tempfile
 
 _INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)\s*(?P<args>[^;]*);")
@@ -71,15 +69,11 @@ def main() -> int:
     ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv.cu", "csrc/cuda/gdn.cu", "csrc/cuda/attention.cu"])
     ap.add_argument("--arch", default="90")
     args = ap.parse_args()
-    from cuda_tools import find_cuda_tool  # bench/ is the script's directory, first on sys.path
+    from cuda_tools import compile_sass  # bench/ is the script's directory, first on sys.path
 
-    cuobjdump = find_cuda_tool("cuobjdump")
     with tempfile.TemporaryDirectory() as tmp:
         for src in args.sources:
-            cubin = os.path.join(tmp, os.path.basename(src) + ".cubin")
-            subprocess.run(["nvcc", "-std=c++17", "-O3", f"-arch=sm_{args.arch}", "--expt-relaxed-constexpr", "-cubin",
-                            src, "-Icsrc", "-Icsrc/cuda", "-o", cubin], check=True)
-            sass = subprocess.run([cuobjdump, "-sass", cubin], check=True, capture_output=True, text=True).stdout
+            sass = compile_sass(src, args.arch, tmp)
             for name, hits in pre_wait_stalls(sass).items():
                 print(f"{src}: {name}")
                 for h in hits[:8]:

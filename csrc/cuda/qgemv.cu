@@ -1824,7 +1824,8 @@ int g_mma_spans = 4;
 // code in e3a72dd).)
 
 // set_qgemv_mma_loads_first (session 44; off until timed on a GPU): each pass's weight loads all issued before its
-// first product (qgemv_mma_kernel's LF). The SASS of the default (nvdisasm, sm_90) issues a 4-span pass's spans 2 and
+// first product (qgemv_mma_kernel's LF). The SASS of the default (bench/sass_load_order.py, sm_90,
+// bench/results/sass-load-order-mma-s44.txt) issues a 4-span pass's spans 2 and
 // 3 only after spans 0 and 1 are multiplied: ptxas sinks the loads (the PTX has them all first), so a warp has about
 // half of its 8 KB in flight and waits on two or three round trips a pass. That fits session 44's profile (70 % of
 // cycles waiting on L1TEX) and why more spans, more warps or a second register set did not help. 158 registers at 4
@@ -2250,7 +2251,6 @@ void set_qgemv_mma_shape(int warps_per_sm, int spans) {
   g_mma_spans = spans;
 }
 std::pair<int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans}; }
-
 
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }

@@ -101,22 +101,22 @@ __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4
     P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
+      __half s;
       if constexpr (LF) {  // no branch: an invalid span loads chunk 0 (in bounds) and its zero scale drops it
         const int chl = P.valid[u] ? ch : 0;
         load_chunk<BITS>(a, rows[m], chl, P.wq[u][m]);
         const __half sl = a.scales[(size_t)rows[m] * ngroups + ((chl * 32) >> a.gshift)];
-        const __half s = P.valid[u] ? sl : __float2half(0.f);
-        P.s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
-        continue;
+        s = P.valid[u] ? sl : __float2half(0.f);
+      } else {
+        if (P.valid[u]) {
+          load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
+        } else {   // any finite decode: the zero scale makes the weight 0
+          P.wq[u][m].lo = make_uint4(0, 0, 0, 0);
+          P.wq[u][m].hi8 = make_uint4(0, 0, 0, 0);
+          P.wq[u][m].high = make_uint2(0, 0);
+        }
+        s = P.valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
       }
-      if (P.valid[u]) {
-        load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
-      } else {   // any finite decode: the zero scale makes the weight 0
-        P.wq[u][m].lo = make_uint4(0, 0, 0, 0);
-        P.wq[u][m].hi8 = make_uint4(0, 0, 0, 0);
-        P.wq[u][m].high = make_uint2(0, 0);
-      }
-      const __half s = P.valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
       P.s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
     }
   }
