@@ -2,10 +2,11 @@
 tensor-core GEMV (set_qgemv_mma_shape: warps an SM, which sets how far K is split, and 128-element spans a warp
 loads together), to choose its default (run on the GPU machine).
 
-    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,2;8,4;16,2;16,4;32,2;8,4,l]
+    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,0;8,2;8,4;8,4,o;16,2]
 
-A third field l runs that shape with each pass's weight loads issued before its first product
-(set_qgemv_mma_loads_first).
+Spans 0 is the default's choice by width (4 for T <= 8, 2 above). Each pass's weight loads go out before its first
+product (set_qgemv_mma_loads_first, the default since session 45) unless a third field o asks for them as ptxas
+schedules them (session 44's l asked for loads first when it was off by default).
 
 (Forms once swept with a third field, each measured slower and removed: session 41's f, the split-K sums in the GEMV
 (session 42); session 43's p, a pass of weights loaded ahead, and n, the next norm in the reduce kernel (session 43);
@@ -42,7 +43,7 @@ def step_ms(engine, T: int, reps: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="bench/results/mma-shape-sweep.json")
-    ap.add_argument("--shapes", default="8,2;8,4;16,2;16,4;32,2")
+    ap.add_argument("--shapes", default="8,0;8,2;8,4;8,4,o;16,2")
     ap.add_argument("--widths", default="1,2,4,8,16")
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args(argv)
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
 
     nat = load_native()
     fields = [s.split(",") for s in args.shapes.split(";") if s]
-    shapes = [(int(f[0]), int(f[1]), len(f) > 2 and f[2] == "l") for f in fields]
+    shapes = [(int(f[0]), int(f[1]), not (len(f) > 2 and f[2] == "o")) for f in fields]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)

@@ -92,7 +92,7 @@ def load_native():
 # default: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU test module either way without a rebuild.
 # MONORAIL_QGEMV_MMA_SHAPE="W,S" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass) and
 # MONORAIL_QGEMV_MMA_LOADS_FIRST=1 / 0 whether a pass's weight loads all go out before its first product
-# (set_qgemv_mma_loads_first), for a device call to run the tests under a candidate. Applied once, at the first import.
+# (set_qgemv_mma_loads_first; on by default), for a device call to run the tests under a candidate. Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
 _MMA_SHAPE_ENV = "MONORAIL_QGEMV_MMA_SHAPE"
 _MMA_LOADS_FIRST_ENV = "MONORAIL_QGEMV_MMA_LOADS_FIRST"

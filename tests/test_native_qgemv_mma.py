@@ -72,8 +72,9 @@ def work_shape(nat, warps_per_sm: int, spans: int):
     return switched(nat.qgemv_mma_shape, nat.set_qgemv_mma_shape, warps_per_sm, spans)
 
 
-# the shapes bench/mma_shape_sweep.py times: more warps an SM split K further; 4 spans a pass hold twice the weights
-@pytest.mark.parametrize("warps, spans", [(8, 4), (16, 2), (16, 4), (32, 2)])
+# the shapes bench/mma_shape_sweep.py times: more warps an SM split K further; 4 spans a pass hold twice the weights;
+# 0 (the default) chooses 4 or 2 by width
+@pytest.mark.parametrize("warps, spans", [(8, 0), (8, 4), (16, 2), (16, 4), (32, 2)])
 @pytest.mark.parametrize("N, K, group, T, epi", [(2 * 17408, 5120, 64, 3, 2), (5120, 6144, 64, 16, 1),
                                                  (250, 1152, 64, 9, 0), (96, 160, 32, 2, 0)])
 @pytest.mark.parametrize("bits", [4, 6, 8])
@@ -121,7 +122,7 @@ def test_loads_first_gives_the_same_values(nat, bits, N, K, group, T, epi, spans
 
 
 def test_the_work_shape_is_checked(nat):
-    for bad in ((0, 2), (65, 2), (8, 3)):
+    for bad in ((0, 2), (65, 2), (8, 3), (8, 1), (8, -1)):
         with pytest.raises(ValueError):
             nat.set_qgemv_mma_shape(*bad)
 

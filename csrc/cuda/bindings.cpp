@@ -252,10 +252,11 @@ void register_cuda_bindings(py::module_& m) {
   m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
   m.def("set_qgemv_mma_shape", &set_qgemv_mma_shape, py::arg("warps_per_sm"), py::arg("spans"),
         "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
-        "(2 or 4; default 4)");
+        "(2 or 4; 0, the default: 4 for T <= 8, 2 above)");
   m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
   m.def("set_qgemv_mma_loads_first", &set_qgemv_mma_loads_first, py::arg("on"),
-        "the tensor-core GEMV issues each pass's weight loads before its first product (on) or as scheduled (off)");
+        "the tensor-core GEMV issues each pass's weight loads before its first product (on, the default) or as "
+        "scheduled (off)");
   m.def("qgemv_mma_loads_first", &qgemv_mma_loads_first, "whether the tensor-core GEMV issues a pass's loads first");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");

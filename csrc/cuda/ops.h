@@ -46,11 +46,11 @@ void set_qgemv_mma(bool on);
 bool qgemv_mma();
 // Its shape of work (a benchmark's switch; captured graphs keep the one they were captured with): the warps an SM
 // should get, K split until the row tiles give that many (default 8), and the 128-element spans a warp loads
-// together (2, or 4, the default since session 42; 8-bit loads half as many).
+// together (2, 4, or 0, the default since session 45: 4 for T <= 8, 2 above; 8-bit loads half as many).
 void set_qgemv_mma_shape(int warps_per_sm, int spans);
 std::pair<int, int> qgemv_mma_shape();
 // The tensor-core GEMV with each pass's weight loads all issued before its first product (on) or as ptxas schedules
-// them (off, the default until timed); the same sums (qgemv.cu g_mma_loads_first).
+// them (off); on by default since session 45; the same sums (qgemv.cu g_mma_loads_first).
 void set_qgemv_mma_loads_first(bool on);
 bool qgemv_mma_loads_first();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for

@@ -1806,12 +1806,16 @@ float* g_gemv_scratch = nullptr;   // GemvScratchScope
 int64_t g_gemv_scratch_floats = 0;
 
 // The tensor-core GEMV's shape of work, set_qgemv_mma_shape: the warps an SM should get (K is split until the row
-// tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4; 8-bit: 1).
-// 4 spans since session 42: on the H100 a 4-token step takes 8.84 ms against 9.37 with 2, T = 2 8.49 against 8.76,
-// T = 16 11.98 against 12.20; 16 warps an SM, with 2 or 4 spans, is slower than 8 and 4 at T = 2, 4 and 16 (bench/mma_shape_sweep.py,
-// bench/results/mma-shape-sweep-h100-s42-call1.json).
+// tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4, or 0: by
+// width; 8-bit loads half as many). 8 warps an SM since session 42 (16, with 2 or 4 spans, was slower at T = 2, 4 and
+// 16: bench/mma_shape_sweep.py, bench/results/mma-shape-sweep-h100-s42-call1.json).
+// Spans by width (0, the default since session 45, with loads first below): 4 for one n8 tile of tokens (T <= 8), 2
+// for two. On an H100 with loads first, T = 2 / 4 / 16 took 8.24-8.28 / 8.78 / 12.68-12.70 ms at 4 spans and 8.60 /
+// 9.22 / 11.77 at 2, against 8.55-8.56 / 8.90-8.99 / 12.08-12.13 for session 42's default (4 spans, loads as ptxas
+// schedules them) (mma-shape-sweep-h100-s45-call1.json): two tiles hold twice the accumulators and x, and the fourth
+// span's registers then cost more than its bytes in flight give.
 int g_mma_warps_per_sm = 8;
-int g_mma_spans = 4;
+int g_mma_spans = 0;
 // (Two other forms were measured on whole steps on an H100 and removed, both bit for bit the default's: session 43's
 // pipelined form, each warp's next pass of weights loaded into a second register set before it multiplies the current
 // one: 8.35-8.45 / 9.08-9.10 / 15.80-15.85 ms at T = 2 / 4 / 16 against 8.49-8.50 / 8.78-8.81 / 11.99-12.23
@@ -1823,14 +1827,15 @@ int g_mma_spans = 4;
 // 9.31-9.32 / 9.69 / 15.46-15.52 ms against 8.46-8.48 / 8.83-8.85 / 12.00-12.01 (mma-shape-sweep-h100-s44-call5.json;
 // code in e3a72dd).)
 
-// set_qgemv_mma_loads_first (session 44; off until timed on a GPU): each pass's weight loads all issued before its
-// first product (qgemv_mma_kernel's LF). The SASS of the default (bench/sass_load_order.py, sm_90,
-// bench/results/sass-load-order-mma-s44.txt) issues a 4-span pass's spans 2 and
-// 3 only after spans 0 and 1 are multiplied: ptxas sinks the loads (the PTX has them all first), so a warp has about
-// half of its 8 KB in flight and waits on two or three round trips a pass. That fits session 44's profile (70 % of
-// cycles waiting on L1TEX) and why more spans, more warps or a second register set did not help. 158 registers at 4
-// bits, 4 spans, one n8 tile (147 without): still 3 blocks an SM.
-bool g_mma_loads_first = false;
+// set_qgemv_mma_loads_first (on by default since session 45): each pass's weight loads all issued before its first
+// product (qgemv_mma_kernel's LF). The SASS without it (bench/sass_load_order.py, sm_90,
+// bench/results/sass-load-order-mma-s44.txt) issues a 4-span pass's spans 2 and 3 only after spans 0 and 1 are
+// multiplied: ptxas sinks the loads (the PTX has them all first), so a warp has about half of its 8 KB in flight. 158
+// registers at 4 bits, 4 spans, one n8 tile (147 without): still 3 blocks an SM. Measured (H100, above): T = 2 -3.4 %,
+// T = 4 -1.8 % a step; at 4 spans T = 16 +5 %, hence 2 spans there. Less than session 44 predicted (T = 4 8.8 -> ~7.9
+// ms): Nsight Compute on gate_up at T = 4 still finds 58 % of cycles waiting on L1TEX, 52.0 us against 54.5 (DRAM 57 %,
+// 8.2 warps an SM: ncu-34816-T4-loads-first-h100-s45-call1.txt), so the loads' order was a small part of the wait.
+bool g_mma_loads_first = true;
 
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
@@ -1862,7 +1867,8 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
   const bool two = a.T > 8;
-  const bool wide = BITS != 8 && g_mma_spans == 4;
+  const int spans_a_pass = g_mma_spans ? g_mma_spans : (two ? 2 : 4);
+  const bool wide = BITS != 8 && spans_a_pass == 4;
   if (g_mma_loads_first) {
     if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
     else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
@@ -2246,7 +2252,7 @@ bool qgemv_mma() { return g_mma; }
 
 void set_qgemv_mma_shape(int warps_per_sm, int spans) {
   if (warps_per_sm < 1 || warps_per_sm > 64) throw std::invalid_argument("warps_per_sm must be in 1..64");
-  if (spans != 2 && spans != 4) throw std::invalid_argument("spans must be 2 or 4");
+  if (spans != 0 && spans != 2 && spans != 4) throw std::invalid_argument("spans must be 0 (by width), 2 or 4");
   g_mma_warps_per_sm = warps_per_sm;
   g_mma_spans = spans;
 }
