@@ -67,10 +67,10 @@ FALLBACK_WINDOW = 16
 
 def round_cost_steps(k: int) -> float:
     """One-token steps a round of k drafts costs, whatever it keeps: H100, random 27B weights, depth 0, the
-    tensor-core GEMV at 4 spans a pass (bench/spec_decode.py, bench/results/spec-decode-h100-s42-call3.json: k = 1
-    rounds 1.57 steps, k = 3 1.79, the mean of the rates with every draft rejected and every draft kept), linear in
-    k between and beyond."""
-    return 1.46 + 0.11 * k
+    tensor-core GEMV with loads first and spans by width (bench/spec_decode.py --drafts 1,3 --accept 0,1,
+    bench/results/spec-decode-h100-s45-call2.json: plain 173.9 tok/s; k = 1 rounds 1.52 steps, k = 3 1.82, the mean of
+    the rates with every draft rejected and every draft kept), linear in k between and beyond."""
+    return 1.38 + 0.145 * k
 
 
 # The GPU decode loop from the state's last logits, its first token drawn with this response index.

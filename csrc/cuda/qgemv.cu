@@ -1813,7 +1813,9 @@ int64_t g_gemv_scratch_floats = 0;
 // for two. On an H100 with loads first, T = 2 / 4 / 16 took 8.24-8.28 / 8.78 / 12.68-12.70 ms at 4 spans and 8.60 /
 // 9.22 / 11.77 at 2, against 8.55-8.56 / 8.90-8.99 / 12.08-12.13 for session 42's default (4 spans, loads as ptxas
 // schedules them) (mma-shape-sweep-h100-s45-call1.json): two tiles hold twice the accumulators and x, and the fourth
-// span's registers then cost more than its bytes in flight give.
+// span's registers then cost more than its bytes in flight give. Confirmed with both defaults twice each
+// (mma-shape-sweep-h100-s45-call2.json), T = 2 / 3 / 4 / 8 / 9 / 16: 8.08-8.19 / 8.42-8.44 / 8.63-8.64 / 9.52-9.57 /
+// 9.70 / 11.60-11.76 ms against 8.46-8.49 / 8.63-8.67 / 8.81 / 9.47-9.51 / 10.30-10.31 / 11.93-11.95.
 int g_mma_warps_per_sm = 8;
 int g_mma_spans = 0;
 // (Two other forms were measured on whole steps on an H100 and removed, both bit for bit the default's: session 43's
