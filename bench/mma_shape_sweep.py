@@ -2,11 +2,12 @@
 tensor-core GEMV (set_qgemv_mma_shape: warps an SM, which sets how far K is split, and 128-element spans a warp
 loads together), to choose its default (run on the GPU machine).
 
-    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,0;8,2;8,4;8,4,o;16,2]
+    python bench/mma_shape_sweep.py --out bench/results/mma-shape-sweep.json [--shapes 8,0;8,2;8,4;8,4,o;8,0,h]
 
 Spans 0 is the default's choice by width (4 for T <= 8, 2 above). Each pass's weight loads go out before its first
 product (set_qgemv_mma_loads_first, the default since session 45) unless a third field o asks for them as ptxas
-schedules them (session 44's l asked for loads first when it was off by default).
+schedules them (session 44's l asked for loads first when it was off by default); a third field h gives each warp 16
+rows instead of 32 (set_qgemv_mma_shape's rows_per_warp, session 45).
 
 (Forms once swept with a third field, each measured slower and removed: session 41's f, the split-K sums in the GEMV
 (session 42); session 43's p, a pass of weights loaded ahead, and n, the next norm in the reduce kernel (session 43);
@@ -55,7 +56,8 @@ def main(argv=None) -> int:
 
     nat = load_native()
     fields = [s.split(",") for s in args.shapes.split(";") if s]
-    shapes = [(int(f[0]), int(f[1]), not (len(f) > 2 and f[2] == "o")) for f in fields]
+    flags = [f[2] if len(f) > 2 else "" for f in fields]
+    shapes = [(int(f[0]), int(f[1]), 16 if "h" in fl else 32, "o" not in fl) for f, fl in zip(fields, flags)]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)
@@ -63,11 +65,11 @@ def main(argv=None) -> int:
     before, first_before = nat.qgemv_mma_shape(), nat.qgemv_mma_loads_first()
     rows = []
     try:
-        for warps, spans, first in shapes:
-            nat.set_qgemv_mma_shape(warps, spans)
+        for warps, spans, rows_per_warp, first in shapes:
+            nat.set_qgemv_mma_shape(warps, spans, rows_per_warp)
             nat.set_qgemv_mma_loads_first(first)
             model.engine.reset_graphs()
-            row = {"warps_per_sm": warps, "spans": spans, "loads_first": first,
+            row = {"warps_per_sm": warps, "spans": spans, "rows_per_warp": rows_per_warp, "loads_first": first,
                    "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths}}
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -81,10 +83,12 @@ def main(argv=None) -> int:
     result = {"gpu": torch.cuda.get_device_name(0), "commit": run_commit(), "date": dt.date.today().isoformat(),
               "model": "random weights of the real 27B shapes, native engine, int8 KV, q4g64, depth 0",
               "default_before": list(before), "method": "median ms of graph replays of engine.forward(T tokens)",
-              "rows": rows, "best": [best["warps_per_sm"], best["spans"]], "best_loads_first": best["loads_first"],
+              "rows": rows, "best": [best["warps_per_sm"], best["spans"], best["rows_per_warp"]],
+              "best_loads_first": best["loads_first"],
               "best_by": f"sum over T = {verify}"}
     write_result(args.out, result)
-    print(f"best {best['warps_per_sm']},{best['spans']} loads_first={best['loads_first']}; wrote {args.out}")
+    print(f"best {best['warps_per_sm']},{best['spans']},{best['rows_per_warp']} loads_first={best['loads_first']}; "
+          f"wrote {args.out}")
     return 0
 
 

@@ -90,9 +90,10 @@ def load_native():
 
 # MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (on by
 # default: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU test module either way without a rebuild.
-# MONORAIL_QGEMV_MMA_SHAPE="W,S" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass) and
-# MONORAIL_QGEMV_MMA_LOADS_FIRST=1 / 0 whether a pass's weight loads all go out before its first product
-# (set_qgemv_mma_loads_first; on by default), for a device call to run the tests under a candidate. Applied once, at the first import.
+# MONORAIL_QGEMV_MMA_SHAPE="W,S[,R]" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass, R rows
+# a warp) and MONORAIL_QGEMV_MMA_LOADS_FIRST=1 / 0 whether a pass's weight loads all go out before its first product
+# (set_qgemv_mma_loads_first; on by default), for a device call to run the tests under a candidate. Applied once, at
+# the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
 _MMA_SHAPE_ENV = "MONORAIL_QGEMV_MMA_SHAPE"
 _MMA_LOADS_FIRST_ENV = "MONORAIL_QGEMV_MMA_LOADS_FIRST"
@@ -109,10 +110,12 @@ def _configured(mod):
         shape = os.environ.get(_MMA_SHAPE_ENV, "").strip()
         if shape and hasattr(mod, "set_qgemv_mma_shape"):
             try:
-                warps, spans = (int(v) for v in shape.split(","))
+                fields = [int(v) for v in shape.split(",")]
+                if len(fields) not in (2, 3):
+                    raise ValueError
             except ValueError:
-                raise ValueError(f"{_MMA_SHAPE_ENV} must be 'warps_per_sm,spans', got {shape!r}") from None
-            mod.set_qgemv_mma_shape(warps, spans)
+                raise ValueError(f"{_MMA_SHAPE_ENV} must be 'warps_per_sm,spans[,rows_per_warp]', got {shape!r}") from None
+            mod.set_qgemv_mma_shape(*fields)
         first = os.environ.get(_MMA_LOADS_FIRST_ENV)
         if first in ("0", "1") and hasattr(mod, "set_qgemv_mma_loads_first"):
             mod.set_qgemv_mma_loads_first(first == "1")

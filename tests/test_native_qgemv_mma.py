@@ -68,20 +68,21 @@ def test_tensor_core_gemv_against_fp64(nat, bits, N, K, group, T, epi, split):
     _check_against_fp64(nat, bits, N, K, group, T, epi, split)
 
 
-def work_shape(nat, warps_per_sm: int, spans: int):
-    return switched(nat.qgemv_mma_shape, nat.set_qgemv_mma_shape, warps_per_sm, spans)
+def work_shape(nat, warps_per_sm: int, spans: int, rows_per_warp: int = 32):
+    return switched(nat.qgemv_mma_shape, nat.set_qgemv_mma_shape, warps_per_sm, spans, rows_per_warp)
 
 
 # the shapes bench/mma_shape_sweep.py times: more warps an SM split K further; 4 spans a pass hold twice the weights;
-# 0 (the default) chooses 4 or 2 by width
-@pytest.mark.parametrize("warps, spans", [(8, 0), (8, 4), (16, 2), (16, 4), (32, 2)])
+# 0 (the default) chooses 4 or 2 by width; 16 rows a warp (one m16 tile, x read a span at a time) split K half as far
+@pytest.mark.parametrize("warps, spans, rows", [(8, 0, 32), (8, 4, 32), (16, 2, 32), (16, 4, 32), (32, 2, 32),
+                                                (8, 0, 16), (8, 2, 16), (8, 4, 16), (16, 4, 16)])
 @pytest.mark.parametrize("N, K, group, T, epi", [(2 * 17408, 5120, 64, 3, 2), (5120, 6144, 64, 16, 1),
                                                  (250, 1152, 64, 9, 0), (96, 160, 32, 2, 0)])
 @pytest.mark.parametrize("bits", [4, 6, 8])
-def test_every_work_shape_against_fp64(nat, warps, spans, bits, N, K, group, T, epi):
+def test_every_work_shape_against_fp64(nat, warps, spans, rows, bits, N, K, group, T, epi):
     if bits != 4 and N == 2 * 17408:
         pytest.skip("the gate_up shape at 4 bits only")
-    with work_shape(nat, warps, spans):
+    with work_shape(nat, warps, spans, rows):
         _check_against_fp64(nat, bits, N, K, group, T, epi, split=True)
 
 
@@ -122,9 +123,36 @@ def test_loads_first_gives_the_same_values(nat, bits, N, K, group, T, epi, spans
 
 
 def test_the_work_shape_is_checked(nat):
-    for bad in ((0, 2), (65, 2), (8, 3), (8, 1), (8, -1)):
+    for bad in ((0, 2), (65, 2), (8, 3), (8, 1), (8, -1), (8, 4, 8), (8, 4, 24), (8, 4, 64)):
         with pytest.raises(ValueError):
             nat.set_qgemv_mma_shape(*bad)
+    assert nat.qgemv_mma_shape() == (8, 0, 32)   # the default, untouched by the refusals
+
+
+# (N, K, T, epilogue) run unsplit (no scratch): each output row sums the same products in the same order whether its
+# warp owns 16 rows or 32, so the values are the same; partial last row tiles of both sizes
+@pytest.mark.parametrize("spans", [0, 2, 4])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+@pytest.mark.parametrize("N, K, group, T, epi", [(2 * 17408, 5120, 64, 4, 2), (5120, 6144, 64, 16, 1),
+                                                 (1000, 2048 + 320, 64, 9, 2), (96 + 8, 160, 32, 2, 0)])
+def test_sixteen_row_warps_give_the_same_values(nat, bits, N, K, group, T, epi, spans):
+    if bits != 4 and N == 2 * 17408:
+        pytest.skip("the gate_up shape at 4 bits only")
+    gen = torch.Generator().manual_seed(N + K + T + bits + spans + 16)
+    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
+    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
+    outs = {}
+    for rows in (32, 16):
+        with work_shape(nat, 8, spans, rows):
+            out = base.clone()
+            _run(nat, codes, scales, N, K, group, x, T, epi, out, None, bits, high)
+            outs[rows] = out
+    assert torch.equal(outs[16], outs[32])
+    got = from_perm8(outs[16].float())[:, :N // 2] if epi == 2 else outs[16] - (base if epi == 1 else 0)
+    tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
+    assert rel_err(got, _oracle(wd, x, epi)) < tol
 
 
 def _check_against_fp64(nat, bits, N, K, group, T, epi, split):
@@ -132,7 +160,7 @@ def _check_against_fp64(nat, bits, N, K, group, T, epi, split):
     q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
     x = torch.randn(T, K, generator=gen).half().cuda()
     scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
-    if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1 and nat.qgemv_mma_shape() == (8, 4):   # the default
+    if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1 and nat.qgemv_mma_shape() == (8, 0, 32):  # default
         pytest.skip("this shape runs unsplit even with scratch")
     ref = _oracle(wd, x, epi)
     if epi == 2:

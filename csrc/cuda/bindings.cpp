@@ -251,9 +251,10 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_qgemv_mma", &set_qgemv_mma, "GEMVs of T = 2..16 on tensor cores (on, the default) or per token (off)");
   m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
   m.def("set_qgemv_mma_shape", &set_qgemv_mma_shape, py::arg("warps_per_sm"), py::arg("spans"),
-        "the tensor-core GEMV's warps an SM (K split to reach them; default 8) and spans a warp loads together "
-        "(2 or 4; 0, the default: 4 for T <= 8, 2 above)");
-  m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans) of the tensor-core GEMV");
+        py::arg("rows_per_warp") = 32,
+        "the tensor-core GEMV's warps an SM (K split to reach them; default 8), spans a warp loads together "
+        "(2 or 4; 0, the default: 4 for T <= 8, 2 above) and rows a warp owns (32, the default, or 16)");
+  m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans, rows_per_warp) of the tensor-core GEMV");
   m.def("set_qgemv_mma_loads_first", &set_qgemv_mma_loads_first, py::arg("on"),
         "the tensor-core GEMV issues each pass's weight loads before its first product (on, the default) or as "
         "scheduled (off)");

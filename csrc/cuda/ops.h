@@ -7,6 +7,7 @@
 // [N, K/G]; value = (code - 2^(B-1)) * scale.
 #pragma once
 #include <cstdint>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -47,8 +48,9 @@ bool qgemv_mma();
 // Its shape of work (a benchmark's switch; captured graphs keep the one they were captured with): the warps an SM
 // should get, K split until the row tiles give that many (default 8), and the 128-element spans a warp loads
 // together (2, 4, or 0, the default since session 45: 4 for T <= 8, 2 above; 8-bit loads half as many).
-void set_qgemv_mma_shape(int warps_per_sm, int spans);
-std::pair<int, int> qgemv_mma_shape();
+// And the rows a warp owns: 32 (default) or 16 (session 45's form, not yet timed).
+void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp = 32);
+std::tuple<int, int, int> qgemv_mma_shape();
 // The tensor-core GEMV with each pass's weight loads all issued before its first product (on) or as ptxas schedules
 // them (off); on by default since session 45; the same sums (qgemv.cu g_mma_loads_first).
 void set_qgemv_mma_loads_first(bool on);

@@ -1818,6 +1818,9 @@ int64_t g_gemv_scratch_floats = 0;
 // 9.70 / 11.60-11.76 ms against 8.46-8.49 / 8.63-8.67 / 8.81 / 9.47-9.51 / 10.30-10.31 / 11.93-11.95.
 int g_mma_warps_per_sm = 8;
 int g_mma_spans = 0;
+// Rows a warp owns (set_qgemv_mma_shape's third field): 32 (two m16 tiles, the default) or 16 (one; issues loads first
+// whatever set_qgemv_mma_loads_first says, session 45, not yet timed: qgemv_mma_kernel's MT).
+int g_mma_rows_per_warp = 32;
 // (Two other forms were measured on whole steps on an H100 and removed, both bit for bit the default's: session 43's
 // pipelined form, each warp's next pass of weights loaded into a second register set before it multiplies the current
 // one: 8.35-8.45 / 9.08-9.10 / 15.80-15.85 ms at T = 2 / 4 / 16 against 8.49-8.50 / 8.78-8.81 / 11.99-12.23
@@ -1842,7 +1845,7 @@ bool g_mma_loads_first = true;
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
 int mma_splits(int N, int K, int T, int64_t floats) {
-  const int tiles = ceil_div(N, mma_gemv::kRowsPerWarp);
+  const int tiles = ceil_div(N, g_mma_rows_per_warp);
   const int spans = ceil_div(K, mma_gemv::kSpan);
   int splits = std::min({mma_gemv::kMaxSplits, ceil_div(g_mma_warps_per_sm * sm_count(), tiles),
                          std::max(1, spans / 4)});
@@ -1852,10 +1855,10 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
-template <int BITS, int U, bool LF>
+template <int BITS, int U, bool LF, int MT = 2>
 void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF>, grid, block, 0, st, a, part, per);
+  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT>, grid, block, 0, st, a, part, per);
 }
 
 template <int BITS>
@@ -1864,14 +1867,17 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const int splits = mma_splits(a.N, a.K, a.T, part_floats);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
-  const dim3 grid(ceil_div(ceil_div(a.N, mma_gemv::kRowsPerWarp), mma_gemv::kWarpsPerBlock), splits);
+  const dim3 grid(ceil_div(ceil_div(a.N, g_mma_rows_per_warp), mma_gemv::kWarpsPerBlock), splits);
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
   const bool two = a.T > 8;
   const int spans_a_pass = g_mma_spans ? g_mma_spans : (two ? 2 : 4);
   const bool wide = BITS != 8 && spans_a_pass == 4;
-  if (g_mma_loads_first) {
+  if (g_mma_rows_per_warp == 16) {
+    if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
+    else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
+  } else if (g_mma_loads_first) {
     if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
     else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
   } else if (wide) {
@@ -2252,13 +2258,15 @@ void set_qgemv_lanes(bool on) { g_lanes = on; }
 void set_qgemv_mma(bool on) { g_mma = on; }
 bool qgemv_mma() { return g_mma; }
 
-void set_qgemv_mma_shape(int warps_per_sm, int spans) {
+void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp) {
   if (warps_per_sm < 1 || warps_per_sm > 64) throw std::invalid_argument("warps_per_sm must be in 1..64");
   if (spans != 0 && spans != 2 && spans != 4) throw std::invalid_argument("spans must be 0 (by width), 2 or 4");
+  if (rows_per_warp != 16 && rows_per_warp != 32) throw std::invalid_argument("rows_per_warp must be 16 or 32");
   g_mma_warps_per_sm = warps_per_sm;
   g_mma_spans = spans;
+  g_mma_rows_per_warp = rows_per_warp;
 }
-std::pair<int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans}; }
+std::tuple<int, int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans, g_mma_rows_per_warp}; }
 
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }

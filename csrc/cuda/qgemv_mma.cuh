@@ -22,7 +22,7 @@
 
 namespace mma_gemv {
 
-constexpr int kRowsPerWarp = 32;
+constexpr int kRowsPerWarp = 32;  // MT = 2 m16 tiles a warp (the default form); MT = 1 owns 16 rows (see the kernel)
 constexpr int kWarpsPerBlock = 4;
 constexpr int kSpan = 128;        // elements of K a quad covers per iteration (4 lanes x 32)
 constexpr int kMaxSplits = 16;
@@ -79,19 +79,19 @@ __device__ __forceinline__ void mma_reduce_output(const GemvArgs& a, const float
 
 namespace mma_gemv {
 
-// One pass's weights for one lane: U spans of its four rows' chunks and their scales (x D).
-template <int BITS, int U>
+// One pass's weights for one lane: U spans of its 2 MT rows' chunks and their scales (x D).
+template <int BITS, int U, int MT>
 struct Pass {
-  Chunk<BITS> wq[U][4];
-  __half2 s2[U][4];   // scale x D: times (code - offset) / D gives the weight with one rounding
+  Chunk<BITS> wq[U][2 * MT];
+  __half2 s2[U][2 * MT];   // scale x D: times (code - offset) / D gives the weight with one rounding
   bool valid[U];
 };
 
 // Issues the loads of the pass starting at span sb (spans past span1, and rows past N, load nothing (LF: chunk 0): a
 // zero scale makes their weights 0).
-template <int BITS, int U, bool LF>
-__device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4], bool warp_has_rows, int sb,
-                                          int span1, int c, Pass<BITS, U>& P) {
+template <int BITS, int U, bool LF, int MT>
+__device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2 * MT], bool warp_has_rows, int sb,
+                                          int span1, int c, Pass<BITS, U, MT>& P) {
   constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
@@ -100,7 +100,7 @@ __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4
     const int ch = (sb + u) * 4 + c;  // this lane's chunk
     P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
+    for (int m = 0; m < 2 * MT; ++m) {
       __half s;
       if constexpr (LF) {  // no branch: an invalid span loads chunk 0 (in bounds) and its zero scale drops it
         const int chl = P.valid[u] ? ch : 0;
@@ -122,29 +122,41 @@ __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[4
   }
 }
 
-// Multiplies a loaded pass with the T tokens' x (read here, after the PDL wait) into acc.
-template <int BITS, int NT, int U>
-__device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U>& P, int sb, int g, int c,
-                                              float (&acc)[2][NT][4]) {
-  uint4 xv[U][NT][4];
+// The x of tokens g and g + 8 nt (nt < NT) for span sb + u: lane c's four 16-byte pieces of its chunk (zero past T).
+template <int NT, int U>
+__device__ __forceinline__ void load_x(const GemvArgs& a, bool valid, int sb, int u, int g, int c, uint4 (&xv)[NT][4]) {
 #pragma unroll
-  for (int u = 0; u < U; ++u)
+  for (int nt = 0; nt < NT; ++nt) {
+    const int t = g + 8 * nt;
+    const bool have = valid && t < a.T;
+    const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int t = g + 8 * nt;
-      const bool have = P.valid[u] && t < a.T;
-      const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
+    for (int p = 0; p < 4; ++p) xv[nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Multiplies a loaded pass with the T tokens' x (read here, after the PDL wait) into acc. MT = 2 reads the x of all U
+// spans first; MT = 1 reads each span's x just before its products (16 registers instead of 16 U: the 16-row form's
+// point is fewer registers, so more warps an SM; x comes from L1).
+template <int BITS, int NT, int U, int MT>
+__device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U, MT>& P, int sb, int g, int c,
+                                              float (&acc)[MT][NT][4]) {
+  constexpr int XU = MT == 2 ? U : 1;
+  uint4 xv[XU][NT][4];
+  if constexpr (MT == 2) {
 #pragma unroll
-      for (int p = 0; p < 4; ++p) xv[u][nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
-    }
+    for (int u = 0; u < U; ++u) load_x<NT, U>(a, P.valid[u], sb, u, g, c, xv[u]);
+  }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
+    if constexpr (MT == 1) load_x<NT, U>(a, P.valid[u], sb, u, g, c, xv[0]);
+    const int xu = MT == 2 ? u : 0;
 #pragma unroll
     for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
       const int j = s >> 1, i = (s & 1) * 2;
-      uint32_t afr[2][4];
+      uint32_t afr[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
         __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
         decode_pairs<BITS>(P.wq[u][2 * mt], j, i, lo0, lo1);
         decode_pairs<BITS>(P.wq[u][2 * mt + 1], j, i, hi0, hi1);
@@ -155,10 +167,10 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[u][nt][j]);
+        const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[xu][nt][j]);
         const uint32_t b0 = x32[i], b1 = x32[i + 1];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
+        for (int mt = 0; mt < MT; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
       }
     }
   }
@@ -169,33 +181,39 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
 // BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
 // bits, whose chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this
 // split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes. LF (set_qgemv_mma_loads_first):
-// a pass's weight loads all issued before its first product (see the loop).
-template <int BITS, int NT, int U, bool LF>
-__global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kernel(GemvArgs a, float* part,
-                                                                                    int spans_per_split) {
+// a pass's weight loads all issued before its first product (see the loop). MT: m16 tiles a warp, 2 (32 rows, the
+// default) or 1 (16 rows, set_qgemv_mma_shape's rows_per_warp; session 45, not yet timed): half the weights and
+// accumulators a warp, x read a span at a time, so that the registers allow 5 blocks an SM (__launch_bounds__) and
+// gate_up's 2176 row tiles fit one wave at 16.5 warps an SM instead of 8.2 with 32 rows. Why: Nsight Compute on
+// gate_up at T = 4 (ncu-34816-T4-loads-first-h100-s45-call1.txt) found 8.2 warps an SM issuing once every 6.7 cycles
+// each, 58 % of the time waiting on their loads: too few warps to cover a load round trip with the dequantization of
+// the pass before.
+template <int BITS, int NT, int U, bool LF, int MT>
+__global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0)
+    qgemv_mma_kernel(GemvArgs a, float* part, int spans_per_split) {
   using namespace mma_gemv;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * kRowsPerWarp;
+  const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * 16 * MT;
   const int nspans = (a.K + kSpan - 1) / kSpan;
   const int span0 = blockIdx.y * spans_per_split;
   const int span1 = min(nspans, span0 + spans_per_split);
   const bool has_rows = row0 < a.N;
-  // rows g, g + 8, g + 16, g + 24 of the warp's tile (m tile mt: rows g + 16 mt and g + 8 + 16 mt)
-  int rows[4];
+  // rows g, g + 8 (, g + 16, g + 24) of the warp's tile (m tile mt: rows g + 16 mt and g + 8 + 16 mt)
+  int rows[2 * MT];
 #pragma unroll
-  for (int m = 0; m < 4; ++m) rows[m] = min(row0 + g + 8 * m, a.N - 1);
-  float acc[2][NT][4];
+  for (int m = 0; m < 2 * MT; ++m) rows[m] = min(row0 + g + 8 * m, a.N - 1);
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-  Pass<BITS, U> cur;
+  Pass<BITS, U, MT> cur;
   bool waited = false;
   // U spans a pass: their weights are all loaded before any is used (4-bit, U = 4: 8 KB in flight a warp)
   for (int sb = span0; sb < span1; sb += U) {
-    load_pass<BITS, U, LF>(a, rows, has_rows, sb, span1, c, cur);
+    load_pass<BITS, U, LF, MT>(a, rows, has_rows, sb, span1, c, cur);
     if constexpr (LF) {
       // Every load of the pass before its first product: a value that depends on each chunk, + 0.f at run time (T
       // >= 1, so T >> 31 is 0), added to the first accumulator. Without it ptxas issues spans 2 and 3 of a pass only
@@ -205,7 +223,7 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int m = 0; m < 4; ++m) {
+        for (int m = 0; m < 2 * MT; ++m) {
           all ^= cur.wq[u][m].lo.x;
           if constexpr (BITS == 8) all ^= cur.wq[u][m].hi8.x;
           if constexpr (BITS == 5 || BITS == 6) all ^= cur.wq[u][m].high.x;
@@ -217,12 +235,12 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32) qgemv_mma_kerne
       pdl_trigger();
       waited = true;
     }
-    multiply_pass<BITS, NT, U>(a, cur, sb, g, c, acc);
+    multiply_pass<BITS, NT, U, MT>(a, cur, sb, g, c, acc);
   }
   if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
   // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll

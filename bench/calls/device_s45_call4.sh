@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Session 45, the session's last device time. On an H200: the decode record (bench/device_card.sh). Otherwise:
+# 1. the op tests of the 16-row form of the tensor-core GEMV (set_qgemv_mma_shape(8, 0, 16): one m16 tile a warp, x
+#    read a span at a time, 96 registers, 5 blocks an SM) and the work-shape checks;
+# 2. whole steps of T = 2, 4, 16 under it against the default (8, 0, 32), each twice. Prediction: Nsight Compute found
+#    the 4-token gate_up kernel at 8.2 warps an SM waiting on loads 58 % of its cycles; 16.5 warps an SM should cover
+#    those round trips: gate_up 52 -> ~40 us a layer, a 4-token step 8.63 -> ~7.9 ms; T = 16 less (two n8 tiles at
+#    96 registers spill);
+# 3. the whole native GPU suite under the default, except the tensor-core GEMV's op tests (call 2 ran them all).
+#   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s45_call4.sh     (carry .whl and .peer)
+set -uo pipefail
+BUDGET=${BUDGET:-550}
+source bench/device_card.sh
+timeout 90 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_qgemv_mma.py \
+  -k "sixteen or work_shape" > "$out/tests-16rows-op.log" 2>&1
+echo "op tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests-16rows-op.log" | tail -6
+(cd bench && timeout $(( $(left) - 10 > 110 ? 110 : $(left) - 10 )) python3 mma_shape_sweep.py \
+  --shapes "8,0;8,0,h;8,0;8,0,h" --widths 2,4,16 --reps 5 --out "$out/mma-shape-sweep-$gpu.json") 2>&1 | tail -6
+echo "($(left) s left)"
+if [[ $(left) -gt 120 ]]; then
+  timeout $(( $(left) - 10 )) python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 tests/test_native*.py \
+    tests/test_plan.py --ignore tests/test_native_qgemv_mma.py -k "not timing_probe" > "$out/tests.log" 2>&1
+  echo "suite rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -20
+fi
+echo "total $(( $(date +%s) - start )) s"
