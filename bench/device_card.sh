@@ -11,3 +11,11 @@ start=$(date +%s)
 left() { echo $(( BUDGET - ($(date +%s) - start) )); }
 gpu=$(echo "$name" | sed 's/NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')
 source bench/device_setup.sh
+# gpu_tests NAME SECONDS PYTEST-ARGS...: pytest with at most SECONDS (and what is left of $BUDGET), its output in
+# $out/NAME.log; prints the exit status, the time left, and the failures and summary lines.
+gpu_tests() {
+  local name=$1 secs=$2; shift 2
+  (( secs > $(left) - 10 )) && secs=$(( $(left) - 10 ))
+  timeout "$secs" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$out/$name.log" 2>&1
+  echo "$name rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/$name.log" | tail -20
+}

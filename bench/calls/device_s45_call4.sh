@@ -12,17 +12,13 @@
 set -uo pipefail
 BUDGET=${BUDGET:-550}
 source bench/device_card.sh
-timeout 90 python3 -m pytest -q -p no:cacheprovider -rfE --timeout 60 tests/test_native_qgemv_mma.py \
-  -k "sixteen or work_shape" > "$out/tests-16rows-op.log" 2>&1
-echo "op tests rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests-16rows-op.log" | tail -6
+gpu_tests tests-16rows-op 90 --timeout 60 tests/test_native_qgemv_mma.py -k "sixteen or work_shape"
 (cd bench && timeout $(( $(left) - 10 > 110 ? 110 : $(left) - 10 )) python3 mma_shape_sweep.py \
   --shapes "8,0;8,0,h;8,0;8,0,h" --widths 2,4,16 --reps 5 --out "$out/mma-shape-sweep-$gpu.json") 2>&1 | tail -6
 echo "($(left) s left)"
 if [[ $(left) -gt 60 ]]; then   # the engine's steps of T > 1 under the new default; the whole suite if time allows
   files="tests/test_native_verify.py tests/test_native_mtp.py tests/test_native_speculative_loop.py"
   [[ $(left) -gt 420 ]] && files="tests/test_native*.py tests/test_plan.py --ignore tests/test_native_qgemv_mma.py"
-  timeout $(( $(left) - 10 )) python3 -m pytest -q -p no:cacheprovider -rfE --timeout 120 $files \
-    -k "not timing_probe" > "$out/tests.log" 2>&1
-  echo "tests rc=$? ($(left) s left): $files"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -20
+  gpu_tests tests 600 --timeout 120 $files -k "not timing_probe"
 fi
 echo "total $(( $(date +%s) - start )) s"
