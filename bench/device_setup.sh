@@ -19,3 +19,7 @@ MONORAIL_CUDA_ARCHS=${MONORAIL_CUDA_ARCHS:-} python3 -m pip install -q --no-buil
   || { echo "BUILD FAILED"; grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
 mkdir -p build && find csrc CMakeLists.txt -type f | sort | xargs sha1sum > "$stamp"
 echo "build: $(( $(date +%s) - t0 )) s"
+# Each object's compile time (ninja's log: start and end in ms), to see what bounds a cold build on the device.
+for log in build/*/.ninja_log; do
+  [ -f "$log" ] && awk -F'\t' 'NR > 1 { printf "%7.1f s  %s\n", ($2 - $1) / 1000, $4 }' "$log" | sort -rn > "$out/build-times.txt"
+done
