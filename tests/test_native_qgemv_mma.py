@@ -242,3 +242,55 @@ def test_engine_steps_on_tensor_cores_are_causal_and_match_one_token_steps(nat, 
     assert rel_err(ab[0], run([prompt, [5]])[0]) < TOL_MODEL_BF16KV
     one_by_one = run([[t] for t in prompt])
     assert rel_err(run([prompt])[-1], one_by_one[-1]) < TOL_MODEL_BF16KV
+
+
+def group_scale(nat, on: bool):
+    return switched(nat.qgemv_mma_group_scale, nat.set_qgemv_mma_group_scale, on)
+
+
+def _run_both_forms(nat, bits, N, K, group, T, epi, rows, spans, split):
+    """(default form's output, group-scaled form's output, the fp64 oracle's, base) for one random case."""
+    gen = torch.Generator().manual_seed(N + K + T + 3 * rows + spans + group)
+    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
+    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
+    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
+    outs = {}
+    with work_shape(nat, 8, spans, rows):
+        for on in (False, True):
+            with group_scale(nat, on):
+                out = base.clone()
+                _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
+                outs[on] = out
+    return outs[False], outs[True], _oracle(wd, x, epi), base
+
+
+def _result(out, base, epi, N):
+    return from_perm8(out.float())[:, :N // 2] if epi == 2 else out - (base if epi == 1 else 0)
+
+
+# (N, K, T, epilogue, split): gate_up's SwiGLU unsplit, down and a gdn_out-like shape split over scratch, a partial
+# last row tile of 16 and of 32 rows
+@pytest.mark.parametrize("spans", [0, 2, 4])
+@pytest.mark.parametrize("rows", [32, 16])
+@pytest.mark.parametrize("N, K, T, epi, split", [(2 * 17408, 5120, 4, 2, False), (5120, 17408, 16, 1, True),
+                                                 (5120, 6144, 3, 0, True), (1000, 2048, 9, 2, False),
+                                                 (104, 256, 2, 0, False)])
+def test_group_scaled_form_against_fp64(nat, N, K, T, epi, split, rows, spans):
+    """4-bit, group 64, K a multiple of 128: the scales applied once a group in fp32. Not the default's bits (which
+    round every scaled weight to fp16), so the switch is seen to route; within the tolerance of the fp64 oracle."""
+    default, scaled, ref, base = _run_both_forms(nat, 4, N, K, 64, T, epi, rows, spans, split)
+    assert not torch.equal(scaled, default)
+    got = _result(scaled, base, epi, N)
+    assert not got.isnan().any()
+    tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
+    assert rel_err(got, ref) < tol, rel_err(got, ref)
+
+
+# where the form does not apply, the default form runs: group 32, K not a multiple of 128, other widths
+@pytest.mark.parametrize("bits, N, K, group", [(4, 250, 1152, 32), (4, 1000, 2048 + 64, 64), (5, 5120, 6144, 64),
+                                               (8, 250, 1152, 64)])
+def test_group_scale_leaves_other_shapes_to_the_default_form(nat, bits, N, K, group):
+    default, scaled, ref, base = _run_both_forms(nat, bits, N, K, group, 4, 0, 32, 0, False)
+    assert torch.equal(scaled, default)

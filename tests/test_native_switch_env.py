@@ -21,7 +21,8 @@ class Recorder:
 @pytest.fixture
 def fresh(monkeypatch):
     monkeypatch.setattr(native, "_configured_once", False)
-    for var in ("MONORAIL_QGEMV_MMA", "MONORAIL_QGEMV_MMA_SHAPE", "MONORAIL_QGEMV_MMA_LOADS_FIRST"):
+    for var in ("MONORAIL_QGEMV_MMA", "MONORAIL_QGEMV_MMA_SHAPE", "MONORAIL_QGEMV_MMA_LOADS_FIRST",
+                "MONORAIL_QGEMV_MMA_GROUP_SCALE"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -45,6 +46,14 @@ def test_a_malformed_shape_is_refused_by_name(fresh, value):
     fresh.setenv("MONORAIL_QGEMV_MMA_SHAPE", value)
     with pytest.raises(ValueError, match="MONORAIL_QGEMV_MMA_SHAPE"):
         native._configured(Recorder())
+
+
+def test_the_group_scaled_form_is_switched_on_and_off(fresh):
+    fresh.setenv("MONORAIL_QGEMV_MMA_GROUP_SCALE", "1")
+    fresh.setenv("MONORAIL_QGEMV_MMA_LOADS_FIRST", "yes")   # neither 0 nor 1: left alone
+    mod = Recorder()
+    native._configured(mod)
+    assert mod.calls == [("set_qgemv_mma_group_scale", (True,))]
 
 
 def test_applied_once_per_process(fresh):

@@ -1841,6 +1841,10 @@ int g_mma_rows_per_warp = 32;
 // ms): Nsight Compute on gate_up at T = 4 still finds 58 % of cycles waiting on L1TEX, 52.0 us against 54.5 (DRAM 57 %,
 // 8.2 warps an SM: ncu-34816-T4-loads-first-h100-s45-call1.txt), so the loads' order was a small part of the wait.
 bool g_mma_loads_first = true;
+// set_qgemv_mma_group_scale (session 45, off; not yet run on a GPU): the group-scaled form of the 4-bit tensor-core
+// GEMV (qgemv_mma_kernel's GS), scales applied once a 64-element group in fp32 instead of to every weight in fp16;
+// other widths, groups of 32 and K not a multiple of 128 run the default form.
+bool g_mma_group_scale = false;
 
 // Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
@@ -1855,10 +1859,28 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
-template <int BITS, int U, bool LF, int MT = 2>
+template <int BITS, int U, bool LF, int MT = 2, bool GS = false>
 void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT>, grid, block, 0, st, a, part, per);
+  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT, GS>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT, GS>, grid, block, 0, st, a, part, per);
+}
+
+// The group-scaled form (qgemv_mma_kernel's GS) where it applies: 4-bit, group 64, K a multiple of 128.
+template <int BITS>
+bool launch_mma_group_scaled(const GemvArgs& a, bool two, bool wide, dim3 grid, dim3 block, cudaStream_t st,
+                             float* part, int per) {
+  if constexpr (BITS == 4) {
+    if (!g_mma_group_scale || a.gshift != 6 || a.K % 128 != 0) return false;
+    if (g_mma_rows_per_warp == 16) {
+      if (wide) launch_mma_kernel<4, 4, true, 1, true>(two, grid, block, st, a, part, per);
+      else launch_mma_kernel<4, 2, true, 1, true>(two, grid, block, st, a, part, per);
+    } else {
+      if (wide) launch_mma_kernel<4, 4, true, 2, true>(two, grid, block, st, a, part, per);
+      else launch_mma_kernel<4, 2, true, 2, true>(two, grid, block, st, a, part, per);
+    }
+    return true;
+  }
+  return false;
 }
 
 template <int BITS>
@@ -1874,7 +1896,9 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const bool two = a.T > 8;
   const int spans_a_pass = g_mma_spans ? g_mma_spans : (two ? 2 : 4);
   const bool wide = BITS != 8 && spans_a_pass == 4;
-  if (g_mma_rows_per_warp == 16) {
+  if (launch_mma_group_scaled<BITS>(a, two, wide, grid, block, st, part, per)) {
+    // launched (set_qgemv_mma_group_scale, where it applies)
+  } else if (g_mma_rows_per_warp == 16) {
     if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
     else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
   } else if (g_mma_loads_first) {
@@ -2270,6 +2294,9 @@ std::tuple<int, int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_
 
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }
+
+void set_qgemv_mma_group_scale(bool on) { g_mma_group_scale = on; }
+bool qgemv_mma_group_scale() { return g_mma_group_scale; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
     : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {
