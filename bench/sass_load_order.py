@@ -2,7 +2,11 @@
 128-bit global load as W (a constant load: weights) or X (another: x), each run of mma as M<count>, other
 instructions left out, and `|` at each PDL wait (ACQBULK).
 
-    python3 bench/sass_load_order.py [--arch 90] [--kernel qgemv_mma_kernel] [csrc/cuda/qgemv.cu]
+    python3 bench/sass_load_order.py [--arch 90] [--kernel qgemv_mma_kernel] [--loops] [csrc/cuda/qgemv.cu]
+
+--loops prints instead, per kernel, its registers (cuobjdump -res-usage) and its main loop (the longest backward
+branch's body): the instructions in it and its most frequent opcodes; session 45 counted a tensor-core GEMV pass this
+way (bench/results/sass-loops-mma-s45.txt).
 
 Session 44 read the tensor-core GEMV's loop this way: by default ptxas issues a 4-span pass's spans 2 and 3 of weight
 loads only after spans 0 and 1 are multiplied (W's between M runs), and set_qgemv_mma_loads_first puts every W of
@@ -13,8 +17,11 @@ reads the SASS with its parser (cuda_tools.compile_sass; cuobjdump on PATH or th
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import subprocess
 import tempfile
+from collections import Counter
 
 from sass_prewait import _INSN, _functions  # bench/ is the script's directory, first on sys.path
 
@@ -43,22 +50,53 @@ def load_order(body: str) -> str:
     return " ".join(out)
 
 
+_ADDR_OP = re.compile(r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)(?P<args>[^;]*);")
+
+
+def main_loop(body: str) -> tuple[int, Counter]:
+    """The instructions of a function's longest loop (the body of its longest backward branch) and their opcodes
+    (without modifiers)."""
+    insns = [(int(m.group("addr"), 16), m.group("op"), m.group("args")) for m in _ADDR_OP.finditer(body)]
+    longest = (0, 0, -1)
+    for addr, op, args in insns:
+        target = re.search(r"0x([0-9a-f]+)", args) if op.startswith("BRA") else None
+        if target and int(target.group(1), 16) < addr and addr - int(target.group(1), 16) > longest[0]:
+            longest = (addr - int(target.group(1), 16), int(target.group(1), 16), addr)
+    ops = Counter(op.split(".")[0] for addr, op, _ in insns if longest[1] <= addr <= longest[2])
+    return sum(ops.values()), ops
+
+
+def registers(cubin: str) -> dict[str, int]:
+    """Registers of each function of a cubin (cuobjdump -res-usage)."""
+    from cuda_tools import find_cuda_tool
+    out = subprocess.run([find_cuda_tool("cuobjdump"), "-res-usage", cubin], check=True, capture_output=True,
+                         text=True).stdout
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"Function (\S+):\s+REG:(\d+)", out)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv.cu"])
     ap.add_argument("--arch", default="90")
     ap.add_argument("--kernel", default="qgemv_mma_kernel", help="part of the (mangled) kernel names to print")
+    ap.add_argument("--loops", action="store_true", help="registers and the main loop's instructions instead")
     args = ap.parse_args()
     from cuda_tools import compile_sass
 
     with tempfile.TemporaryDirectory() as tmp:
         for src in args.sources:
             sass = compile_sass(src, args.arch, tmp)
+            regs = registers(os.path.join(tmp, os.path.basename(src) + ".cubin")) if args.loops else {}
             for name, body in _functions(sass):
                 if args.kernel in name:
                     demangled = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
                     short = demangled.replace("(anonymous namespace)::", "").split("(")[0]
-                    print(f"{short}:\n    {load_order(body)}")
+                    if args.loops:
+                        count, ops = main_loop(body)
+                        top = ", ".join(f"{op} {n}" for op, n in ops.most_common(8))
+                        print(f"{short}: {regs.get(name, '?')} registers; main loop {count} instructions ({top})")
+                    else:
+                        print(f"{short}:\n    {load_order(body)}")
     return 0
 
 

@@ -55,6 +55,32 @@ def _oracle(wd, x, epi):
     return torch.nn.functional.silu(y[:, 0::2]) * y[:, 1::2] if epi == 2 else y
 
 
+def _outputs_under(nat, forms, bits, N, K, group, T, epi, seed, scratch=None):
+    """One random case (seeded) run under each form (a factory of the switches' context): the outputs, the fp64
+    oracle's and the output's starting value (fp16 [T, N / 2 padded] for SwiGLU, else fp32 [T, N])."""
+    gen = torch.Generator().manual_seed(seed)
+    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
+    x = torch.randn(T, K, generator=gen).half().cuda()
+    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
+    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
+    outs = []
+    for form in forms:
+        with form():
+            out = base.clone()
+            _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
+            outs.append(out)
+    return outs, _oracle(wd, x, epi), base
+
+
+def _result(out, base, epi, N):
+    """What the op computed: SwiGLU's outputs in element order, or an add's increment, or the stored values."""
+    return from_perm8(out.float())[:, :N // 2] if epi == 2 else out - (base if epi == 1 else 0)
+
+
+def _tol(epi):
+    return TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
+
+
 @pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("epi", [0, 1, 2])
 @pytest.mark.parametrize("T", [2, 3, 8, 9, 16])
@@ -103,23 +129,12 @@ def test_loads_first_gives_the_same_values(nat, bits, N, K, group, T, epi, spans
     tolerance."""
     if bits != 4 and N == 2 * 17408:
         pytest.skip("the gate_up shape at 4 bits only")
-    gen = torch.Generator().manual_seed(N + K + T + bits + spans)
-    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
-    x = torch.randn(T, K, generator=gen).half().cuda()
     scratch = torch.zeros(SCRATCH_FLOATS, device="cuda")
-    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
-    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
-    outs = {}
     with work_shape(nat, 8, spans):
-        for first in (False, True):
-            with loads_first(nat, first):
-                out = base.clone()
-                _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
-                outs[first] = out
-    assert torch.equal(outs[True], outs[False])
-    got = from_perm8(outs[True].float())[:, :N // 2] if epi == 2 else outs[True] - (base if epi == 1 else 0)
-    tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
-    assert rel_err(got, _oracle(wd, x, epi)) < tol
+        (off, on), ref, base = _outputs_under(nat, [lambda: loads_first(nat, False), lambda: loads_first(nat, True)],
+                                              bits, N, K, group, T, epi, N + K + T + bits + spans, scratch)
+    assert torch.equal(on, off)
+    assert rel_err(_result(on, base, epi, N), ref) < _tol(epi)
 
 
 def test_the_work_shape_is_checked(nat):
@@ -138,21 +153,11 @@ def test_the_work_shape_is_checked(nat):
 def test_sixteen_row_warps_give_the_same_values(nat, bits, N, K, group, T, epi, spans):
     if bits != 4 and N == 2 * 17408:
         pytest.skip("the gate_up shape at 4 bits only")
-    gen = torch.Generator().manual_seed(N + K + T + bits + spans + 16)
-    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
-    x = torch.randn(T, K, generator=gen).half().cuda()
-    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
-    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
-    outs = {}
-    for rows in (32, 16):
-        with work_shape(nat, 8, spans, rows):
-            out = base.clone()
-            _run(nat, codes, scales, N, K, group, x, T, epi, out, None, bits, high)
-            outs[rows] = out
-    assert torch.equal(outs[16], outs[32])
-    got = from_perm8(outs[16].float())[:, :N // 2] if epi == 2 else outs[16] - (base if epi == 1 else 0)
-    tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
-    assert rel_err(got, _oracle(wd, x, epi)) < tol
+    (rows32, rows16), ref, base = _outputs_under(
+        nat, [lambda: work_shape(nat, 8, spans, 32), lambda: work_shape(nat, 8, spans, 16)], bits, N, K, group, T, epi,
+        N + K + T + bits + spans + 16)
+    assert torch.equal(rows16, rows32)
+    assert rel_err(_result(rows16, base, epi, N), ref) < _tol(epi)
 
 
 def _check_against_fp64(nat, bits, N, K, group, T, epi, split):
@@ -248,26 +253,12 @@ def group_scale(nat, on: bool):
     return switched(nat.qgemv_mma_group_scale, nat.set_qgemv_mma_group_scale, on)
 
 
-def _run_both_forms(nat, bits, N, K, group, T, epi, rows, spans, split):
-    """(default form's output, group-scaled form's output, the fp64 oracle's, base) for one random case."""
-    gen = torch.Generator().manual_seed(N + K + T + 3 * rows + spans + group)
-    q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
-    x = torch.randn(T, K, generator=gen).half().cuda()
+def _default_and_group_scaled(nat, bits, N, K, group, T, epi, rows, spans, split):
+    """(the default form's output, the group-scaled form's), the oracle's and the starting value, for one case."""
     scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
-    width = (N // 2 + 7) // 8 * 8 if epi == 2 else N
-    base = torch.randn(T, width, generator=gen).cuda().half() if epi == 2 else torch.randn(T, N, generator=gen).cuda()
-    outs = {}
     with work_shape(nat, 8, spans, rows):
-        for on in (False, True):
-            with group_scale(nat, on):
-                out = base.clone()
-                _run(nat, codes, scales, N, K, group, x, T, epi, out, scratch, bits, high)
-                outs[on] = out
-    return outs[False], outs[True], _oracle(wd, x, epi), base
-
-
-def _result(out, base, epi, N):
-    return from_perm8(out.float())[:, :N // 2] if epi == 2 else out - (base if epi == 1 else 0)
+        return _outputs_under(nat, [lambda: group_scale(nat, False), lambda: group_scale(nat, True)], bits, N, K,
+                              group, T, epi, N + K + T + 3 * rows + spans + group, scratch)
 
 
 # (N, K, T, epilogue, split): gate_up's SwiGLU unsplit, down and a gdn_out-like shape split over scratch, a partial
@@ -280,17 +271,16 @@ def _result(out, base, epi, N):
 def test_group_scaled_form_against_fp64(nat, N, K, T, epi, split, rows, spans):
     """4-bit, group 64, K a multiple of 128: the scales applied once a group in fp32. Not the default's bits (which
     round every scaled weight to fp16), so the switch is seen to route; within the tolerance of the fp64 oracle."""
-    default, scaled, ref, base = _run_both_forms(nat, 4, N, K, 64, T, epi, rows, spans, split)
+    (default, scaled), ref, base = _default_and_group_scaled(nat, 4, N, K, 64, T, epi, rows, spans, split)
     assert not torch.equal(scaled, default)
     got = _result(scaled, base, epi, N)
     assert not got.isnan().any()
-    tol = TOL_GEMV_MMA + TOL_FP16_OUT if epi == 2 else 2 * TOL_GEMV_MMA
-    assert rel_err(got, ref) < tol, rel_err(got, ref)
+    assert rel_err(got, ref) < _tol(epi), rel_err(got, ref)
 
 
 # where the form does not apply, the default form runs: group 32, K not a multiple of 128, other widths
 @pytest.mark.parametrize("bits, N, K, group", [(4, 250, 1152, 32), (4, 1000, 2048 + 64, 64), (5, 5120, 6144, 64),
                                                (8, 250, 1152, 64)])
 def test_group_scale_leaves_other_shapes_to_the_default_form(nat, bits, N, K, group):
-    default, scaled, ref, base = _run_both_forms(nat, bits, N, K, group, 4, 0, 32, 0, False)
+    (default, scaled), _, _ = _default_and_group_scaled(nat, bits, N, K, group, 4, 0, 32, 0, False)
     assert torch.equal(scaled, default)

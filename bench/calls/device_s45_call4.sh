@@ -3,7 +3,7 @@
 # decode record (bench/device_card.sh). Otherwise:
 # 1. the op tests of two forms of the tensor-core GEMV, both off by default: 16 rows a warp (set_qgemv_mma_shape(8, 0,
 #    16): one m16 tile a warp, x read a span at a time, at most 96 registers, 5 blocks an SM) and the 4-bit
-#    group-scaled form (set_qgemv_mma_group_scale: group 64, scales applied once a group in fp32, ~13 % fewer
+#    group-scaled form (set_qgemv_mma_group_scale: group 64, scales applied once a group in fp32, ~11 % fewer
 #    instructions a pass in the SASS); the work-shape checks;
 # 2. whole steps of T = 2, 4, 16 under each (h, g, both: hg; and 16 rows at 16 warps an SM, which splits the
 #    5120-row outputs' K further) against the default (8, 0, 32), each twice but 16,0,h. Predictions: Nsight Compute

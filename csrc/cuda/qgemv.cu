@@ -1865,22 +1865,34 @@ void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, c
   else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT, GS>, grid, block, 0, st, a, part, per);
 }
 
-// The group-scaled form (qgemv_mma_kernel's GS) where it applies: 4-bit, group 64, K a multiple of 128.
-template <int BITS>
-bool launch_mma_group_scaled(const GemvArgs& a, bool two, bool wide, dim3 grid, dim3 block, cudaStream_t st,
-                             float* part, int per) {
+// The form of the tensor-core kernel the switches choose: the group-scaled form where it applies (4-bit, group 64, K a
+// multiple of 128), else 16 rows a warp (always loads first), else 32 rows with or without loads first.
+template <int BITS, int U>
+void launch_mma_form(const GemvArgs& a, bool two, bool wide, dim3 grid, dim3 block, cudaStream_t st, float* part,
+                     int per) {
   if constexpr (BITS == 4) {
-    if (!g_mma_group_scale || a.gshift != 6 || a.K % 128 != 0) return false;
-    if (g_mma_rows_per_warp == 16) {
-      if (wide) launch_mma_kernel<4, 4, true, 1, true>(two, grid, block, st, a, part, per);
-      else launch_mma_kernel<4, 2, true, 1, true>(two, grid, block, st, a, part, per);
-    } else {
-      if (wide) launch_mma_kernel<4, 4, true, 2, true>(two, grid, block, st, a, part, per);
-      else launch_mma_kernel<4, 2, true, 2, true>(two, grid, block, st, a, part, per);
+    if (g_mma_group_scale && a.gshift == 6 && a.K % 128 == 0) {
+      if (g_mma_rows_per_warp == 16) {
+        if (wide) launch_mma_kernel<4, 2 * U, true, 1, true>(two, grid, block, st, a, part, per);
+        else launch_mma_kernel<4, U, true, 1, true>(two, grid, block, st, a, part, per);
+      } else {
+        if (wide) launch_mma_kernel<4, 2 * U, true, 2, true>(two, grid, block, st, a, part, per);
+        else launch_mma_kernel<4, U, true, 2, true>(two, grid, block, st, a, part, per);
+      }
+      return;
     }
-    return true;
   }
-  return false;
+  if (g_mma_rows_per_warp == 16) {
+    if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
+    else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
+  } else if (g_mma_loads_first) {
+    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
+    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
+  } else if (wide) {
+    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per);
+  } else {
+    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per);
+  }
 }
 
 template <int BITS>
@@ -1896,19 +1908,7 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const bool two = a.T > 8;
   const int spans_a_pass = g_mma_spans ? g_mma_spans : (two ? 2 : 4);
   const bool wide = BITS != 8 && spans_a_pass == 4;
-  if (launch_mma_group_scaled<BITS>(a, two, wide, grid, block, st, part, per)) {
-    // launched (set_qgemv_mma_group_scale, where it applies)
-  } else if (g_mma_rows_per_warp == 16) {
-    if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
-    else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
-  } else if (g_mma_loads_first) {
-    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
-    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
-  } else if (wide) {
-    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per);
-  } else {
-    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per);
-  }
+  launch_mma_form<BITS, U>(a, two, wide, grid, block, st, part, per);
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,

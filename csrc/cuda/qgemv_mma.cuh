@@ -22,7 +22,6 @@
 
 namespace mma_gemv {
 
-constexpr int kRowsPerWarp = 32;  // MT = 2 m16 tiles a warp (the default form); MT = 1 owns 16 rows (see the kernel)
 constexpr int kWarpsPerBlock = 4;
 constexpr int kSpan = 128;        // elements of K a quad covers per iteration (4 lanes x 32)
 constexpr int kMaxSplits = 16;
