@@ -138,10 +138,10 @@ def test_loads_first_gives_the_same_values(nat, bits, N, K, group, T, epi, spans
 
 
 def test_the_work_shape_is_checked(nat):
-    for bad in ((0, 2), (65, 2), (8, 3), (8, 1), (8, -1), (8, 4, 8), (8, 4, 24), (8, 4, 64)):
+    for bad in ((-1, 2), (65, 2), (8, 3), (8, 1), (8, -1), (8, 4, 8), (8, 4, 24), (8, 4, 64), (8, 4, -16)):
         with pytest.raises(ValueError):
             nat.set_qgemv_mma_shape(*bad)
-    assert nat.qgemv_mma_shape() == (8, 0, 32)   # the default, untouched by the refusals
+    assert nat.qgemv_mma_shape() == (0, 0, 0)   # the default (all by width), untouched by the refusals
 
 
 # (N, K, T, epilogue) run unsplit (no scratch): each output row sums the same products in the same order whether its
@@ -165,7 +165,7 @@ def _check_against_fp64(nat, bits, N, K, group, T, epi, split):
     q, codes, high, scales, wd = quantized(N, K, bits, group, gen)
     x = torch.randn(T, K, generator=gen).half().cuda()
     scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
-    if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1 and nat.qgemv_mma_shape() == (8, 0, 32):  # default
+    if split and nat.qgemv_mma_splits(N, K, T, SCRATCH_FLOATS) == 1 and nat.qgemv_mma_shape() == (0, 0, 0):  # default
         pytest.skip("this shape runs unsplit even with scratch")
     ref = _oracle(wd, x, epi)
     if epi == 2:

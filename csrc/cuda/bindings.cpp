@@ -251,10 +251,13 @@ void register_cuda_bindings(py::module_& m) {
   m.def("set_qgemv_mma", &set_qgemv_mma, "GEMVs of T = 2..16 on tensor cores (on, the default) or per token (off)");
   m.def("qgemv_mma", []() { return qgemv_mma(); }, "whether 4-bit GEMVs of T = 2..16 run on tensor cores");
   m.def("set_qgemv_mma_shape", &set_qgemv_mma_shape, py::arg("warps_per_sm"), py::arg("spans"),
-        py::arg("rows_per_warp") = 32,
-        "the tensor-core GEMV's warps an SM (K split to reach them; default 8), spans a warp loads together "
-        "(2 or 4; 0, the default: 4 for T <= 8, 2 above) and rows a warp owns (32, the default, or 16)");
-  m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans, rows_per_warp) of the tensor-core GEMV");
+        py::arg("rows_per_warp") = 0,
+        "the tensor-core GEMV's rows a warp owns (16 or 32; 0, the default: 16 for T <= 6, 32 above), warps an SM "
+        "(K split to reach them; 0, the default: 16 with 16 rows, 8 with 32) and spans a warp loads together (2 or 4; "
+        "0, the default: 4 for T <= 8, 2 above)");
+  m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans, rows_per_warp) as set (0: by width / form)");
+  m.def("qgemv_mma_shape_for", &qgemv_mma_shape_for, py::arg("T"),
+        "(warps_per_sm, spans, rows_per_warp) a GEMV of T tokens runs under, the zeros resolved");
   m.def("set_qgemv_mma_loads_first", &set_qgemv_mma_loads_first, py::arg("on"),
         "the tensor-core GEMV issues each pass's weight loads before its first product (on, the default) or as "
         "scheduled (off)");

@@ -49,8 +49,9 @@ bool qgemv_mma();
 // should get, K split until the row tiles give that many (default 8), and the 128-element spans a warp loads
 // together (2, 4, or 0, the default since session 45: 4 for T <= 8, 2 above; 8-bit loads half as many).
 // And the rows a warp owns: 32 (default) or 16 (session 45's form, not yet timed).
-void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp = 32);
+void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp = 0);
 std::tuple<int, int, int> qgemv_mma_shape();
+std::tuple<int, int, int> qgemv_mma_shape_for(int T);  // the shape a T-token GEMV runs under (0s resolved)
 // The tensor-core GEMV with each pass's weight loads all issued before its first product (on) or as ptxas schedules
 // them (off); on by default since session 45; the same sums (qgemv.cu g_mma_loads_first).
 void set_qgemv_mma_loads_first(bool on);

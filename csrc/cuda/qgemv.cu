@@ -1807,7 +1807,7 @@ int64_t g_gemv_scratch_floats = 0;
 
 // The tensor-core GEMV's shape of work, set_qgemv_mma_shape: the warps an SM should get (K is split until the row
 // tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4, or 0: by
-// width; 8-bit loads half as many). 8 warps an SM since session 42 (16, with 2 or 4 spans, was slower at T = 2, 4 and
+// width; 8-bit loads half as many). 8 warps an SM for 32-row warps since session 42 (16, with 2 or 4 spans, was slower at T = 2, 4 and
 // 16: bench/mma_shape_sweep.py, bench/results/mma-shape-sweep-h100-s42-call1.json).
 // Spans by width (0, the default since session 45, with loads first below): 4 for one n8 tile of tokens (T <= 8), 2
 // for two. On an H100 with loads first, T = 2 / 4 / 16 took 8.24-8.28 / 8.78 / 12.68-12.70 ms at 4 spans and 8.60 /
@@ -1816,11 +1816,29 @@ int64_t g_gemv_scratch_floats = 0;
 // span's registers then cost more than its bytes in flight give. Confirmed with both defaults twice each
 // (mma-shape-sweep-h100-s45-call2.json), T = 2 / 3 / 4 / 8 / 9 / 16: 8.08-8.19 / 8.42-8.44 / 8.63-8.64 / 9.52-9.57 /
 // 9.70 / 11.60-11.76 ms against 8.46-8.49 / 8.63-8.67 / 8.81 / 9.47-9.51 / 10.30-10.31 / 11.93-11.95.
-int g_mma_warps_per_sm = 8;
+// Rows a warp owns (set_qgemv_mma_shape's third field): 32 (two m16 tiles) or 16 (one; issues loads first whatever
+// set_qgemv_mma_loads_first says: qgemv_mma_kernel's MT), or 0, by width (the default since session 46): 16 rows at
+// 16 warps an SM for T <= 6, 32 rows at 8 warps above. 16 rows take 96 registers instead of 158, so gate_up's 2,176
+// row tiles fit one wave at 16 warps an SM instead of 8. On an H100 (MONORAIL_COMMIT=3601041 bash
+// bench/calls/device_s45_call4.sh and the sweep after it, mma-shape-sweep-h100.json / -s46-call2.json) T = 2 / 3 / 4
+// / 6 / 8 / 12 steps took 7.56-7.57 / 7.77-7.78 / 8.06-8.08 / 8.90-8.91 / 9.84-9.86 / 12.54 ms at (16, 0, 16) against
+// 8.20-8.23 / 8.49-8.50 / 8.70-8.71 / 9.15-9.17 / 9.58 / 10.59-10.62 at (8, 0, 32); T = 16 15.35 against 11.85-11.92
+// (one tile of rows holds two n8 tiles of tokens in 96 registers: it spills). 12 and 24 warps an SM were no better than
+// 16, 8 warps with 16 rows between the two. Nsight Compute on gate_up at T = 4: 47.3 us against 53.6, DRAM 62 %
+// against 55 %, 16 warps an SM against 8 (ncu-34816-T4-rows16-w16-h100-s46.txt).
+// Warps an SM (the first field): 0, the default, takes the form's (16 for 16 rows, 8 for 32).
+int g_mma_warps_per_sm = 0;
 int g_mma_spans = 0;
-// Rows a warp owns (set_qgemv_mma_shape's third field): 32 (two m16 tiles, the default) or 16 (one; issues loads first
-// whatever set_qgemv_mma_loads_first says, session 45, not yet timed: qgemv_mma_kernel's MT).
-int g_mma_rows_per_warp = 32;
+int g_mma_rows_per_warp = 0;
+constexpr int kSixteenRowsUpToT = 6;
+
+int mma_rows_per_warp(int T) {
+  return g_mma_rows_per_warp ? g_mma_rows_per_warp : (T <= kSixteenRowsUpToT ? 16 : 32);
+}
+int mma_warps_per_sm(int rows_per_warp) {
+  return g_mma_warps_per_sm ? g_mma_warps_per_sm : (rows_per_warp == 16 ? 16 : 8);
+}
+int mma_spans_a_pass(int T) { return g_mma_spans ? g_mma_spans : (T > 8 ? 2 : 4); }
 // (Two other forms were measured on whole steps on an H100 and removed, both bit for bit the default's: session 43's
 // pipelined form, each warp's next pass of weights loaded into a second register set before it multiplies the current
 // one: 8.35-8.45 / 9.08-9.10 / 15.80-15.85 ms at T = 2 / 4 / 16 against 8.49-8.50 / 8.78-8.81 / 11.99-12.23
@@ -1846,12 +1864,13 @@ bool g_mma_loads_first = true;
 // other widths, groups of 32 and K not a multiple of 128 run the default form.
 bool g_mma_group_scale = false;
 
-// Splits of K for the tensor-core GEMV: enough warps for g_mma_warps_per_sm an SM (the bytes in flight a stream
+// Splits of K for the tensor-core GEMV: enough warps for mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
 int mma_splits(int N, int K, int T, int64_t floats) {
-  const int tiles = ceil_div(N, g_mma_rows_per_warp);
+  const int rows = mma_rows_per_warp(T);
+  const int tiles = ceil_div(N, rows);
   const int spans = ceil_div(K, mma_gemv::kSpan);
-  int splits = std::min({mma_gemv::kMaxSplits, ceil_div(g_mma_warps_per_sm * sm_count(), tiles),
+  int splits = std::min({mma_gemv::kMaxSplits, ceil_div(mma_warps_per_sm(rows) * sm_count(), tiles),
                          std::max(1, spans / 4)});
   while (splits > 1 && (int64_t)splits * T * N > floats) --splits;
   if (splits < 1) splits = 1;
@@ -1868,11 +1887,11 @@ void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, c
 // The form of the tensor-core kernel the switches choose: the group-scaled form where it applies (4-bit, group 64, K a
 // multiple of 128), else 16 rows a warp (always loads first), else 32 rows with or without loads first.
 template <int BITS, int U>
-void launch_mma_form(const GemvArgs& a, bool two, bool wide, dim3 grid, dim3 block, cudaStream_t st, float* part,
-                     int per) {
+void launch_mma_form(const GemvArgs& a, bool two, bool wide, bool sixteen_rows, dim3 grid, dim3 block, cudaStream_t st,
+                     float* part, int per) {
   if constexpr (BITS == 4) {
     if (g_mma_group_scale && a.gshift == 6 && a.K % 128 == 0) {
-      if (g_mma_rows_per_warp == 16) {
+      if (sixteen_rows) {
         if (wide) launch_mma_kernel<4, 2 * U, true, 1, true>(two, grid, block, st, a, part, per);
         else launch_mma_kernel<4, U, true, 1, true>(two, grid, block, st, a, part, per);
       } else {
@@ -1882,7 +1901,7 @@ void launch_mma_form(const GemvArgs& a, bool two, bool wide, dim3 grid, dim3 blo
       return;
     }
   }
-  if (g_mma_rows_per_warp == 16) {
+  if (sixteen_rows) {
     if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
     else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
   } else if (g_mma_loads_first) {
@@ -1901,14 +1920,14 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const int splits = mma_splits(a.N, a.K, a.T, part_floats);
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
-  const dim3 grid(ceil_div(ceil_div(a.N, g_mma_rows_per_warp), mma_gemv::kWarpsPerBlock), splits);
+  const int rows = mma_rows_per_warp(a.T);
+  const dim3 grid(ceil_div(ceil_div(a.N, rows), mma_gemv::kWarpsPerBlock), splits);
   const dim3 block(mma_gemv::kWarpsPerBlock * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
   const bool two = a.T > 8;
-  const int spans_a_pass = g_mma_spans ? g_mma_spans : (two ? 2 : 4);
-  const bool wide = BITS != 8 && spans_a_pass == 4;
-  launch_mma_form<BITS, U>(a, two, wide, grid, block, st, part, per);
+  const bool wide = BITS != 8 && mma_spans_a_pass(a.T) == 4;
+  launch_mma_form<BITS, U>(a, two, wide, rows == 16, grid, block, st, part, per);
   if (splits > 1) {
     const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
     launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
@@ -2283,14 +2302,19 @@ void set_qgemv_mma(bool on) { g_mma = on; }
 bool qgemv_mma() { return g_mma; }
 
 void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp) {
-  if (warps_per_sm < 1 || warps_per_sm > 64) throw std::invalid_argument("warps_per_sm must be in 1..64");
+  if (warps_per_sm < 0 || warps_per_sm > 64) throw std::invalid_argument("warps_per_sm must be 0 (by form) or 1..64");
   if (spans != 0 && spans != 2 && spans != 4) throw std::invalid_argument("spans must be 0 (by width), 2 or 4");
-  if (rows_per_warp != 16 && rows_per_warp != 32) throw std::invalid_argument("rows_per_warp must be 16 or 32");
+  if (rows_per_warp != 0 && rows_per_warp != 16 && rows_per_warp != 32)
+    throw std::invalid_argument("rows_per_warp must be 0 (by width), 16 or 32");
   g_mma_warps_per_sm = warps_per_sm;
   g_mma_spans = spans;
   g_mma_rows_per_warp = rows_per_warp;
 }
 std::tuple<int, int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans, g_mma_rows_per_warp}; }
+std::tuple<int, int, int> qgemv_mma_shape_for(int T) {
+  const int rows = mma_rows_per_warp(T);
+  return {mma_warps_per_sm(rows), mma_spans_a_pass(T), rows};
+}
 
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }
