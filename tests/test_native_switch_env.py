@@ -21,8 +21,7 @@ class Recorder:
 @pytest.fixture
 def fresh(monkeypatch):
     monkeypatch.setattr(native, "_configured_once", False)
-    for var in ("MONORAIL_QGEMV_MMA", "MONORAIL_QGEMV_MMA_SHAPE", "MONORAIL_QGEMV_MMA_LOADS_FIRST",
-                "MONORAIL_QGEMV_MMA_GROUP_SCALE"):
+    for var in ("MONORAIL_QGEMV_MMA", "MONORAIL_QGEMV_MMA_SHAPE", "MONORAIL_QGEMV_MMA_LOADS_FIRST"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -48,12 +47,15 @@ def test_a_malformed_shape_is_refused_by_name(fresh, value):
         native._configured(Recorder())
 
 
-def test_the_group_scaled_form_is_switched_on_and_off(fresh):
-    fresh.setenv("MONORAIL_QGEMV_MMA_GROUP_SCALE", "1")
+def test_loads_first_takes_only_0_or_1(fresh):
     fresh.setenv("MONORAIL_QGEMV_MMA_LOADS_FIRST", "yes")   # neither 0 nor 1: left alone
     mod = Recorder()
     native._configured(mod)
-    assert mod.calls == [("set_qgemv_mma_group_scale", (True,))]
+    assert mod.calls == []
+    fresh.setattr(native, "_configured_once", False)
+    fresh.setenv("MONORAIL_QGEMV_MMA_LOADS_FIRST", "1")
+    native._configured(mod)
+    assert mod.calls == [("set_qgemv_mma_loads_first", (True,))]
 
 
 def test_applied_once_per_process(fresh):

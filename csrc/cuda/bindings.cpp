@@ -262,10 +262,6 @@ void register_cuda_bindings(py::module_& m) {
         "the tensor-core GEMV issues each pass's weight loads before its first product (on, the default) or as "
         "scheduled (off)");
   m.def("qgemv_mma_loads_first", &qgemv_mma_loads_first, "whether the tensor-core GEMV issues a pass's loads first");
-  m.def("set_qgemv_mma_group_scale", &set_qgemv_mma_group_scale, py::arg("on"),
-        "the 4-bit tensor-core GEMV applies scales once a 64-element group in fp32 (on) or to every weight (off, the "
-        "default)");
-  m.def("qgemv_mma_group_scale", &qgemv_mma_group_scale, "whether the 4-bit tensor-core GEMV scales by group");
   m.def("qgemv_mma_splits", &qgemv_mma_splits, py::arg("N"), py::arg("K"), py::arg("T"), py::arg("floats"),
         "splits of K the tensor-core GEMV uses for this shape with this much fp32 scratch");
   m.def("qgemv_fuses_norm", [](int64_t N, int64_t K, int bits, int group, int T) {

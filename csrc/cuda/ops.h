@@ -56,10 +56,6 @@ std::tuple<int, int, int> qgemv_mma_shape_for(int T);  // the shape a T-token GE
 // them (off); on by default since session 45; the same sums (qgemv.cu g_mma_loads_first).
 void set_qgemv_mma_loads_first(bool on);
 bool qgemv_mma_loads_first();
-// The 4-bit tensor-core GEMV with the scales applied once a 64-element group in fp32 (on; session 45, not yet timed)
-// or to every weight in fp16 (off, the default); group 64 and K a multiple of 128 only (qgemv.cu g_mma_group_scale).
-void set_qgemv_mma_group_scale(bool on);
-bool qgemv_mma_group_scale();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for
 // the duration of a decode step by the engine (its workspace's gemv_part), restored after. Without scratch (or too
 // little for a split) the kernel runs unsplit, with the same result up to the order of the sums.

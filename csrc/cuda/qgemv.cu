@@ -1823,7 +1823,8 @@ int64_t g_gemv_scratch_floats = 0;
 // bench/calls/device_s45_call4.sh and the sweep after it, mma-shape-sweep-h100.json / -s46-call2.json) T = 2 / 3 / 4
 // / 6 / 8 / 12 steps took 7.56-7.57 / 7.77-7.78 / 8.06-8.08 / 8.90-8.91 / 9.84-9.86 / 12.54 ms at (16, 0, 16) against
 // 8.20-8.23 / 8.49-8.50 / 8.70-8.71 / 9.15-9.17 / 9.58 / 10.59-10.62 at (8, 0, 32); T = 16 15.35 against 11.85-11.92
-// (one tile of rows holds two n8 tiles of tokens in 96 registers: it spills). 12 and 24 warps an SM were no better than
+// (with two n8 tiles of tokens, 16 rows read each token's x for half the rows 32 do, and the kernel spills 12 bytes
+// in its 96 registers: ptxas -v, sm_90). 12 and 24 warps an SM were no better than
 // 16, 8 warps with 16 rows between the two. Nsight Compute on gate_up at T = 4: 47.3 us against 53.6, DRAM 62 %
 // against 55 %, 16 warps an SM against 8 (ncu-34816-T4-rows16-w16-h100-s46.txt).
 // Warps an SM (the first field): 0, the default, takes the form's (16 for 16 rows, 8 for 32).
@@ -1859,10 +1860,12 @@ int mma_spans_a_pass(int T) { return g_mma_spans ? g_mma_spans : (T > 8 ? 2 : 4)
 // ms): Nsight Compute on gate_up at T = 4 still finds 58 % of cycles waiting on L1TEX, 52.0 us against 54.5 (DRAM 57 %,
 // 8.2 warps an SM: ncu-34816-T4-loads-first-h100-s45-call1.txt), so the loads' order was a small part of the wait.
 bool g_mma_loads_first = true;
-// set_qgemv_mma_group_scale (session 45, off; not yet run on a GPU): the group-scaled form of the 4-bit tensor-core
-// GEMV (qgemv_mma_kernel's GS), scales applied once a 64-element group in fp32 instead of to every weight in fp16;
-// other widths, groups of 32 and K not a multiple of 128 run the default form.
-bool g_mma_group_scale = false;
+// (Session 45's 4-bit group-scaled form, set_qgemv_mma_group_scale: each lane loaded one 8-byte half of each
+// 64-element group so that a k-step stayed in one group, (code - 8) x summed per group and scaled once in fp32, ~11 %
+// fewer instructions a pass. Right against the fp64 oracle on an H100 (tests-forms-op-h100-s46-call1.txt) and slower:
+// T = 2 / 4 / 16 steps 10.35-10.38 / 10.84-10.85 / 12.39-12.40 ms against 8.12-8.16 / 8.67-8.69 / 11.85-11.92, and
+// with 16 rows 8.85 / 9.38-9.41 / 13.31-13.52 against 7.87-7.89 / 8.29-8.39 / 15.97-16.00
+// (mma-shape-sweep-h100-s46-call1.json); removed in session 46, code in 3601041.)
 
 // Splits of K for the tensor-core GEMV: enough warps for mma_warps_per_sm an SM (the bytes in flight a stream
 // needs), each split at least 4 spans of 128, and the partials within the scratch.
@@ -1878,29 +1881,17 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
-template <int BITS, int U, bool LF, int MT = 2, bool GS = false>
+template <int BITS, int U, bool LF, int MT = 2>
 void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT, GS>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT, GS>, grid, block, 0, st, a, part, per);
+  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT>, grid, block, 0, st, a, part, per);
+  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT>, grid, block, 0, st, a, part, per);
 }
 
-// The form of the tensor-core kernel the switches choose: the group-scaled form where it applies (4-bit, group 64, K a
-// multiple of 128), else 16 rows a warp (always loads first), else 32 rows with or without loads first.
+// The form of the tensor-core kernel the switches choose: 16 rows a warp (always loads first), else 32 rows with or
+// without loads first.
 template <int BITS, int U>
 void launch_mma_form(const GemvArgs& a, bool two, bool wide, bool sixteen_rows, dim3 grid, dim3 block, cudaStream_t st,
                      float* part, int per) {
-  if constexpr (BITS == 4) {
-    if (g_mma_group_scale && a.gshift == 6 && a.K % 128 == 0) {
-      if (sixteen_rows) {
-        if (wide) launch_mma_kernel<4, 2 * U, true, 1, true>(two, grid, block, st, a, part, per);
-        else launch_mma_kernel<4, U, true, 1, true>(two, grid, block, st, a, part, per);
-      } else {
-        if (wide) launch_mma_kernel<4, 2 * U, true, 2, true>(two, grid, block, st, a, part, per);
-        else launch_mma_kernel<4, U, true, 2, true>(two, grid, block, st, a, part, per);
-      }
-      return;
-    }
-  }
   if (sixteen_rows) {
     if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
     else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
@@ -2319,8 +2310,6 @@ std::tuple<int, int, int> qgemv_mma_shape_for(int T) {
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }
 
-void set_qgemv_mma_group_scale(bool on) { g_mma_group_scale = on; }
-bool qgemv_mma_group_scale() { return g_mma_group_scale; }
 
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
     : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {

@@ -82,184 +82,94 @@ namespace mma_gemv {
 template <int BITS, int U, int MT>
 struct Pass {
   Chunk<BITS> wq[U][2 * MT];
-  __half2 s2[U][2 * MT];   // scale x D: times (code - offset) / D gives the weight with one rounding (GS: the row's
-                           // scales of the span's two 64-element groups, applied in fp32 after the products)
+  __half2 s2[U][2 * MT];   // scale x D: times (code - offset) / D gives the weight with one rounding
   bool valid[U];
 };
 
 // Issues the loads of the pass starting at span sb (spans past span1, and rows past N, load nothing (LF: chunk 0): a
 // zero scale makes their weights 0).
-template <int BITS, int U, bool LF, int MT, bool GS = false>
+template <int BITS, int U, bool LF, int MT>
 __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2 * MT], bool warp_has_rows, int sb,
                                           int span1, int c, Pass<BITS, U, MT>& P) {
   constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
-  if constexpr (GS) {  // 4-bit, group 64, K a multiple of 128 (launch_mma): see qgemv_mma_kernel's GS
-    static_assert(BITS == 4, "the group-scaled form is 4-bit only");
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      P.valid[u] = sb + u < span1 && warp_has_rows;
-      const int span = P.valid[u] ? sb + u : 0;   // an invalid span reads span 0 (in bounds), its zero scales drop it
-      // group 0's 8 bytes of lane c: chunk 4 span + c / 2, words 2 (c % 2) and 2 (c % 2) + 1; group 1's 32 bytes on
-      const size_t byte0 = (size_t)(span * 4 + (c >> 1)) * 16 + 8 * (c & 1);
+  for (int u = 0; u < U; ++u) {
+    const int ch = (sb + u) * 4 + c;  // this lane's chunk
+    P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
 #pragma unroll
-      for (int m = 0; m < 2 * MT; ++m) {
-        const uint8_t* rowp = a.codes + (size_t)rows[m] * (a.K / 2);
-        const uint2 w0 = __ldg(reinterpret_cast<const uint2*>(rowp + byte0));
-        const uint2 w1 = __ldg(reinterpret_cast<const uint2*>(rowp + byte0 + 32));
-        P.wq[u][m].lo = make_uint4(w0.x, w0.y, w1.x, w1.y);
-        const __half2 sc = __ldg(reinterpret_cast<const __half2*>(a.scales + (size_t)rows[m] * ngroups + 2 * span));
-        P.s2[u][m] = P.valid[u] ? sc : __floats2half2_rn(0.f, 0.f);
-      }
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int ch = (sb + u) * 4 + c;  // this lane's chunk
-      P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
-#pragma unroll
-      for (int m = 0; m < 2 * MT; ++m) {
-        __half s;
-        if constexpr (LF) {  // no branch: an invalid span loads chunk 0 (in bounds) and its zero scale drops it
-          const int chl = P.valid[u] ? ch : 0;
-          load_chunk<BITS>(a, rows[m], chl, P.wq[u][m]);
-          const __half sl = a.scales[(size_t)rows[m] * ngroups + ((chl * 32) >> a.gshift)];
-          s = P.valid[u] ? sl : __float2half(0.f);
-        } else {
-          if (P.valid[u]) {
-            load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
-          } else {   // any finite decode: the zero scale makes the weight 0
-            P.wq[u][m].lo = make_uint4(0, 0, 0, 0);
-            P.wq[u][m].hi8 = make_uint4(0, 0, 0, 0);
-            P.wq[u][m].high = make_uint2(0, 0);
-          }
-          s = P.valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
+    for (int m = 0; m < 2 * MT; ++m) {
+      __half s;
+      if constexpr (LF) {  // no branch: an invalid span loads chunk 0 (in bounds) and its zero scale drops it
+        const int chl = P.valid[u] ? ch : 0;
+        load_chunk<BITS>(a, rows[m], chl, P.wq[u][m]);
+        const __half sl = a.scales[(size_t)rows[m] * ngroups + ((chl * 32) >> a.gshift)];
+        s = P.valid[u] ? sl : __float2half(0.f);
+      } else {
+        if (P.valid[u]) {
+          load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
+        } else {   // any finite decode: the zero scale makes the weight 0
+          P.wq[u][m].lo = make_uint4(0, 0, 0, 0);
+          P.wq[u][m].hi8 = make_uint4(0, 0, 0, 0);
+          P.wq[u][m].high = make_uint2(0, 0);
         }
-        P.s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
+        s = P.valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
       }
+      P.s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
     }
   }
 }
 
 // The x of tokens g and g + 8 nt (nt < NT) for span sb + u: lane c's four 16-byte pieces of its chunk (zero past T).
-// GS: the pieces of the lane's four words instead (load_pass's GS: pieces 2 (c % 2), + 1 of chunk 4 span + c / 2, and
-// the same of the chunk two on).
-template <int NT, int U, bool GS = false>
+template <int NT, int U>
 __device__ __forceinline__ void load_x(const GemvArgs& a, bool valid, int sb, int u, int g, int c, uint4 (&xv)[NT][4]) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int t = g + 8 * nt;
     const bool have = valid && t < a.T;
-    const uint4* xt = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K);
-    if constexpr (GS) {
-      const uint4* xp = xt + ((sb + u) * 4 + (c >> 1)) * 4 + 2 * (c & 1);
+    const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
 #pragma unroll
-      for (int p = 0; p < 4; ++p)   // pieces 0, 1 of group 0, then the same two chunks (8 pieces) on
-        xv[nt][p] = have ? ld_after_wait(xp + (p & 1) + (p >> 1) * 8) : make_uint4(0, 0, 0, 0);
-    } else {
-      const uint4* xp = xt + ((sb + u) * 4 + c) * 4;
-#pragma unroll
-      for (int p = 0; p < 4; ++p) xv[nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
-    }
-  }
-}
-
-// One span of the group-scaled form (see multiply_pass's GS): tmp holds one group's sums of (code - 8) x.
-// zero: +0.f that depends on every weight load of the pass (the kernel's LF), the C of each group's first product, so
-// that ptxas issues those loads before it (its C is not acc, which the default form's LF uses).
-template <int NT, int MT>
-__device__ __forceinline__ void multiply_span_group_scaled(const Chunk<4> (&wq)[2 * MT], const __half2 (&s2)[2 * MT],
-                                                           const uint4 (&xv)[NT][4], float zero,
-                                                           float (&acc)[MT][NT][4]) {
-#pragma unroll
-  for (int grp = 0; grp < 2; ++grp) {
-    float tmp[MT][NT][4];
-#pragma unroll
-    for (int s = 4 * grp; s < 4 * grp + 4; ++s) {  // k-step s: word j = s / 2 (0, 1: group 0; 2, 3: group 1)
-      const int j = s >> 1, i = (s & 1) * 2;
-      uint32_t afr[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        __half2 lo0, lo1, hi0, hi1;
-        decode_pairs<4>(wq[2 * mt], j, i, lo0, lo1);
-        decode_pairs<4>(wq[2 * mt + 1], j, i, hi0, hi1);
-        afr[mt][0] = as_u32(lo0);
-        afr[mt][1] = as_u32(hi0);
-        afr[mt][2] = as_u32(lo1);
-        afr[mt][3] = as_u32(hi1);
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[nt][j]);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          if (s == 4 * grp) {   // the group's first k-step: C = 0
-            mma16816_f16_c(tmp[mt][nt], afr[mt][0], afr[mt][1], afr[mt][2], afr[mt][3], x32[i], x32[i + 1], zero,
-                           zero, zero, zero);
-          } else {
-            mma16816<true>(tmp[mt][nt], afr[mt], x32[i], x32[i + 1]);
-          }
-        }
-      }
-    }
-    // C fragment: tmp[mt][nt][e] is row g + 16 mt + 8 (e >> 1): its scale is wq / s2 index 2 mt + (e >> 1)
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const float s_lo = grp ? __high2float(s2[2 * mt]) : __low2float(s2[2 * mt]);
-      const float s_hi = grp ? __high2float(s2[2 * mt + 1]) : __low2float(s2[2 * mt + 1]);
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[mt][nt][e] = fmaf(tmp[mt][nt][e], e < 2 ? s_lo : s_hi, acc[mt][nt][e]);
-    }
+    for (int p = 0; p < 4; ++p) xv[nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
   }
 }
 
 // Multiplies a loaded pass with the T tokens' x (read here, after the PDL wait) into acc. MT = 2 reads the x of all U
 // spans first; MT = 1 reads each span's x just before its products (16 registers instead of 16 U: the 16-row form's
 // point is fewer registers, so more warps an SM; x comes from L1).
-//
-// GS (group-scaled): A is (code - 8) exactly, unscaled; k-steps 0-3 take the span's group 0 and 4-7 group 1
-// (load_pass's GS packs each lane's words so), each group's products go into a fresh accumulator, added to acc in
-// fp32 times the row's scale of that group.
-template <int BITS, int NT, int U, int MT, bool GS = false>
+template <int BITS, int NT, int U, int MT>
 __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U, MT>& P, int sb, int g, int c,
-                                              float (&acc)[MT][NT][4], float gs_zero = 0.f) {
+                                              float (&acc)[MT][NT][4]) {
   constexpr int XU = MT == 2 ? U : 1;
   uint4 xv[XU][NT][4];
   if constexpr (MT == 2) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) load_x<NT, U, GS>(a, P.valid[u], sb, u, g, c, xv[u]);
+    for (int u = 0; u < U; ++u) load_x<NT, U>(a, P.valid[u], sb, u, g, c, xv[u]);
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    if constexpr (MT == 1) load_x<NT, U, GS>(a, P.valid[u], sb, u, g, c, xv[0]);
+    if constexpr (MT == 1) load_x<NT, U>(a, P.valid[u], sb, u, g, c, xv[0]);
     const int xu = MT == 2 ? u : 0;
-    if constexpr (GS) {
-      multiply_span_group_scaled<NT, MT>(P.wq[u], P.s2[u], xv[xu], gs_zero, acc);
-    } else {
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
-        const int j = s >> 1, i = (s & 1) * 2;
-        uint32_t afr[MT][4];
+    for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
+      const int j = s >> 1, i = (s & 1) * 2;
+      uint32_t afr[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
-          decode_pairs<BITS>(P.wq[u][2 * mt], j, i, lo0, lo1);
-          decode_pairs<BITS>(P.wq[u][2 * mt + 1], j, i, hi0, hi1);
-          afr[mt][0] = as_u32(__hmul2(lo0, P.s2[u][2 * mt]));
-          afr[mt][1] = as_u32(__hmul2(hi0, P.s2[u][2 * mt + 1]));
-          afr[mt][2] = as_u32(__hmul2(lo1, P.s2[u][2 * mt]));
-          afr[mt][3] = as_u32(__hmul2(hi1, P.s2[u][2 * mt + 1]));
-        }
+      for (int mt = 0; mt < MT; ++mt) {
+        __half2 lo0, lo1, hi0, hi1;  // rows g + 16 mt (lo) and g + 8 + 16 mt (hi), pairs i and i + 1
+        decode_pairs<BITS>(P.wq[u][2 * mt], j, i, lo0, lo1);
+        decode_pairs<BITS>(P.wq[u][2 * mt + 1], j, i, hi0, hi1);
+        afr[mt][0] = as_u32(__hmul2(lo0, P.s2[u][2 * mt]));
+        afr[mt][1] = as_u32(__hmul2(hi0, P.s2[u][2 * mt + 1]));
+        afr[mt][2] = as_u32(__hmul2(lo1, P.s2[u][2 * mt]));
+        afr[mt][3] = as_u32(__hmul2(hi1, P.s2[u][2 * mt + 1]));
+      }
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[xu][nt][j]);
-          const uint32_t b0 = x32[i], b1 = x32[i + 1];
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint32_t* x32 = reinterpret_cast<const uint32_t*>(&xv[xu][nt][j]);
+        const uint32_t b0 = x32[i], b1 = x32[i + 1];
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
-        }
+        for (int mt = 0; mt < MT; ++mt) mma16816<true>(acc[mt][nt], afr[mt], b0, b1);
       }
     }
   }
@@ -270,19 +180,15 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
 // BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
 // bits, whose chunks are twice as large). part == nullptr: the epilogue is applied here (one split); else this
 // split's sums go to part[split][t][row] (fp32) and qgemv_mma_reduce_kernel finishes. LF (set_qgemv_mma_loads_first):
-// a pass's weight loads all issued before its first product (see the loop). MT: m16 tiles a warp, 2 (32 rows, the
-// default) or 1 (16 rows, set_qgemv_mma_shape's rows_per_warp; session 45, not yet timed): half the weights and
-// accumulators a warp, x read a span at a time, so that the registers allow 5 blocks an SM (__launch_bounds__) and
-// gate_up's 2176 row tiles fit one wave at 16.5 warps an SM instead of 8.2 with 32 rows. Why: Nsight Compute on
+// a pass's weight loads all issued before its first product (see the loop). MT: m16 tiles a warp, 2 (32 rows) or 1
+// (16 rows, set_qgemv_mma_shape's rows_per_warp; the default for T <= 6 since session 46): half the weights and
+// accumulators a warp, x read a span at a time, so that the registers (96) allow 5 blocks an SM (__launch_bounds__)
+// and gate_up's 2176 row tiles fit one wave at 16 warps an SM instead of 8 with 32 rows. Why: Nsight Compute on
 // gate_up at T = 4 (ncu-34816-T4-loads-first-h100-s45-call1.txt) found 8.2 warps an SM issuing once every 6.7 cycles
 // each, 58 % of the time waiting on their loads: too few warps to cover a load round trip with the dequantization of
-// the pass before.
-// GS (set_qgemv_mma_group_scale; 4-bit, group 64, K a multiple of 128; session 45, not yet run on a GPU): each lane
-// loads its 16 bytes of a span's row as two 8-byte halves, one of each 64-element group, so that a k-step's 16 slots
-// lie in one group; the products of (code - 8) and x then sum per group and are scaled once, in fp32 (multiply_pass).
-// Why: the scale multiplies are 272 of the 1,246 instructions of a 4-span pass (SASS, sm_90), and the kernel is short
-// of issue slots (bench/NOTES.md, session 45); it also drops the fp16 rounding of every scaled weight.
-template <int BITS, int NT, int U, bool LF, int MT, bool GS = false>
+// the pass before. With 16 rows at 16 warps an SM the kernel takes 47.3 us against 53.6 (DRAM 62 % against 55 %,
+// ncu-34816-T4-rows16-w16-h100-s46.txt).
+template <int BITS, int NT, int U, bool LF, int MT>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0)
     qgemv_mma_kernel(GemvArgs a, float* part, int spans_per_split) {
   using namespace mma_gemv;
@@ -307,8 +213,7 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0
   bool waited = false;
   // U spans a pass: their weights are all loaded before any is used (4-bit, U = 4: 8 KB in flight a warp)
   for (int sb = span0; sb < span1; sb += U) {
-    load_pass<BITS, U, LF, MT, GS>(a, rows, has_rows, sb, span1, c, cur);
-    float lf_zero = 0.f;
+    load_pass<BITS, U, LF, MT>(a, rows, has_rows, sb, span1, c, cur);
     if constexpr (LF) {
       // Every load of the pass before its first product: a value that depends on each chunk, + 0.f at run time (T
       // >= 1, so T >> 31 is 0), added to the first accumulator. Without it ptxas issues spans 2 and 3 of a pass only
@@ -320,19 +225,17 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0
 #pragma unroll
         for (int m = 0; m < 2 * MT; ++m) {
           all ^= cur.wq[u][m].lo.x;
-          if constexpr (GS) all ^= cur.wq[u][m].lo.z ^ as_u32(cur.s2[u][m]);   // the second load; the scales
           if constexpr (BITS == 8) all ^= cur.wq[u][m].hi8.x;
           if constexpr (BITS == 5 || BITS == 6) all ^= cur.wq[u][m].high.x;
         }
-      lf_zero = __int_as_float(all & (uint32_t)(a.T >> 31));
-      if constexpr (!GS) acc[0][0][0] += lf_zero;
+      acc[0][0][0] += __int_as_float(all & (uint32_t)(a.T >> 31));
     }
     if (!waited) {  // the first weights are in flight; x is the previous kernel's output
       pdl_wait();
       pdl_trigger();
       waited = true;
     }
-    multiply_pass<BITS, NT, U, MT, GS>(a, cur, sb, g, c, acc, lf_zero);
+    multiply_pass<BITS, NT, U, MT>(a, cur, sb, g, c, acc);
   }
   if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
   // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
