@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Session 46, call 2: the whole native GPU suite under the new default of the tensor-core GEMV (shape by width: 16 rows
+# a warp at 16 warps an SM for T <= 6, 32 rows at 8 above; loads first), which no whole-suite run has covered (nor
+# session 45's loads-first default). On an H200 the decode record instead (bench/device_card.sh).
+# Follow with bench/calls/device_s46_call3.sh on the warm machine (the speculative round cost refit, step widths).
+#   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s46_call2.sh     (carry .whl and .peer)
+set -uo pipefail
+BUDGET=${BUDGET:-585}
+source bench/device_card.sh
+timeout $(( $(left) - 10 )) python3 -m pytest -q -p no:cacheprovider -rfE tests/test_native*.py tests/test_plan.py \
+  -k "not timing_probe" > "$out/tests-native.log" 2>&1
+echo "suite rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests-native.log" | tail -20
+echo "total $(( $(date +%s) - start )) s"
