@@ -67,10 +67,11 @@ FALLBACK_WINDOW = 16
 
 def round_cost_steps(k: int) -> float:
     """One-token steps a round of k drafts costs, whatever it keeps: H100, random 27B weights, depth 0, the
-    tensor-core GEMV with loads first and spans by width (bench/spec_decode.py --drafts 1,3 --accept 0,1,
-    bench/results/spec-decode-h100-s45-call2.json: plain 173.9 tok/s; k = 1 rounds 1.52 steps, k = 3 1.82, the mean of
-    the rates with every draft rejected and every draft kept), linear in k between and beyond."""
-    return 1.38 + 0.145 * k
+    tensor-core GEMV's default of session 46 (16 rows a warp for T <= 6, loads first; bench/spec_decode.py --drafts 1,3
+    --accept 0,1 in bench/calls/device_s46_call3.sh, bench/results/spec-decode-h100-s46-call3.json: plain 173.7
+    tok/s; k = 1 rounds 1.43 steps, k = 3 1.73, the mean of the rates with every draft rejected and every draft kept),
+    linear in k between and beyond."""
+    return 1.28 + 0.148 * k
 
 
 # The GPU decode loop from the state's last logits, its first token drawn with this response index.
