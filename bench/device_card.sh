@@ -19,3 +19,10 @@ gpu_tests() {
   timeout "$secs" python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$out/$name.log" 2>&1
   echo "$name rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/$name.log" | tail -20
 }
+# whole_suite NAME: every native GPU test module and the plan's tests (the timing probes deselected) with what is left
+# of $BUDGET, into $out/NAME.log; prints the exit status, the time left, and the failures and summary lines.
+whole_suite() {
+  timeout $(( $(left) - 10 )) python3 -m pytest -q -p no:cacheprovider -rfE tests/test_native*.py tests/test_plan.py \
+    -k "not timing_probe" > "$out/$1.log" 2>&1
+  echo "suite rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/$1.log" | tail -20
+}

@@ -5,7 +5,5 @@
 set -uo pipefail
 BUDGET=${BUDGET:-500}
 source bench/device_card.sh
-timeout $(( $(left) - 15 )) python3 -m pytest -q -p no:cacheprovider -rfE tests/test_native*.py tests/test_plan.py \
-  -k "not timing_probe" > "$out/tests.log" 2>&1
-echo "suite rc=$? ($(left) s left)"; grep -E "^(FAILED|ERROR)|passed|failed" "$out/tests.log" | tail -20
+whole_suite tests
 echo "total $(( $(date +%s) - start )) s"
