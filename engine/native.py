@@ -91,12 +91,14 @@ def load_native():
 # MONORAIL_QGEMV_MMA=1 / 0 turns the tensor-core GEMV of T = 2..16 tokens on / off for the whole process (on by
 # default: csrc/cuda/qgemv.cu g_mma), so a device call can run every GPU test module either way without a rebuild.
 # MONORAIL_QGEMV_MMA_SHAPE="W,S[,R]" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass, R rows
-# a warp; 0 is the default's choice by width) and MONORAIL_QGEMV_MMA_LOADS_FIRST=1 / 0 whether a pass's weight loads
+# a warp; 0 is the default's choice by width), MONORAIL_QGEMV_MMA_BLOCK_WARPS=1 / 2 / 4 its warps a block
+# (set_qgemv_mma_block_warps; 4 by default) and MONORAIL_QGEMV_MMA_LOADS_FIRST=1 / 0 whether a pass's weight loads
 # all go out before its first product (set_qgemv_mma_loads_first; on by default), for a device call to run the tests
 # under a candidate. Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
 _MMA_SHAPE_ENV = "MONORAIL_QGEMV_MMA_SHAPE"
 _MMA_LOADS_FIRST_ENV = "MONORAIL_QGEMV_MMA_LOADS_FIRST"
+_MMA_BLOCK_WARPS_ENV = "MONORAIL_QGEMV_MMA_BLOCK_WARPS"
 _configured_once = False
 
 
@@ -117,6 +119,11 @@ def _configured(mod):
                 raise ValueError(f"{_MMA_SHAPE_ENV} must be 'warps_per_sm,spans[,rows_per_warp]', "
                                  f"got {shape!r}") from None
             mod.set_qgemv_mma_shape(*fields)
+        block_warps = os.environ.get(_MMA_BLOCK_WARPS_ENV, "").strip()
+        if block_warps and hasattr(mod, "set_qgemv_mma_block_warps"):
+            if block_warps not in ("1", "2", "4"):
+                raise ValueError(f"{_MMA_BLOCK_WARPS_ENV} must be 1, 2 or 4, got {block_warps!r}")
+            mod.set_qgemv_mma_block_warps(int(block_warps))
         on = os.environ.get(_MMA_LOADS_FIRST_ENV)
         if on in ("0", "1") and hasattr(mod, "set_qgemv_mma_loads_first"):
             mod.set_qgemv_mma_loads_first(on == "1")

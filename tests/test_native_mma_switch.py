@@ -52,3 +52,18 @@ def test_the_default_shape_of_work_follows_the_width():
     assert _shapes("12,2,32") == "(12, 2, 32) " + str([(12, 2, 32)] * 6)
     assert _shapes("0,0,16") == "(0, 0, 16) " + str([(16, 4, 16)] * 4 + [(16, 2, 16)] * 2)
     assert _shapes("8,4") == "(8, 4, 0) " + str([(8, 4, 16)] * 2 + [(8, 4, 32)] * 4)
+
+
+def test_the_warps_a_block_are_checked_and_set():
+    code = ("import sys\n"
+            "if not hasattr(m, 'set_qgemv_mma_block_warps'):\n    print('absent'); sys.exit()\n"
+            "seen = [m.qgemv_mma_block_warps()]\n"
+            "for bad in (0, 3, 8, -1):\n"
+            "    try:\n        m.set_qgemv_mma_block_warps(bad)\n"
+            "    except ValueError:\n        seen.append('refused')\n"
+            "m.set_qgemv_mma_block_warps(1)\nseen.append(m.qgemv_mma_block_warps())\nprint(seen)")
+    got = _run(code, "MONORAIL_QGEMV_MMA_BLOCK_WARPS", None)
+    if got == "absent":
+        pytest.skip("engine._native was built without CUDA")
+    assert got == str([4, "refused", "refused", "refused", "refused", 1])
+    assert _run("print(m.qgemv_mma_block_warps())", "MONORAIL_QGEMV_MMA_BLOCK_WARPS", "2") == "2"

@@ -21,7 +21,8 @@ class Recorder:
 @pytest.fixture
 def fresh(monkeypatch):
     monkeypatch.setattr(native, "_configured_once", False)
-    for var in ("MONORAIL_QGEMV_MMA", "MONORAIL_QGEMV_MMA_SHAPE", "MONORAIL_QGEMV_MMA_LOADS_FIRST"):
+    for var in ("MONORAIL_QGEMV_MMA", "MONORAIL_QGEMV_MMA_SHAPE", "MONORAIL_QGEMV_MMA_LOADS_FIRST",
+                "MONORAIL_QGEMV_MMA_BLOCK_WARPS"):
         monkeypatch.delenv(var, raising=False)
     return monkeypatch
 
@@ -56,6 +57,21 @@ def test_loads_first_takes_only_0_or_1(fresh):
     fresh.setenv("MONORAIL_QGEMV_MMA_LOADS_FIRST", "1")
     native._configured(mod)
     assert mod.calls == [("set_qgemv_mma_loads_first", (True,))]
+
+
+@pytest.mark.parametrize("value", ["1", "2", " 4 "])
+def test_the_block_warps_are_set(fresh, value):
+    fresh.setenv("MONORAIL_QGEMV_MMA_BLOCK_WARPS", value)
+    mod = Recorder()
+    native._configured(mod)
+    assert mod.calls == [("set_qgemv_mma_block_warps", (int(value),))]
+
+
+@pytest.mark.parametrize("value", ["3", "8", "one", "0"])
+def test_bad_block_warps_are_refused_by_name(fresh, value):
+    fresh.setenv("MONORAIL_QGEMV_MMA_BLOCK_WARPS", value)
+    with pytest.raises(ValueError, match="MONORAIL_QGEMV_MMA_BLOCK_WARPS"):
+        native._configured(Recorder())
 
 
 def test_applied_once_per_process(fresh):

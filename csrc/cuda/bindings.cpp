@@ -256,6 +256,10 @@ void register_cuda_bindings(py::module_& m) {
         "(K split to reach them; 0, the default: 16 with 16 rows, 8 with 32) and spans a warp loads together (2 or 4; "
         "0, the default: 4 for T <= 8, 2 above)");
   m.def("qgemv_mma_shape", &qgemv_mma_shape, "(warps_per_sm, spans, rows_per_warp) as set (0: by width / form)");
+  m.def("set_qgemv_mma_block_warps", &set_qgemv_mma_block_warps, py::arg("warps"),
+        "warps a block of the tensor-core GEMV: 4 (the default), 2 or 1; the same work a warp, spread finer over "
+        "the SMs");
+  m.def("qgemv_mma_block_warps", &qgemv_mma_block_warps, "warps a block of the tensor-core GEMV");
   m.def("qgemv_mma_shape_for", &qgemv_mma_shape_for, py::arg("T"),
         "(warps_per_sm, spans, rows_per_warp) a GEMV of T tokens runs under, the zeros resolved");
   m.def("set_qgemv_mma_loads_first", &set_qgemv_mma_loads_first, py::arg("on"),

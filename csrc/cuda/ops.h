@@ -46,12 +46,17 @@ void set_qgemv_lanes(bool on);
 void set_qgemv_mma(bool on);
 bool qgemv_mma();
 // Its shape of work (a benchmark's switch; captured graphs keep the one they were captured with): the warps an SM
-// should get, K split until the row tiles give that many (default 8), and the 128-element spans a warp loads
-// together (2, 4, or 0, the default since session 45: 4 for T <= 8, 2 above; 8-bit loads half as many).
-// And the rows a warp owns: 32 (default) or 16 (session 45's form, not yet timed).
+// should get, K split until the row tiles give that many (0, the default: by the rows), and the 128-element spans a
+// warp loads together (2, 4, or 0, the default since session 45: 4 for T <= 8, 2 above; 8-bit loads half as many).
+// And the rows a warp owns: 32 or 16, or 0, the default since session 46: 16 for T <= 6, 32 above (warps an SM 0: 16
+// with 16 rows, 8 with 32).
 void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp = 0);
 std::tuple<int, int, int> qgemv_mma_shape();
 std::tuple<int, int, int> qgemv_mma_shape_for(int T);  // the shape a T-token GEMV runs under (0s resolved)
+// Warps a block of the tensor-core GEMV (4, the default, 2 or 1): the same work a warp, spread over the SMs in finer
+// blocks (qgemv.cu g_mma_block_warps).
+void set_qgemv_mma_block_warps(int warps);
+int qgemv_mma_block_warps();
 // The tensor-core GEMV with each pass's weight loads all issued before its first product (on) or as ptxas schedules
 // them (off); on by default since session 45; the same sums (qgemv.cu g_mma_loads_first).
 void set_qgemv_mma_loads_first(bool on);

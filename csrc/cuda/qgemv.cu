@@ -1832,6 +1832,12 @@ int g_mma_warps_per_sm = 0;
 int g_mma_spans = 0;
 int g_mma_rows_per_warp = 0;
 constexpr int kSixteenRowsUpToT = 6;
+// Warps a block (set_qgemv_mma_block_warps: 4, the default, 2 or 1; session 46, not yet timed). A block's warps share
+// nothing, so this only changes how evenly the row tiles spread over the SMs: gate_up at T = 4 is 544 blocks of 4
+// 16-row warps for 132 SMs (H100), so 16 SMs hold 5 blocks and 116 hold 4, and the kernel waits on the 16; as 2,176
+// one-warp blocks the SMs hold 16 or 17 (all resident: 96 registers allow 21 a SM). With 32 rows (T > 6) it is 272
+// blocks: 8 SMs hold 3, the rest 2.
+int g_mma_block_warps = mma_gemv::kWarpsPerBlock;
 
 int mma_rows_per_warp(int T) {
   return g_mma_rows_per_warp ? g_mma_rows_per_warp : (T <= kSixteenRowsUpToT ? 16 : 32);
@@ -1912,8 +1918,8 @@ void launch_mma(const GemvArgs& a, cudaStream_t st) {
   const int spans = ceil_div(a.K, mma_gemv::kSpan);
   const int per = ceil_div(spans, splits);
   const int rows = mma_rows_per_warp(a.T);
-  const dim3 grid(ceil_div(ceil_div(a.N, rows), mma_gemv::kWarpsPerBlock), splits);
-  const dim3 block(mma_gemv::kWarpsPerBlock * 32);
+  const dim3 grid(ceil_div(ceil_div(a.N, rows), g_mma_block_warps), splits);
+  const dim3 block(g_mma_block_warps * 32);
   float* part = splits > 1 ? g_gemv_scratch : nullptr;
   constexpr int U = BITS == 8 ? 1 : 2;
   const bool two = a.T > 8;
@@ -2306,6 +2312,13 @@ std::tuple<int, int, int> qgemv_mma_shape_for(int T) {
   const int rows = mma_rows_per_warp(T);
   return {mma_warps_per_sm(rows), mma_spans_a_pass(T), rows};
 }
+
+void set_qgemv_mma_block_warps(int warps) {
+  if (warps != 1 && warps != 2 && warps != mma_gemv::kWarpsPerBlock)
+    throw std::invalid_argument("the tensor-core GEMV's warps a block must be 1, 2 or 4");
+  g_mma_block_warps = warps;
+}
+int qgemv_mma_block_warps() { return g_mma_block_warps; }
 
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }

@@ -22,7 +22,8 @@
 
 namespace mma_gemv {
 
-constexpr int kWarpsPerBlock = 4;
+constexpr int kWarpsPerBlock = 4;  // the most warps a block holds (set_qgemv_mma_block_warps: 1, 2 or 4; no block-level
+                                   // sharing, so a warp's work does not depend on it)
 constexpr int kSpan = 128;        // elements of K a quad covers per iteration (4 lanes x 32)
 constexpr int kMaxSplits = 16;
 
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0
     qgemv_mma_kernel(GemvArgs a, float* part, int spans_per_split) {
   using namespace mma_gemv;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  const int row0 = (blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5)) * 16 * MT;
+  const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 16 * MT;
   const int nspans = (a.K + kSpan - 1) / kSpan;
   const int span0 = blockIdx.y * spans_per_split;
   const int span1 = min(nspans, span0 + spans_per_split);
