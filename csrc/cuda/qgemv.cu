@@ -1807,8 +1807,8 @@ int64_t g_gemv_scratch_floats = 0;
 
 // The tensor-core GEMV's shape of work, set_qgemv_mma_shape: the warps an SM should get (K is split until the row
 // tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4, or 0: by
-// width; 8-bit loads half as many). 8 warps an SM for 32-row warps since session 42 (16, with 2 or 4 spans, was slower at T = 2, 4 and
-// 16: bench/mma_shape_sweep.py, bench/results/mma-shape-sweep-h100-s42-call1.json).
+// width; 8-bit loads half as many). 8 warps an SM for 32-row warps since session 42 (16, with 2 or 4 spans, was
+// slower at T = 2, 4 and 16: bench/mma_shape_sweep.py, bench/results/mma-shape-sweep-h100-s42-call1.json).
 // Spans by width (0, the default since session 45, with loads first below): 4 for one n8 tile of tokens (T <= 8), 2
 // for two. On an H100 with loads first, T = 2 / 4 / 16 took 8.24-8.28 / 8.78 / 12.68-12.70 ms at 4 spans and 8.60 /
 // 9.22 / 11.77 at 2, against 8.55-8.56 / 8.90-8.99 / 12.08-12.13 for session 42's default (4 spans, loads as ptxas
@@ -1824,9 +1824,9 @@ int64_t g_gemv_scratch_floats = 0;
 // / 6 / 8 / 12 steps took 7.56-7.57 / 7.77-7.78 / 8.06-8.08 / 8.90-8.91 / 9.84-9.86 / 12.54 ms at (16, 0, 16) against
 // 8.20-8.23 / 8.49-8.50 / 8.70-8.71 / 9.15-9.17 / 9.58 / 10.59-10.62 at (8, 0, 32); T = 16 15.35 against 11.85-11.92
 // (with two n8 tiles of tokens, 16 rows read each token's x for half the rows 32 do, and the kernel spills 12 bytes
-// in its 96 registers: ptxas -v, sm_90). 12 and 24 warps an SM were no better than
-// 16, 8 warps with 16 rows between the two. Nsight Compute on gate_up at T = 4: 47.3 us against 53.6, DRAM 62 %
-// against 55 %, 16 warps an SM against 8 (ncu-34816-T4-rows16-w16-h100-s46.txt).
+// in its 96 registers: ptxas -v, sm_90). 12 and 24 warps an SM were no better than 16; 8 warps with 16 rows fell
+// between the two. Nsight Compute on gate_up at T = 4: 47.3 us against 53.6, DRAM 62 % against 55 %, 16 warps an SM
+// against 8 (ncu-34816-T4-rows16-w16-h100-s46.txt).
 // Warps an SM (the first field): 0, the default, takes the form's (16 for 16 rows, 8 for 32).
 int g_mma_warps_per_sm = 0;
 int g_mma_spans = 0;
