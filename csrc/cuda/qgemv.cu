@@ -1820,8 +1820,8 @@ int64_t g_gemv_scratch_floats = 0;
 // set_qgemv_mma_loads_first says: qgemv_mma_kernel's MT), or 0, by width (the default since session 46): 16 rows at
 // 16 warps an SM for T <= 6, 32 rows at 8 warps above. 16 rows take 96 registers instead of 158, so gate_up's 2,176
 // row tiles fit one wave at 16 warps an SM instead of 8. On an H100 (MONORAIL_COMMIT=3601041 bash
-// bench/calls/device_s45_call4.sh and the sweep after it, mma-shape-sweep-h100-s46-call1.json / -call2.json) T = 2 / 3 / 4
-// / 6 / 8 / 12 steps took 7.56-7.57 / 7.77-7.78 / 8.06-8.08 / 8.90-8.91 / 9.84-9.86 / 12.54 ms at (16, 0, 16) against
+// bench/calls/device_s45_call4.sh and the sweep after it, mma-shape-sweep-h100-s46-call1.json / -call2.json)
+// T = 2 / 3 / 4 / 6 / 8 / 12 steps took 7.56-7.57 / 7.77-7.78 / 8.06-8.08 / 8.90-8.91 / 9.84-9.86 / 12.54 ms at (16, 0, 16) against
 // 8.20-8.23 / 8.49-8.50 / 8.70-8.71 / 9.15-9.17 / 9.58 / 10.59-10.62 at (8, 0, 32); T = 16 15.35 against 11.85-11.92
 // (with two n8 tiles of tokens, 16 rows read each token's x for half the rows 32 do, and the kernel spills 12 bytes
 // in its 96 registers: ptxas -v, sm_90). 12 and 24 warps an SM were no better than 16; 8 warps with 16 rows fell
