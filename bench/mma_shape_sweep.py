@@ -95,8 +95,8 @@ def main(argv=None) -> int:
               "best_loads_first": best["loads_first"], "best_block_warps": best["block_warps"],
               "best_by": f"sum over T = {verify}"}
     write_result(args.out, result)
-    print(f"best {best['warps_per_sm']},{best['spans']},{best['rows_per_warp']} loads_first={best['loads_first']} block_warps={best['block_warps']}; "
-          f"wrote {args.out}")
+    print(f"best {best['warps_per_sm']},{best['spans']},{best['rows_per_warp']} loads_first={best['loads_first']} "
+          f"block_warps={best['block_warps']}; wrote {args.out}")
     return 0
 
 
