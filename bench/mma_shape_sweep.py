@@ -8,7 +8,8 @@ Warps 0 and spans 0 are the default's choices (warps by form, spans by width: 4 
 sets rows a warp: h 16, w 32, neither the default's choice by width (16 for T <= 6, 32 above; session 46). Each
 pass's weight loads go out before its first product (set_qgemv_mma_loads_first, the default since session 45) unless
 the third field has o, which asks for them as ptxas schedules them (32-row warps only). A digit 1 or 2 in it sets the
-warps a block (set_qgemv_mma_block_warps; 4 without); the flags combine (8,0,wo; 0,0,1).
+warps a block (set_qgemv_mma_block_warps; 4 without); c runs every pass with its bounds checks, as before session
+47 (set_qgemv_mma_unchecked_passes off); the flags combine (8,0,wo; 0,0,1c).
 
 (Forms once swept with a third field, each measured slower and removed: session 41's f, the split-K sums in the GEMV
 (session 42); session 43's p, a pass of weights loaded ahead, and n, the next norm in the reduce kernel (session 43);
@@ -60,22 +61,26 @@ def main(argv=None) -> int:
     fields = [s.split(",") for s in args.shapes.split(";") if s]
     flags = [f[2] if len(f) > 2 else "" for f in fields]
     shapes = [(int(f[0]), int(f[1]), 16 if "h" in fl else 32 if "w" in fl else 0, "o" not in fl,
-               1 if "1" in fl else 2 if "2" in fl else 4) for f, fl in zip(fields, flags)]
+               1 if "1" in fl else 2 if "2" in fl else 4, "c" not in fl) for f, fl in zip(fields, flags)]
     widths = [int(w) for w in args.widths.split(",") if w]
     model = NativeModel.random_27b(kv_dtype="int8", max_context=4096, seed=1, vram_budget_bytes=24 << 30,
                                    step_tokens=STEP_TOKENS)
     state = model.new_state(64)
     before, first_before = nat.qgemv_mma_shape(), nat.qgemv_mma_loads_first()
     block_before = nat.qgemv_mma_block_warps()
+    # a build from before session 47 has no such switch: every pass checked
+    unchecked_before = nat.qgemv_mma_unchecked_passes() if hasattr(nat, "qgemv_mma_unchecked_passes") else None
     rows = []
     try:
-        for warps, spans, rows_per_warp, first, block_warps in shapes:
+        for warps, spans, rows_per_warp, first, block_warps, unchecked in shapes:
             nat.set_qgemv_mma_shape(warps, spans, rows_per_warp)
             nat.set_qgemv_mma_loads_first(first)
             nat.set_qgemv_mma_block_warps(block_warps)
+            if unchecked_before is not None:
+                nat.set_qgemv_mma_unchecked_passes(unchecked)
             model.engine.reset_graphs()
             row = {"warps_per_sm": warps, "spans": spans, "rows_per_warp": rows_per_warp, "loads_first": first,
-                   "block_warps": block_warps,
+                   "block_warps": block_warps, "unchecked_passes": unchecked and unchecked_before is not None,
                    "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths},
                    "runs_as": {str(T): list(nat.qgemv_mma_shape_for(T)) for T in widths}}
             rows.append(row)
@@ -84,6 +89,8 @@ def main(argv=None) -> int:
         nat.set_qgemv_mma_shape(*before)
         nat.set_qgemv_mma_loads_first(first_before)
         nat.set_qgemv_mma_block_warps(block_before)
+        if unchecked_before is not None:
+            nat.set_qgemv_mma_unchecked_passes(unchecked_before)
         model.engine.reset_graphs()
         model.release(state)
     verify = [w for w in ("2", "4") if w in rows[0]["ms"]] or list(rows[0]["ms"])
@@ -93,10 +100,11 @@ def main(argv=None) -> int:
               "default_before": list(before), "method": "median ms of graph replays of engine.forward(T tokens)",
               "rows": rows, "best": [best["warps_per_sm"], best["spans"], best["rows_per_warp"]],
               "best_loads_first": best["loads_first"], "best_block_warps": best["block_warps"],
+              "best_unchecked_passes": best["unchecked_passes"],
               "best_by": f"sum over T = {verify}"}
     write_result(args.out, result)
     print(f"best {best['warps_per_sm']},{best['spans']},{best['rows_per_warp']} loads_first={best['loads_first']} "
-          f"block_warps={best['block_warps']}; wrote {args.out}")
+          f"block_warps={best['block_warps']} unchecked_passes={best['unchecked_passes']}; wrote {args.out}")
     return 0
 
 

@@ -4,9 +4,10 @@ instructions left out, and `|` at each PDL wait (ACQBULK).
 
     python3 bench/sass_load_order.py [--arch 90] [--kernel qgemv_mma_kernel] [--loops] [csrc/cuda/qgemv.cu]
 
---loops prints instead, per kernel, its registers (cuobjdump -res-usage) and its main loop (the longest backward
-branch's body): the instructions in it and its most frequent opcodes; session 45 counted a tensor-core GEMV pass this
-way (bench/results/sass-loops-mma-s45.txt).
+--loops prints instead, per kernel, its registers (cuobjdump -res-usage) and its main loop (main_loop: the backward
+branch's body with the most HMMA): the instructions in it and its most frequent opcodes; session 45 counted a
+tensor-core GEMV pass this way (bench/results/sass-loops-mma-s45.txt), session 47 again
+(bench/results/sass-loops-mma-s47.txt).
 
 Session 44 read the tensor-core GEMV's loop this way: by default ptxas issues a 4-span pass's spans 2 and 3 of weight
 loads only after spans 0 and 1 are multiplied (W's between M runs), and set_qgemv_mma_loads_first puts every W of
@@ -54,15 +55,19 @@ _ADDR_OP = re.compile(r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P\w+\s+)?(?
 
 
 def main_loop(body: str) -> tuple[int, Counter]:
-    """The instructions of a function's longest loop (the body of its longest backward branch) and their opcodes
-    (without modifiers)."""
+    """The instructions of a function's main loop and their opcodes (without modifiers): the body of the backward
+    branch whose body holds the most tensor-core products (HMMA), the shortest such body on a tie; in a function
+    without HMMA, the longest backward branch's body. (Since session 47 the tensor-core GEMV has two loops of the same
+    products: unchecked passes, where its time goes, then checked ones, longer; other loops may be longer still.)"""
     insns = [(int(m.group("addr"), 16), m.group("op"), m.group("args")) for m in _ADDR_OP.finditer(body)]
-    longest = (0, 0, -1)
+    best = (-1, 0, 0, -1)   # (HMMA in the body, its length (negated where it holds HMMA), first address, last address)
     for addr, op, args in insns:
         target = re.search(r"0x([0-9a-f]+)", args) if op.startswith("BRA") else None
-        if target and int(target.group(1), 16) < addr and addr - int(target.group(1), 16) > longest[0]:
-            longest = (addr - int(target.group(1), 16), int(target.group(1), 16), addr)
-    ops = Counter(op.split(".")[0] for addr, op, _ in insns if longest[1] <= addr <= longest[2])
+        if target and int(target.group(1), 16) < addr:
+            lo = int(target.group(1), 16)
+            mma = sum(o.startswith("HMMA") for a, o, _ in insns if lo <= a <= addr)
+            best = max(best, (mma, -(addr - lo) if mma else addr - lo, lo, addr))
+    ops = Counter(op.split(".")[0] for addr, op, _ in insns if best[2] <= addr <= best[3])
     return sum(ops.values()), ops
 
 

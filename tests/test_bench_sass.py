@@ -88,3 +88,45 @@ def test_source_page_without_sampling_columns_is_refused(tmp_path):
     path.write_text('"Line No","Source"\n"1","// Token sampling"\n')
     with pytest.raises(SystemExit):
         _source_top().read_rows(str(path))
+
+
+LOOPS = """
+        Function : two_loops
+        /*0000*/                   IMAD R2, R3, R4, RZ ;
+        /*0010*/                   HMMA.16816.F32 R8, R12, R16, R8 ;
+        /*0020*/                   LDG.E.128.CONSTANT R12, desc[UR6][R2.64] ;
+        /*0030*/                   HMMA.16816.F32 R8, R12, R16, R8 ;
+        /*0040*/              @!P0 BRA 0x10 ;
+        /*0050*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0060*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0070*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0080*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0090*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*00a0*/              @!P1 BRA 0x50 ;
+        /*00b0*/                   HMMA.16816.F32 R8, R12, R16, R8 ;
+        /*00c0*/                   ISETP.GE.AND P0, PT, R2, R3, PT ;
+        /*00d0*/                   SEL R4, R2, RZ, P0 ;
+        /*00e0*/                   LDG.E.128.CONSTANT R12, desc[UR6][R4.64] ;
+        /*00f0*/                   HMMA.16816.F32 R8, R12, R16, R8 ;
+        /*0100*/              @!P2 BRA 0xb0 ;
+        /*0110*/                   EXIT ;
+"""
+
+
+def test_the_main_loop_is_the_shortest_with_the_most_products():
+    """Of two loops with the same products the shorter (the GEMV's unchecked passes), not a longer loop without them;
+    without products, the longest loop."""
+    spec = importlib.util.spec_from_file_location("sass_load_order", _ROOT / "bench" / "sass_load_order.py")
+    import sys
+    sys.path.insert(0, str(_ROOT / "bench"))
+    try:
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(_ROOT / "bench"))
+    count, ops = mod.main_loop(LOOPS)
+    assert count == 4 and ops["HMMA"] == 2 and ops["LDG"] == 1 and ops["IADD3"] == 0
+    first_two = LOOPS[:LOOPS.index("/*00b0*/")]
+    without = "\n".join(line for line in first_two.splitlines() if "HMMA" not in line)
+    count, ops = mod.main_loop(without)   # no products: the longest loop
+    assert count == 6 and ops["IADD3"] == 5

@@ -94,6 +94,16 @@ def test_tensor_core_gemv_against_fp64(nat, bits, N, K, group, T, epi, split):
     _check_against_fp64(nat, bits, N, K, group, T, epi, split)
 
 
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("T", [3, 16])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+def test_group_32_over_unchecked_passes_against_fp64(nat, bits, T, split):
+    """A pass whose spans all hold four chunks loads without bounds checks and counts its scales' groups a span at a
+    time (qgemv_mma.cuh load_pass, FULL); the shapes above reach it with group 64 only. Group 32 over a K of several
+    such passes and a partial last span (37 chunks)."""
+    _check_against_fp64(nat, bits, 250, 1184, 32, T, 1, split)
+
+
 def work_shape(nat, warps_per_sm: int, spans: int, rows_per_warp: int = 32):
     return switched(nat.qgemv_mma_shape, nat.set_qgemv_mma_shape, warps_per_sm, spans, rows_per_warp)
 
@@ -178,6 +188,29 @@ def test_the_warps_a_block_change_no_value(nat, bits, N, K, group, T, epi, split
                                      epi, N + K + T + bits + 41, scratch)
     assert torch.equal(outs[1], outs[0]) and torch.equal(outs[2], outs[0])
     assert rel_err(_result(outs[2], base, epi, N), ref) < _tol(epi)
+
+
+def unchecked_passes(nat, on: bool):
+    return switched(nat.qgemv_mma_unchecked_passes, nat.set_qgemv_mma_unchecked_passes, on)
+
+
+# Passes without bounds checks load the same weights, scales and x as checked ones (x of tokens past T aside, whose
+# output columns no epilogue stores): the same values, at both rows a warp, spans 2 and 4, 4 / 5 / 6 / 8 bits, group
+# 32 and 64, splits whose span counts are not a multiple of a pass, a partial last span and a partial last row tile.
+@pytest.mark.parametrize("spans", [2, 4])
+@pytest.mark.parametrize("bits", [4, 5, 6, 8])
+@pytest.mark.parametrize("N, K, group, T, epi, split", [(2 * 17408, 5120, 64, 3, 2, False),
+                                                        (5120, 17408, 64, 9, 1, True), (5120, 6144, 64, 4, 0, True),
+                                                        (250, 1184, 32, 16, 1, True), (1000 + 16, 2048, 32, 7, 2, False)])
+def test_unchecked_passes_change_no_value(nat, bits, N, K, group, T, epi, split, spans):
+    if bits != 4 and N == 2 * 17408:
+        pytest.skip("the gate_up shape at 4 bits only")
+    scratch = torch.zeros(SCRATCH_FLOATS, device="cuda") if split else None
+    with work_shape(nat, 0, spans, 0):
+        outs, ref, base = _outputs_under(nat, [lambda on=on: unchecked_passes(nat, on) for on in (False, True)], bits,
+                                         N, K, group, T, epi, N + K + T + bits + 43, scratch)
+    assert torch.equal(outs[1], outs[0])
+    assert rel_err(_result(outs[1], base, epi, N), ref) < _tol(epi)
 
 
 def _check_against_fp64(nat, bits, N, K, group, T, epi, split):

@@ -260,6 +260,11 @@ void register_cuda_bindings(py::module_& m) {
         "warps a block of the tensor-core GEMV: 4 (the default), 2 or 1; the same work a warp, spread finer over "
         "the SMs");
   m.def("qgemv_mma_block_warps", &qgemv_mma_block_warps, "warps a block of the tensor-core GEMV");
+  m.def("set_qgemv_mma_unchecked_passes", &set_qgemv_mma_unchecked_passes, py::arg("on"),
+        "the tensor-core GEMV's passes that lie wholly within K and the split without bounds checks (on, the "
+        "default) or every pass checked (off); the same sums");
+  m.def("qgemv_mma_unchecked_passes", []() { return qgemv_mma_unchecked_passes(); },
+        "whether the tensor-core GEMV's whole passes run without bounds checks");
   m.def("qgemv_mma_shape_for", &qgemv_mma_shape_for, py::arg("T"),
         "(warps_per_sm, spans, rows_per_warp) a GEMV of T tokens runs under, the zeros resolved");
   m.def("set_qgemv_mma_loads_first", &set_qgemv_mma_loads_first, py::arg("on"),

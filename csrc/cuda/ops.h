@@ -57,6 +57,10 @@ std::tuple<int, int, int> qgemv_mma_shape_for(int T);  // the shape a T-token GE
 // blocks (qgemv.cu g_mma_block_warps).
 void set_qgemv_mma_block_warps(int warps);
 int qgemv_mma_block_warps();
+// Its passes whose spans all lie within K and the split run without bounds checks (on, the default since session 47)
+// or every pass with them (off): the same sums (qgemv.cu g_mma_unchecked).
+void set_qgemv_mma_unchecked_passes(bool on);
+bool qgemv_mma_unchecked_passes();
 // The tensor-core GEMV with each pass's weight loads all issued before its first product (on) or as ptxas schedules
 // them (off); on by default since session 45; the same sums (qgemv.cu g_mma_loads_first).
 void set_qgemv_mma_loads_first(bool on);

@@ -1838,6 +1838,10 @@ constexpr int kSixteenRowsUpToT = 6;
 // one-warp blocks the SMs hold 16 or 17 (all resident: 96 registers allow 21 a SM). With 32 rows (T > 6) it is 272
 // blocks: 8 SMs hold 3, the rest 2.
 int g_mma_block_warps = mma_gemv::kWarpsPerBlock;
+// Passes whose spans all hold four chunks before the split's end run without bounds checks (qgemv_mma_kernel's
+// unchecked_passes; session 47: 16-29 % fewer instructions a pass, bench/results/sass-loops-mma-s47.txt). Off runs
+// every pass checked, as before session 47: the same sums, a benchmark's A/B in one build.
+bool g_mma_unchecked = true;
 
 int mma_rows_per_warp(int T) {
   return g_mma_rows_per_warp ? g_mma_rows_per_warp : (T <= kSixteenRowsUpToT ? 16 : 32);
@@ -1889,8 +1893,10 @@ int mma_splits(int N, int K, int T, int64_t floats) {
 
 template <int BITS, int U, bool LF, int MT = 2>
 void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles) launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT>, grid, block, 0, st, a, part, per);
-  else launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT>, grid, block, 0, st, a, part, per);
+  if (two_tiles)
+    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT>, grid, block, 0, st, a, part, per, g_mma_unchecked);
+  else
+    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT>, grid, block, 0, st, a, part, per, g_mma_unchecked);
 }
 
 // The form of the tensor-core kernel the switches choose: 16 rows a warp (always loads first), else 32 rows with or
@@ -2319,6 +2325,9 @@ void set_qgemv_mma_block_warps(int warps) {
   g_mma_block_warps = warps;
 }
 int qgemv_mma_block_warps() { return g_mma_block_warps; }
+
+void set_qgemv_mma_unchecked_passes(bool on) { g_mma_unchecked = on; }
+bool qgemv_mma_unchecked_passes() { return g_mma_unchecked; }
 
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }

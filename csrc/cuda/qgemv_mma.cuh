@@ -87,22 +87,28 @@ struct Pass {
   bool valid[U];
 };
 
-// Issues the loads of the pass starting at span sb (spans past span1, and rows past N, load nothing (LF: chunk 0): a
-// zero scale makes their weights 0).
-template <int BITS, int U, bool LF, int MT>
-__device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2 * MT], bool warp_has_rows, int sb,
-                                          int span1, int c, Pass<BITS, U, MT>& P) {
+// Issues the loads of the pass starting at span sb. FULL: every span of the pass lies before span1 and holds four
+// chunks, so nothing is checked and the addresses are the row's base plus offsets that grow by a constant a span
+// (the scale's group: (chunk * 32) >> gshift = span * (4 >> (gshift - 5)) + (c >> (gshift - 5)), gshift 5 or 6).
+// Otherwise spans past span1 (or past K) load nothing (LF: chunk 0): a zero scale makes their weights 0.
+template <int BITS, int U, bool LF, int MT, bool FULL>
+__device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2 * MT], int sb, int span1, int c,
+                                          Pass<BITS, U, MT>& P) {
   constexpr float D = float(1 << (BITS > 4 ? BITS - 4 : 0));
   const int nch = a.K >> 5;
   const int ngroups = a.K >> a.gshift;
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int ch = (sb + u) * 4 + c;  // this lane's chunk
-    P.valid[u] = sb + u < span1 && ch < nch && warp_has_rows;
+    P.valid[u] = FULL || (sb + u < span1 && ch < nch);
 #pragma unroll
     for (int m = 0; m < 2 * MT; ++m) {
       __half s;
-      if constexpr (LF) {  // no branch: an invalid span loads chunk 0 (in bounds) and its zero scale drops it
+      if constexpr (FULL) {
+        const int gsh = a.gshift - 5;
+        load_chunk<BITS>(a, rows[m], ch, P.wq[u][m]);
+        s = a.scales[(size_t)rows[m] * ngroups + (sb + u) * (4 >> gsh) + (c >> gsh)];
+      } else if constexpr (LF) {  // no branch: an invalid span loads chunk 0 (in bounds) and its zero scale drops it
         const int chl = P.valid[u] ? ch : 0;
         load_chunk<BITS>(a, rows[m], chl, P.wq[u][m]);
         const __half sl = a.scales[(size_t)rows[m] * ngroups + ((chl * 32) >> a.gshift)];
@@ -117,39 +123,50 @@ __device__ __forceinline__ void load_pass(const GemvArgs& a, const int (&rows)[2
         }
         s = P.valid[u] ? a.scales[(size_t)rows[m] * ngroups + ((ch * 32) >> a.gshift)] : __float2half(0.f);
       }
-      P.s2[u][m] = __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
+      // x D is exact (a power of two); at 4 bits D = 1 and the product would be one more instruction a scale
+      P.s2[u][m] = BITS == 4 ? __halves2half2(s, s) : __hmul2(__halves2half2(s, s), __floats2half2_rn(D, D));
     }
   }
 }
 
-// The x of tokens g and g + 8 nt (nt < NT) for span sb + u: lane c's four 16-byte pieces of its chunk (zero past T).
-template <int NT, int U>
-__device__ __forceinline__ void load_x(const GemvArgs& a, bool valid, int sb, int u, int g, int c, uint4 (&xv)[NT][4]) {
+// The x of tokens g and g + 8 nt (nt < NT) for span sb + u: lane c's four 16-byte pieces of its chunk. FULL: from
+// xrow (the tokens' rows, lane c's piece of span 0; tokens past T read token 0's x, whose products go to output
+// columns that no epilogue stores), else zero past T or for an invalid span.
+template <int NT, bool FULL>
+__device__ __forceinline__ void load_x(const GemvArgs& a, const uint4* const (&xrow)[NT], bool valid, int sb, int u,
+                                       int g, int c, uint4 (&xv)[NT][4]) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    const int t = g + 8 * nt;
-    const bool have = valid && t < a.T;
-    const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
+    if constexpr (FULL) {
+      const uint4* xp = xrow[nt] + (sb + u) * 16;
 #pragma unroll
-    for (int p = 0; p < 4; ++p) xv[nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
+      for (int p = 0; p < 4; ++p) xv[nt][p] = ld_after_wait(xp + p);
+    } else {
+      const int t = g + 8 * nt;
+      const bool have = valid && t < a.T;
+      const uint4* xp = reinterpret_cast<const uint4*>(a.x + (size_t)(have ? t : 0) * a.K) + ((sb + u) * 4 + c) * 4;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) xv[nt][p] = have ? ld_after_wait(xp + p) : make_uint4(0, 0, 0, 0);
+    }
   }
 }
 
 // Multiplies a loaded pass with the T tokens' x (read here, after the PDL wait) into acc. MT = 2 reads the x of all U
 // spans first; MT = 1 reads each span's x just before its products (16 registers instead of 16 U: the 16-row form's
 // point is fewer registers, so more warps an SM; x comes from L1).
-template <int BITS, int NT, int U, int MT>
-__device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U, MT>& P, int sb, int g, int c,
+template <int BITS, int NT, int U, int MT, bool FULL>
+__device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS, U, MT>& P,
+                                              const uint4* const (&xrow)[NT], int sb, int g, int c,
                                               float (&acc)[MT][NT][4]) {
   constexpr int XU = MT == 2 ? U : 1;
   uint4 xv[XU][NT][4];
   if constexpr (MT == 2) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) load_x<NT, U>(a, P.valid[u], sb, u, g, c, xv[u]);
+    for (int u = 0; u < U; ++u) load_x<NT, FULL>(a, xrow, P.valid[u], sb, u, g, c, xv[u]);
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    if constexpr (MT == 1) load_x<NT, U>(a, P.valid[u], sb, u, g, c, xv[0]);
+    if constexpr (MT == 1) load_x<NT, FULL>(a, xrow, P.valid[u], sb, u, g, c, xv[0]);
     const int xu = MT == 2 ? u : 0;
 #pragma unroll
     for (int s = 0; s < 8; ++s) {  // k-step s: word j = s / 2, pairs i and i + 1
@@ -176,6 +193,36 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
   }
 }
 
+// One pass: its weights loaded (all before the first product with LF), the PDL wait after the first pass's loads are
+// issued (x is the previous kernel's output), then the products.
+template <int BITS, int NT, int U, bool LF, int MT, bool FULL>
+__device__ __forceinline__ void run_pass(const GemvArgs& a, const int (&rows)[2 * MT], const uint4* const (&xrow)[NT],
+                                         int sb, int span0, int span1, int g, int c, float (&acc)[MT][NT][4]) {
+  Pass<BITS, U, MT> cur;
+  load_pass<BITS, U, LF, MT, FULL>(a, rows, sb, span1, c, cur);
+  if constexpr (LF) {
+    // Every load of the pass before its first product: a value that depends on each chunk, + 0.f at run time (T
+    // >= 1, so T >> 31 is 0), added to the first accumulator. Without it ptxas issues spans 2 and 3 of a pass only
+    // after spans 0 and 1 are multiplied (SASS, session 44), so a warp waits on two or three round trips a pass,
+    // with half its bytes in flight.
+    uint32_t all = 0;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int m = 0; m < 2 * MT; ++m) {
+        all ^= cur.wq[u][m].lo.x;
+        if constexpr (BITS == 8) all ^= cur.wq[u][m].hi8.x;
+        if constexpr (BITS == 5 || BITS == 6) all ^= cur.wq[u][m].high.x;
+      }
+    acc[0][0][0] += __int_as_float(all & (uint32_t)(a.T >> 31));
+  }
+  if (sb == span0) {
+    pdl_wait();
+    pdl_trigger();
+  }
+  multiply_pass<BITS, NT, U, MT, FULL>(a, cur, xrow, sb, g, c, acc);
+}
+
 }  // namespace mma_gemv
 
 // BITS 4 / 5 / 6 / 8; NT n8 tiles of tokens (1: T <= 8, 2: T <= 16); U spans loaded together (2 or 4; 1 or 2 at 8
@@ -191,7 +238,7 @@ __device__ __forceinline__ void multiply_pass(const GemvArgs& a, const Pass<BITS
 // ncu-34816-T4-rows16-w16-h100-s46.txt).
 template <int BITS, int NT, int U, bool LF, int MT>
 __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0)
-    qgemv_mma_kernel(GemvArgs a, float* part, int spans_per_split) {
+    qgemv_mma_kernel(GemvArgs a, float* part, int spans_per_split, bool unchecked_passes) {
   using namespace mma_gemv;
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   const int row0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * 16 * MT;
@@ -210,35 +257,23 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-  Pass<BITS, U, MT> cur;
-  bool waited = false;
-  // U spans a pass: their weights are all loaded before any is used (4-bit, U = 4: 8 KB in flight a warp)
-  for (int sb = span0; sb < span1; sb += U) {
-    load_pass<BITS, U, LF, MT>(a, rows, has_rows, sb, span1, c, cur);
-    if constexpr (LF) {
-      // Every load of the pass before its first product: a value that depends on each chunk, + 0.f at run time (T
-      // >= 1, so T >> 31 is 0), added to the first accumulator. Without it ptxas issues spans 2 and 3 of a pass only
-      // after spans 0 and 1 are multiplied (SASS, session 44), so a warp waits on two or three round trips a pass,
-      // with half its bytes in flight.
-      uint32_t all = 0;
+  // Full passes (every span holds four chunks before span1) take no checks; the passes after them (the last one may
+  // be partial; with unchecked_passes off, every pass: set_qgemv_mma_unchecked_passes) take them. A warp without rows
+  // runs no pass (its outputs are not stored). Why: the checks (each span's and row's validity, the selects and zeroed
+  // registers they need, the scale index's shift by gshift, x's token row recomputed per span) were 16-29 % of a
+  // pass's instructions (bench/results/sass-loops-mma-s47.txt), and at T = 4 a pass is issue-bound (NOTES session 45).
+  const int span_end = has_rows ? span1 : span0;
+  const int full_end = unchecked_passes ? min(span_end, (a.K >> 5) >> 2) : span0;
+  const uint4* xrow[NT];  // lane c's piece of span 0 in the x of tokens g and g + 8 nt (token 0's past T)
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int m = 0; m < 2 * MT; ++m) {
-          all ^= cur.wq[u][m].lo.x;
-          if constexpr (BITS == 8) all ^= cur.wq[u][m].hi8.x;
-          if constexpr (BITS == 5 || BITS == 6) all ^= cur.wq[u][m].high.x;
-        }
-      acc[0][0][0] += __int_as_float(all & (uint32_t)(a.T >> 31));
-    }
-    if (!waited) {  // the first weights are in flight; x is the previous kernel's output
-      pdl_wait();
-      pdl_trigger();
-      waited = true;
-    }
-    multiply_pass<BITS, NT, U, MT>(a, cur, sb, g, c, acc);
-  }
-  if (!waited) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
+  for (int nt = 0; nt < NT; ++nt)
+    xrow[nt] = reinterpret_cast<const uint4*>(a.x + (size_t)(g + 8 * nt < a.T ? g + 8 * nt : 0) * a.K) + c * 4;
+  int sb = span0;
+  for (; sb + U <= full_end; sb += U)
+    mma_gemv::run_pass<BITS, NT, U, LF, MT, true>(a, rows, xrow, sb, span0, span_end, g, c, acc);
+  for (; sb < span_end; sb += U)
+    mma_gemv::run_pass<BITS, NT, U, LF, MT, false>(a, rows, xrow, sb, span0, span_end, g, c, acc);
+  if (span_end <= span0) pdl_wait();  // a warp without work still waits (pdl.cuh: completion stays transitive)
   // C fragment: acc[mt][nt][e] is row g + 16 mt + 8 (e >> 1), token 2c + (e & 1) + 8 nt
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
