@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Session 47: device_s47_call2.sh cut to what ~300 s hold after device starts took most of the session's budget. On an
+# H200 the decode record (bench/device_card.sh). On an H100: the op tests of the two changes not yet run on a GPU
+# (unchecked passes, session 47; warps a block, session 46) and the engine's multi-token steps against one-token
+# steps; the A/B sweep (unchecked passes on / off, 4 / 1 warps a block; predictions in device_s47_call2.sh); then the
+# fp64 op tests at every width with the time left.
+#   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s47_call3.sh     (carry .whl and .peer)
+set -uo pipefail
+BUDGET=${BUDGET:-300}
+source bench/device_card.sh
+gpu_tests tests-mma-new 110 --timeout 60 tests/test_native_qgemv_mma.py \
+  -k "unchecked or group_32 or warps_a_block or split_is_the_same or causal"
+(cd bench && timeout 80 python3 mma_shape_sweep.py --shapes "0,0;0,0,c;0,0,1;0,0;0,0,c;0,0,1" \
+  --widths 2,4,9,16 --reps 5 --out "$out/mma-unchecked-sweep-$gpu.json") 2>&1 | tail -8
+if [[ $(left) -gt 40 ]]; then
+  gpu_tests tests-mma-fp64 $(( $(left) - 10 )) --timeout 60 tests/test_native_qgemv_mma.py -k "against_fp64"
+fi
+echo "total $(( $(date +%s) - start )) s"
