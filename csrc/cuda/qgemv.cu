@@ -1839,8 +1839,8 @@ constexpr int kSixteenRowsUpToT = 6;
 // blocks: 8 SMs hold 3, the rest 2.
 int g_mma_block_warps = mma_gemv::kWarpsPerBlock;
 // Passes whose spans all hold four chunks before the split's end run without bounds checks (qgemv_mma_kernel's
-// unchecked_passes; session 47: 16-29 % fewer instructions a pass, bench/results/sass-loops-mma-s47.txt). Off runs
-// every pass checked, as before session 47: the same sums, a benchmark's A/B in one build.
+// unchecked_passes; session 47: 11-30 % fewer instructions a pass at 4 bits, bench/results/sass-loops-mma-s47.txt;
+// not yet timed). Off runs every pass checked, as before session 47: the same sums, a benchmark's A/B in one build.
 bool g_mma_unchecked = true;
 
 int mma_rows_per_warp(int T) {

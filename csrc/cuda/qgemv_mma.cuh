@@ -260,8 +260,9 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0
   // Full passes (every span holds four chunks before span1) take no checks; the passes after them (the last one may
   // be partial; with unchecked_passes off, every pass: set_qgemv_mma_unchecked_passes) take them. A warp without rows
   // runs no pass (its outputs are not stored). Why: the checks (each span's and row's validity, the selects and zeroed
-  // registers they need, the scale index's shift by gshift, x's token row recomputed per span) were 16-29 % of a
-  // pass's instructions (bench/results/sass-loops-mma-s47.txt), and at T = 4 a pass is issue-bound (NOTES session 45).
+  // registers they need, the scale index's shift by gshift, x's token row recomputed per span) were 11-30 % of a 4-bit
+  // pass's instructions (bench/results/sass-loops-mma-s47.txt), and by session 45's count a 4-token pass is bound by
+  // its instruction issue (bench/NOTES.md).
   const int span_end = has_rows ? span1 : span0;
   const int full_end = unchecked_passes ? min(span_end, (a.K >> 5) >> 2) : span0;
   const uint4* xrow[NT];  // lane c's piece of span 0 in the x of tokens g and g + 8 nt (token 0's past T)
