@@ -51,15 +51,12 @@ def load_order(body: str) -> str:
     return " ".join(out)
 
 
-_ADDR_OP = re.compile(r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)(?P<args>[^;]*);")
-
-
 def main_loop(body: str) -> tuple[int, Counter]:
     """The instructions of a function's main loop and their opcodes (without modifiers): the body of the backward
     branch whose body holds the most tensor-core products (HMMA), the shortest such body on a tie; in a function
     without HMMA, the longest backward branch's body. (Since session 47 the tensor-core GEMV has two loops of the same
     products: unchecked passes, where its time goes, then checked ones, longer; other loops may be longer still.)"""
-    insns = [(int(m.group("addr"), 16), m.group("op"), m.group("args")) for m in _ADDR_OP.finditer(body)]
+    insns = [(int(m.group("addr"), 16), m.group("op"), m.group("args")) for m in _INSN.finditer(body)]
     best = (-1, 0, 0, -1)   # (HMMA in the body, its length (negated where it holds HMMA), first address, last address)
     for addr, op, args in insns:
         target = re.search(r"0x([0-9a-f]+)", args) if op.startswith("BRA") else None

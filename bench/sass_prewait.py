@@ -22,7 +22,7 @@ import argparse
 import re
 import tempfile
 
-_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)\s*(?P<args>[^;]*);")
+_INSN = re.compile(r"/\*(?P<addr>[0-9a-f]{4,})\*/\s+(?P<pred>@!?U?P\w+\s+)?(?P<op>[A-Z][A-Z0-9_.]*)\s*(?P<args>[^;]*);")
 _REG = re.compile(r"\bR(\d+)\b")
 # opcodes whose first register operand is read, not written (stores, branches, compares into predicates)
 _NO_REG_DEST = ("ST", "RED", "ATOM", "BRA", "ISETP", "FSETP", "HSETP", "DSETP", "PLOP", "BAR", "WARPSYNC")

@@ -2332,7 +2332,6 @@ bool qgemv_mma_unchecked_passes() { return g_mma_unchecked; }
 void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
 bool qgemv_mma_loads_first() { return g_mma_loads_first; }
 
-
 GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
     : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {
   g_gemv_scratch = scratch;
