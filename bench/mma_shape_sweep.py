@@ -68,19 +68,17 @@ def main(argv=None) -> int:
     state = model.new_state(64)
     before, first_before = nat.qgemv_mma_shape(), nat.qgemv_mma_loads_first()
     block_before = nat.qgemv_mma_block_warps()
-    # a build from before session 47 has no such switch: every pass checked
-    unchecked_before = nat.qgemv_mma_unchecked_passes() if hasattr(nat, "qgemv_mma_unchecked_passes") else None
+    unchecked_before = nat.qgemv_mma_unchecked_passes()
     rows = []
     try:
         for warps, spans, rows_per_warp, first, block_warps, unchecked in shapes:
             nat.set_qgemv_mma_shape(warps, spans, rows_per_warp)
             nat.set_qgemv_mma_loads_first(first)
             nat.set_qgemv_mma_block_warps(block_warps)
-            if unchecked_before is not None:
-                nat.set_qgemv_mma_unchecked_passes(unchecked)
+            nat.set_qgemv_mma_unchecked_passes(unchecked)
             model.engine.reset_graphs()
             row = {"warps_per_sm": warps, "spans": spans, "rows_per_warp": rows_per_warp, "loads_first": first,
-                   "block_warps": block_warps, "unchecked_passes": unchecked and unchecked_before is not None,
+                   "block_warps": block_warps, "unchecked_passes": unchecked,
                    "ms": {str(T): round(step_ms(model.engine, T, args.reps), 3) for T in widths},
                    "runs_as": {str(T): list(nat.qgemv_mma_shape_for(T)) for T in widths}}
             rows.append(row)
@@ -89,8 +87,7 @@ def main(argv=None) -> int:
         nat.set_qgemv_mma_shape(*before)
         nat.set_qgemv_mma_loads_first(first_before)
         nat.set_qgemv_mma_block_warps(block_before)
-        if unchecked_before is not None:
-            nat.set_qgemv_mma_unchecked_passes(unchecked_before)
+        nat.set_qgemv_mma_unchecked_passes(unchecked_before)
         model.engine.reset_graphs()
         model.release(state)
     verify = [w for w in ("2", "4") if w in rows[0]["ms"]] or list(rows[0]["ms"])

@@ -1,19 +1,30 @@
-"""bench/sass_prewait.py's reading of SASS text and bench/ncu_source_top.py's reading of ncu's source page (no GPU, no
-cuobjdump: hand-written listings)."""
+"""bench/sass_prewait.py's and bench/sass_load_order.py's reading of SASS text and bench/ncu_source_top.py's reading of
+ncu's source page (no GPU, no cuobjdump: hand-written listings)."""
 
 import importlib.util
 import pathlib
+import sys
 
 import pytest
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _tool():
-    spec = importlib.util.spec_from_file_location("sass_prewait", _ROOT / "bench" / "sass_prewait.py")
+def _bench(name: str):
+    """bench/NAME.py as a module; bench/ on sys.path while it loads, as for the script (sass_load_order imports
+    sass_prewait)."""
+    spec = importlib.util.spec_from_file_location(name, _ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    sys.path.insert(0, str(_ROOT / "bench"))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(_ROOT / "bench"))
     return mod
+
+
+def _tool():
+    return _bench("sass_prewait")
 
 
 LISTING = """
@@ -56,10 +67,7 @@ def test_kernels_without_a_pdl_wait_are_not_reported():
 
 
 def _source_top():
-    spec = importlib.util.spec_from_file_location("ncu_source_top", _ROOT / "bench" / "ncu_source_top.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _bench("ncu_source_top")
 
 
 # ncu's source page as CSV: a message, a source row that happens to say "Sampling", then the real header
@@ -116,14 +124,7 @@ LOOPS = """
 def test_the_main_loop_is_the_shortest_with_the_most_products():
     """Of two loops with the same products the shorter (the GEMV's unchecked passes), not a longer loop without them;
     without products, the longest loop."""
-    spec = importlib.util.spec_from_file_location("sass_load_order", _ROOT / "bench" / "sass_load_order.py")
-    import sys
-    sys.path.insert(0, str(_ROOT / "bench"))
-    try:
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    finally:
-        sys.path.remove(str(_ROOT / "bench"))
+    mod = _bench("sass_load_order")
     count, ops = mod.main_loop(LOOPS)
     assert count == 4 and ops["HMMA"] == 2 and ops["LDG"] == 1 and ops["IADD3"] == 0
     first_two = LOOPS[:LOOPS.index("/*00b0*/")]
