@@ -93,12 +93,15 @@ def load_native():
 # MONORAIL_QGEMV_MMA_SHAPE="W,S[,R]" sets its shape of work (set_qgemv_mma_shape: W warps an SM, S spans a pass, R rows
 # a warp; 0 is the default's choice by width), MONORAIL_QGEMV_MMA_BLOCK_WARPS=1 / 2 / 4 its warps a block
 # (set_qgemv_mma_block_warps; 4 by default) and MONORAIL_QGEMV_MMA_LOADS_FIRST=1 / 0 whether a pass's weight loads
-# all go out before its first product (set_qgemv_mma_loads_first; on by default), for a device call to run the tests
+# all go out before its first product (set_qgemv_mma_loads_first; on by default), and
+# MONORAIL_QGEMV_MMA_UNCHECKED=1 / 0 whether passes wholly inside K run without bounds checks
+# (set_qgemv_mma_unchecked_passes; off by default until its GPU tests have passed), for a device call to run the tests
 # under a candidate. Applied once, at the first import.
 _MMA_ENV = "MONORAIL_QGEMV_MMA"
 _MMA_SHAPE_ENV = "MONORAIL_QGEMV_MMA_SHAPE"
 _MMA_LOADS_FIRST_ENV = "MONORAIL_QGEMV_MMA_LOADS_FIRST"
 _MMA_BLOCK_WARPS_ENV = "MONORAIL_QGEMV_MMA_BLOCK_WARPS"
+_MMA_UNCHECKED_ENV = "MONORAIL_QGEMV_MMA_UNCHECKED"
 _configured_once = False
 
 
@@ -127,6 +130,9 @@ def _configured(mod):
         on = os.environ.get(_MMA_LOADS_FIRST_ENV)
         if on in ("0", "1") and hasattr(mod, "set_qgemv_mma_loads_first"):
             mod.set_qgemv_mma_loads_first(on == "1")
+        unchecked = os.environ.get(_MMA_UNCHECKED_ENV)
+        if unchecked in ("0", "1") and hasattr(mod, "set_qgemv_mma_unchecked_passes"):
+            mod.set_qgemv_mma_unchecked_passes(unchecked == "1")
     return mod
 
 

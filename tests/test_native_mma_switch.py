@@ -69,10 +69,14 @@ def test_the_warps_a_block_are_checked_and_set():
     assert _run("print(m.qgemv_mma_block_warps())", "MONORAIL_QGEMV_MMA_BLOCK_WARPS", "2") == "2"
 
 
-def test_whole_passes_run_unchecked_by_default_and_the_switch_sets_it():
-    got = _run("print([m.qgemv_mma_unchecked_passes(), m.set_qgemv_mma_unchecked_passes(False), "
+def test_whole_passes_run_checked_by_default_and_the_switches_set_them():
+    got = _run("print([m.qgemv_mma_unchecked_passes(), m.set_qgemv_mma_unchecked_passes(True), "
                "m.qgemv_mma_unchecked_passes()] if hasattr(m, 'set_qgemv_mma_unchecked_passes') else 'absent')",
-               "MONORAIL_QGEMV_MMA", None)
+               "MONORAIL_QGEMV_MMA_UNCHECKED", None)
     if got == "absent":
         pytest.skip("engine._native was built without CUDA")
-    assert got == "[True, None, False]"   # on since session 47 (qgemv.cu g_mma_unchecked)
+    assert got == "[False, None, True]"   # off until a GPU has run it (qgemv.cu g_mma_unchecked, session 49)
+    ask = "print(m.qgemv_mma_unchecked_passes())"
+    assert _run(ask, "MONORAIL_QGEMV_MMA_UNCHECKED", "1") == "True"
+    assert _run(ask, "MONORAIL_QGEMV_MMA_UNCHECKED", "0") == "False"
+    assert _run(ask, "MONORAIL_QGEMV_MMA_UNCHECKED", "yes") == "False"   # neither 0 nor 1: the default holds
