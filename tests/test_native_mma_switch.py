@@ -45,7 +45,7 @@ def test_the_default_shape_of_work_follows_the_width():
     default = _shapes(None)
     if default == "absent":
         pytest.skip("engine._native was built without CUDA")
-    # 16 rows a warp at 16 warps an SM up to 6 tokens, 32 rows at 8 above (session 46, qgemv.cu g_mma_rows_per_warp);
+    # 16 rows a warp at 16 warps an SM up to 6 tokens, 32 rows at 8 above (session 46, qgemv_mma.cu g_mma_rows_per_warp);
     # 4 spans a pass for one n8 tile of tokens, 2 for two
     assert default == ("(0, 0, 0) [(16, 4, 16), (16, 4, 16), (8, 4, 32), (8, 4, 32), (8, 2, 32), (8, 2, 32)]")
     # what is set wins over the width; a zero field is still chosen by width (rows) or by form (warps)
@@ -75,7 +75,7 @@ def test_whole_passes_run_checked_by_default_and_the_switches_set_them():
                "MONORAIL_QGEMV_MMA_UNCHECKED", None)
     if got == "absent":
         pytest.skip("engine._native was built without CUDA")
-    assert got == "[False, None, True]"   # off until a GPU has run it (qgemv.cu g_mma_unchecked, session 49)
+    assert got == "[False, None, True]"   # off until a GPU has run it (qgemv_mma.cu g_mma_unchecked, session 49)
     ask = "print(m.qgemv_mma_unchecked_passes())"
     assert _run(ask, "MONORAIL_QGEMV_MMA_UNCHECKED", "1") == "True"
     assert _run(ask, "MONORAIL_QGEMV_MMA_UNCHECKED", "0") == "False"

@@ -101,7 +101,7 @@ def test_group_32_over_unchecked_passes_against_fp64(nat, bits, T, split):
     """A pass whose spans all hold four chunks loads without bounds checks and counts its scales' groups a span at a
     time (qgemv_mma.cuh load_pass, FULL); the shapes above reach it with group 64 only. Group 32 over a K of several
     such passes and a partial last span (37 chunks). Switched on here: they are off by default until a GPU has run
-    them (qgemv.cu g_mma_unchecked)."""
+    them (qgemv_mma.cu g_mma_unchecked)."""
     with unchecked_passes(nat, True):
         _check_against_fp64(nat, bits, 250, 1184, 32, T, 1, split)
 

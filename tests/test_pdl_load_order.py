@@ -104,3 +104,25 @@ def test_no_engine_kernel_loads_above_its_pdl_wait(tmp_path, arch):
     finally:
         mp.undo()
     assert not found, [(h.kernel, h.sass_loads, h.ptx_loads) for h in found]
+
+
+def test_every_source_with_pdl_waits_is_checked():
+    """The check above covers the files in the tool's SOURCES list; a kernel file that waits on its predecessor (itself
+    or through a local header it includes) and is missing from that list would go unchecked (session 49 moved the
+    tensor-core GEMV into qgemv_mma.cu). pdl.cuh and stamps.cuh define the wait, they call it in no kernel."""
+    import re
+    cuda = _ROOT / "csrc" / "cuda"
+    defining = {"pdl.cuh", "stamps.cuh"}
+
+    def waits(path: pathlib.Path, seen: set) -> bool:
+        if path.name in seen or not path.exists():
+            return False
+        seen.add(path.name)
+        text = path.read_text()
+        if path.name not in defining and ("pdl_wait(" in text or "ld_after_wait(" in text):
+            return True
+        return any(waits(cuda / inc, seen) for inc in re.findall(r'#include "([^"]+)"', text))
+
+    need = sorted(p.name for p in cuda.glob("*.cu") if waits(p, set()))
+    assert "qgemv_mma.cu" in need and "qgemv.cu" in need   # the search itself finds what it must
+    assert [n for n in need if n not in _tool().SOURCES] == []

@@ -54,15 +54,16 @@ void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp = 0);
 std::tuple<int, int, int> qgemv_mma_shape();
 std::tuple<int, int, int> qgemv_mma_shape_for(int T);  // the shape a T-token GEMV runs under (0s resolved)
 // Warps a block of the tensor-core GEMV (4, the default, 2 or 1): the same work a warp, spread over the SMs in finer
-// blocks (qgemv.cu g_mma_block_warps).
+// blocks (qgemv_mma.cu g_mma_block_warps).
 void set_qgemv_mma_block_warps(int warps);
 int qgemv_mma_block_warps();
-// Its passes whose spans all lie within K and the split run without bounds checks (on, the default since session 47)
-// or every pass with them (off): the same sums (qgemv.cu g_mma_unchecked).
+// Its passes whose spans all lie within K and the split run without bounds checks (on; session 47) or every pass with
+// them (off, the default until a GPU has run the unchecked form; session 49): the same sums (qgemv_mma.cu
+// g_mma_unchecked).
 void set_qgemv_mma_unchecked_passes(bool on);
 bool qgemv_mma_unchecked_passes();
 // The tensor-core GEMV with each pass's weight loads all issued before its first product (on) or as ptxas schedules
-// them (off); on by default since session 45; the same sums (qgemv.cu g_mma_loads_first).
+// them (off); on by default since session 45; the same sums (qgemv_mma.cu g_mma_loads_first).
 void set_qgemv_mma_loads_first(bool on);
 bool qgemv_mma_loads_first();
 // fp32 scratch the tensor-core GEMV splits K over when its matrix has few row tiles (the 5120-row outputs): set for

@@ -26,6 +26,7 @@
 #include "stamps.cuh"
 #include "ptx.cuh"
 #include "q4_half2.cuh"
+#include "qgemv_common.cuh"
 #include "ops.h"
 
 namespace monorail {
@@ -36,63 +37,24 @@ int spread_idle_warps(const std::vector<int>& per_sm_by_idle, int fair_share) {
   return 0;  // even the most idle warps leave an SM above its share: none (they would only hold registers)
 }
 
+namespace gemv {
+int sm_count() {
+  static int n = 0;
+  if (!n) {
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
+  }
+  return n;
+}
+}  // namespace gemv
+
 namespace {
+
+using namespace gemv;  // GemvArgs, Chunk and the chunk loads (qgemv_common.cuh), shared with qgemv_mma.cu
 
 constexpr int kWarps = 4;
 constexpr int kNumVariants = 49;  // T = 1 launch variants 1..49 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49 4-bit)
-
-struct GemvArgs {
-  const uint8_t* codes;
-  const uint8_t* high;
-  const __half* scales;
-  int N, K, gshift;
-  const __half* x;
-  int T;
-  int epi;
-  float* out_f32;
-  __half* out_h;
-  int ldo;
-  // qgemv_normed, fused path (NORM kernels): x = rmsnorm(nx) (fp32 [K], natural order) * (nw + nadd), eps neps
-  const float* nx = nullptr;
-  const float* nw = nullptr;
-  float neps = 0.f, nadd = 0.f;
-  int x_lanes = 0;    // x in the lanes layout (variant 4 only; ops.h GEMV_X_LANES)
-  int out_lanes = 0;  // the SwiGLU epilogue writes out_h in the lanes layout of its N / 2 elements
-  int nw_early = 1;   // NORM: the norm weights (constant) loaded before the PDL wait (set_qgemv_norm_weights_early)
-};
-
-// Where the SwiGLU epilogue stores pair p of its N / 2 outputs (a row of the next GEMV's x).
-__device__ inline int swiglu_pos(const GemvArgs& a, int pair) {
-  return a.out_lanes ? lanes_pos(pair, a.N >> 1) : perm8(pair);
-}
-
-template <int BITS>
-struct Chunk {
-  uint4 lo;    // 32 x 4-bit (or the first 16 bytes of 8-bit)
-  uint4 hi8;   // 8-bit: second 16 bytes
-  uint2 high;  // 5-bit: .x, 6-bit: .x,.y
-};
-
-// The high-plane bits of chunk c of a row: 5-bit 4 bytes (.x), 6-bit 8 bytes (.x, .y); nothing at other widths.
-template <int BITS>
-__device__ inline void load_high(const GemvArgs& a, int row, int c, uint2& high) {
-  const size_t K = a.K;
-  if (BITS == 5) high.x = __ldg(reinterpret_cast<const uint32_t*>(a.high + row * (K / 8) + c * 4));
-  if (BITS == 6) high = __ldg(reinterpret_cast<const uint2*>(a.high + row * (K / 4) + c * 8));
-}
-
-template <int BITS>
-__device__ inline void load_chunk(const GemvArgs& a, int row, int c, Chunk<BITS>& ch) {
-  const size_t K = a.K;
-  if (BITS == 8) {
-    const uint4* p = reinterpret_cast<const uint4*>(a.codes + row * K + c * 32);
-    ch.lo = __ldg(p);
-    ch.hi8 = __ldg(p + 1);
-  } else {
-    ch.lo = __ldg(reinterpret_cast<const uint4*>(a.codes + row * (K / 2) + c * 16));
-    load_high<BITS>(a, row, c, ch.high);
-  }
-}
 
 // Code of element k (0..31) of a chunk, for the generic path (compile-time k after unrolling).
 template <int BITS>
@@ -130,51 +92,6 @@ __device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
 // One HFMA2 per pair then gives (c - 2^(B-1)) / D with D = 2^(B-4), exactly (the result has at most B-4
 // fractional bits and |.| <= 8): the fp16 partial sums have the 4-bit path's magnitude, so 8 products
 // per half summed in fp16 cannot overflow where the 4-bit path does not. The chunk sum is times D in fp32.
-// The magic-number words of word j (elements 8j..8j+7) of a 5/6/8-bit chunk: b[i] holds the half2 pair of elements
-// (8j + i, 8j + i + 4), as (1024 + c, ...) for i = 0, 2 (and every i at 8 bits) and (1024 + 16 c, ...) for i = 1, 3
-// at 5 / 6 bits (chunk_dot_fast's and the tensor-core GEMV's decode).
-template <int BITS>
-__device__ __forceinline__ void magic_words(const Chunk<BITS>& ch, int j, uint32_t (&b)[4]) {
-  if constexpr (BITS == 8) {
-    const uint32_t e0 = j < 2 ? (&ch.lo.x)[2 * j] : (&ch.hi8.x)[2 * j - 4];  // elements 8j..8j+3
-    const uint32_t e1 = j < 2 ? (&ch.lo.x)[2 * j + 1] : (&ch.hi8.x)[2 * j - 3];  // 8j+4..8j+7
-    const uint32_t p01 = __byte_perm(e0, e1, 0x5140);  // bytes c0 c4 c1 c5
-    const uint32_t p23 = __byte_perm(e0, e1, 0x7362);  // bytes c2 c6 c3 c7
-    const uint32_t magic = 0x64646464u;
-    b[0] = __byte_perm(p01, magic, 0x4140);  // 0x64 c0 | 0x64 c4 (little end first)
-    b[1] = __byte_perm(p01, magic, 0x4342);
-    b[2] = __byte_perm(p23, magic, 0x4140);
-    b[3] = __byte_perm(p23, magic, 0x4342);
-  } else {
-    const uint32_t w = (&ch.lo.x)[j];
-    const uint32_t w8 = w >> 8;
-    uint32_t g[4];  // high bits of pair i, at bits 4/20 (i even) or 8/24 (i odd)
-    if constexpr (BITS == 5) {
-      // hb bit i = bit 4 of element 8j+i; hb * (2^a + 2^(a+12)) is two disjoint copies of hb, so the
-      // mask picks element i at bit a+i and element i+4 at bit a+12+i+4 = a+i+16
-      const uint32_t hb = __byte_perm(ch.high.x, 0, 0x4440 + j);
-      g[0] = and_or<0x00100010u, 0x64006400u>(hb * 0x10010u);  // a = 4: elements 0, 4 -> bits 4, 20
-      g[1] = and_or<0x01000100u, 0x64006400u>(hb * 0x80080u);  // a = 7: elements 1, 5 -> bits 8, 24
-      g[2] = and_or<0x00100010u, 0x64006400u>(hb * 0x04004u);  // a = 2: elements 2, 6 -> bits 4, 20
-      g[3] = and_or<0x01000100u, 0x64006400u>(hb * 0x20020u);  // a = 5: elements 3, 7 -> bits 8, 24
-    } else {
-      // 16 bits for elements 8j..8j+7, 2 per element: elements 0..3 -> byte 0, 4..7 -> byte 2 of z,
-      // so element i sits at bits 2i and element i+4 at 16 + 2i: one shift places both
-      const uint32_t src = j < 2 ? ch.high.x : ch.high.y;
-      const uint32_t z = __byte_perm(src, 0, (j & 1) ? 0x4342 : 0x4140);
-      g[0] = and_or<0x00300030u, 0x64006400u>(z << 4);
-      g[1] = and_or<0x03000300u, 0x64006400u>(z << 6);
-      g[2] = and_or<0x00300030u, 0x64006400u>(z);
-      g[3] = and_or<0x03000300u, 0x64006400u>(z << 2);
-    }
-    // g[i] already carries the 0x6400 exponent bits: one LOP3 per pair
-    b[0] = and_or<0x000F000Fu>(w, g[0]);
-    b[1] = and_or<0x00F000F0u>(w, g[1]);
-    b[2] = and_or<0x000F000Fu>(w8, g[2]);
-    b[3] = and_or<0x00F000F0u>(w8, g[3]);
-  }
-}
-
 template <int BITS>
 __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
   if constexpr (BITS == 4) {
@@ -325,16 +242,6 @@ __global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
     }
   }
   wait_once();  // a warp without work still waits (pdl.cuh: completion stays transitive)
-}
-
-int sm_count() {
-  static int n = 0;
-  if (!n) {
-    int dev = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) n = 132;
-  }
-  return n;
 }
 
 template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
@@ -1795,151 +1702,11 @@ int t1_variant(const GemvArgs& a) {
   return v ? v : t1_route<BITS>(a);
 }
 
-#include "qgemv_mma.cuh"
-
 // set_qgemv_mma: on by default since session 40, whose fix (x loads after the PDL wait: ld_after_wait) made it right
 // inside the engine (H100: the engine-level, verify, MTP, model, prefill and routing GPU tests with it on,
 // bench/results/tests-*-mma-fixed-h100-s40-*.txt); off runs the per-token kernel (a step of T tokens then costs nearly
 // T steps)
 bool g_mma = true;
-float* g_gemv_scratch = nullptr;   // GemvScratchScope
-int64_t g_gemv_scratch_floats = 0;
-
-// The tensor-core GEMV's shape of work, set_qgemv_mma_shape: the warps an SM should get (K is split until the row
-// tiles give that many), and the 128-element spans a warp loads together before it multiplies (2 or 4, or 0: by
-// width; 8-bit loads half as many). 8 warps an SM for 32-row warps since session 42 (16, with 2 or 4 spans, was
-// slower at T = 2, 4 and 16: bench/mma_shape_sweep.py, bench/results/mma-shape-sweep-h100-s42-call1.json).
-// Spans by width (0, the default since session 45, with loads first below): 4 for one n8 tile of tokens (T <= 8), 2
-// for two. On an H100 with loads first, T = 2 / 4 / 16 took 8.24-8.28 / 8.78 / 12.68-12.70 ms at 4 spans and 8.60 /
-// 9.22 / 11.77 at 2, against 8.55-8.56 / 8.90-8.99 / 12.08-12.13 for session 42's default (4 spans, loads as ptxas
-// schedules them) (mma-shape-sweep-h100-s45-call1.json): two tiles hold twice the accumulators and x, and the fourth
-// span's registers then cost more than its bytes in flight give. Confirmed with both defaults twice each
-// (mma-shape-sweep-h100-s45-call2.json), T = 2 / 3 / 4 / 8 / 9 / 16: 8.08-8.19 / 8.42-8.44 / 8.63-8.64 / 9.52-9.57 /
-// 9.70 / 11.60-11.76 ms against 8.46-8.49 / 8.63-8.67 / 8.81 / 9.47-9.51 / 10.30-10.31 / 11.93-11.95.
-// Rows a warp owns (set_qgemv_mma_shape's third field): 32 (two m16 tiles) or 16 (one; issues loads first whatever
-// set_qgemv_mma_loads_first says: qgemv_mma_kernel's MT), or 0, by width (the default since session 46): 16 rows at
-// 16 warps an SM for T <= 6, 32 rows at 8 warps above. 16 rows take 96 registers instead of 158, so gate_up's 2,176
-// row tiles fit one wave at 16 warps an SM instead of 8. On an H100 (MONORAIL_COMMIT=3601041 bash
-// bench/calls/device_s45_call4.sh and the sweep after it, mma-shape-sweep-h100-s46-call1.json / -call2.json)
-// T = 2 / 3 / 4 / 6 / 8 / 12 steps took 7.56-7.57 / 7.77-7.78 / 8.06-8.08 / 8.90-8.91 / 9.84-9.86 / 12.54 ms at (16, 0, 16) against
-// 8.20-8.23 / 8.49-8.50 / 8.70-8.71 / 9.15-9.17 / 9.58 / 10.59-10.62 at (8, 0, 32); T = 16 15.35 against 11.85-11.92
-// (with two n8 tiles of tokens, 16 rows read each token's x for half the rows 32 do, and the kernel spills 12 bytes
-// in its 96 registers: ptxas -v, sm_90). 12 and 24 warps an SM were no better than 16; 8 warps with 16 rows fell
-// between the two. Nsight Compute on gate_up at T = 4: 47.3 us against 53.6, DRAM 62 % against 55 %, 16 warps an SM
-// against 8 (ncu-34816-T4-rows16-w16-h100-s46.txt).
-// Warps an SM (the first field): 0, the default, takes the form's (16 for 16 rows, 8 for 32).
-int g_mma_warps_per_sm = 0;
-int g_mma_spans = 0;
-int g_mma_rows_per_warp = 0;
-constexpr int kSixteenRowsUpToT = 6;
-// Warps a block (set_qgemv_mma_block_warps: 4, the default, 2 or 1; session 46, not yet timed). A block's warps share
-// nothing, so this only changes how evenly the row tiles spread over the SMs: gate_up at T = 4 is 544 blocks of 4
-// 16-row warps for 132 SMs (H100), so 16 SMs hold 5 blocks and 116 hold 4, and the kernel waits on the 16; as 2,176
-// one-warp blocks the SMs hold 16 or 17 (all resident: 96 registers allow 21 a SM). With 32 rows (T > 6) it is 272
-// blocks: 8 SMs hold 3, the rest 2.
-int g_mma_block_warps = mma_gemv::kWarpsPerBlock;
-// Passes whose spans all hold four chunks before the split's end run without bounds checks (qgemv_mma_kernel's
-// unchecked_passes; session 47: 11-30 % fewer instructions a pass at 4 bits, bench/results/sass-loops-mma-s47.txt).
-// Off (the default) runs every pass checked, as before session 47: the same sums, a benchmark's A/B in one build.
-// Off by default since session 49: no GPU has run it yet (sessions 47-49 got no device machine), and a verify step
-// that sums wrongly would change speculative replies; its op tests (tests/test_native_qgemv_mma.py) and the whole
-// suite under MONORAIL_QGEMV_MMA_UNCHECKED=1 decide whether it becomes the default.
-bool g_mma_unchecked = false;
-
-int mma_rows_per_warp(int T) {
-  return g_mma_rows_per_warp ? g_mma_rows_per_warp : (T <= kSixteenRowsUpToT ? 16 : 32);
-}
-int mma_warps_per_sm(int rows_per_warp) {
-  return g_mma_warps_per_sm ? g_mma_warps_per_sm : (rows_per_warp == 16 ? 16 : 8);
-}
-int mma_spans_a_pass(int T) { return g_mma_spans ? g_mma_spans : (T > 8 ? 2 : 4); }
-// (Two other forms were measured on whole steps on an H100 and removed, both bit for bit the default's: session 43's
-// pipelined form, each warp's next pass of weights loaded into a second register set before it multiplies the current
-// one: 8.35-8.45 / 9.08-9.10 / 15.80-15.85 ms at T = 2 / 4 / 16 against 8.49-8.50 / 8.78-8.81 / 11.99-12.23
-// (mma-shape-sweep-h100-s43-call3.json; code in 1cf42e1); session 44's long runs, each warp walking 16-row tiles in
-// turn and reading 512 bytes of each row a pass instead of 256 of each of 32 rows: 9.73 / 10.10 / 16.2-16.5 ms against
-// 8.51-8.52 / 8.82-8.90 / 12.19-12.28 (mma-shape-sweep-h100-s44-call2.json; code in 714a2b2). And 6 spans a pass at
-// 4 bits in 3-warp blocks (12 KB of codes in flight a warp, one wave kept), after Nsight Compute found the 4-token
-// kernel with 8 warps an SM on gate_up, 70 % of cycles waiting on its loads (ncu-34816-T4-h100-s44-call3.txt):
-// 9.31-9.32 / 9.69 / 15.46-15.52 ms against 8.46-8.48 / 8.83-8.85 / 12.00-12.01 (mma-shape-sweep-h100-s44-call5.json;
-// code in e3a72dd).)
-
-// set_qgemv_mma_loads_first (on by default since session 45): each pass's weight loads all issued before its first
-// product (qgemv_mma_kernel's LF). The SASS without it (bench/sass_load_order.py, sm_90,
-// bench/results/sass-load-order-mma-s44.txt) issues a 4-span pass's spans 2 and 3 only after spans 0 and 1 are
-// multiplied: ptxas sinks the loads (the PTX has them all first), so a warp has about half of its 8 KB in flight. 158
-// registers at 4 bits, 4 spans, one n8 tile (147 without): still 3 blocks an SM. Measured (H100, above): T = 2 -3.4 %,
-// T = 4 -1.8 % a step; at 4 spans T = 16 +5 %, hence 2 spans there. Less than session 44 predicted (T = 4 8.8 -> ~7.9
-// ms): Nsight Compute on gate_up at T = 4 still finds 58 % of cycles waiting on L1TEX, 52.0 us against 54.5 (DRAM 57 %,
-// 8.2 warps an SM: ncu-34816-T4-loads-first-h100-s45-call1.txt), so the loads' order was a small part of the wait.
-bool g_mma_loads_first = true;
-// (Session 45's 4-bit group-scaled form, set_qgemv_mma_group_scale: each lane loaded one 8-byte half of each
-// 64-element group so that a k-step stayed in one group, (code - 8) x summed per group and scaled once in fp32, ~11 %
-// fewer instructions a pass. Right against the fp64 oracle on an H100 (tests-forms-op-h100-s46-call1.txt) and slower:
-// T = 2 / 4 / 16 steps 10.35-10.38 / 10.84-10.85 / 12.39-12.40 ms against 8.12-8.16 / 8.67-8.69 / 11.85-11.92, and
-// with 16 rows 8.85 / 9.38-9.41 / 13.31-13.52 against 7.87-7.89 / 8.29-8.39 / 15.97-16.00
-// (mma-shape-sweep-h100-s46-call1.json); removed in session 46, code in 3601041.)
-
-// Splits of K for the tensor-core GEMV: enough warps for mma_warps_per_sm an SM (the bytes in flight a stream
-// needs), each split at least 4 spans of 128, and the partials within the scratch.
-int mma_splits(int N, int K, int T, int64_t floats) {
-  const int rows = mma_rows_per_warp(T);
-  const int tiles = ceil_div(N, rows);
-  const int spans = ceil_div(K, mma_gemv::kSpan);
-  int splits = std::min({mma_gemv::kMaxSplits, ceil_div(mma_warps_per_sm(rows) * sm_count(), tiles),
-                         std::max(1, spans / 4)});
-  while (splits > 1 && (int64_t)splits * T * N > floats) --splits;
-  if (splits < 1) splits = 1;
-  const int per = ceil_div(spans, splits);
-  return ceil_div(spans, per);  // no empty split
-}
-
-template <int BITS, int U, bool LF, int MT = 2>
-void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles)
-    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT>, grid, block, 0, st, a, part, per, g_mma_unchecked);
-  else
-    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT>, grid, block, 0, st, a, part, per, g_mma_unchecked);
-}
-
-// The form of the tensor-core kernel the switches choose: 16 rows a warp (always loads first), else 32 rows with or
-// without loads first.
-template <int BITS, int U>
-void launch_mma_form(const GemvArgs& a, bool two, bool wide, bool sixteen_rows, dim3 grid, dim3 block, cudaStream_t st,
-                     float* part, int per) {
-  if (sixteen_rows) {
-    if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
-    else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
-  } else if (g_mma_loads_first) {
-    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
-    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
-  } else if (wide) {
-    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per);
-  } else {
-    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per);
-  }
-}
-
-template <int BITS>
-void launch_mma(const GemvArgs& a, cudaStream_t st) {
-  const int64_t part_floats = g_gemv_scratch ? g_gemv_scratch_floats : 0;
-  const int splits = mma_splits(a.N, a.K, a.T, part_floats);
-  const int spans = ceil_div(a.K, mma_gemv::kSpan);
-  const int per = ceil_div(spans, splits);
-  const int rows = mma_rows_per_warp(a.T);
-  const dim3 grid(ceil_div(ceil_div(a.N, rows), g_mma_block_warps), splits);
-  const dim3 block(g_mma_block_warps * 32);
-  float* part = splits > 1 ? g_gemv_scratch : nullptr;
-  constexpr int U = BITS == 8 ? 1 : 2;
-  const bool two = a.T > 8;
-  const bool wide = BITS != 8 && mma_spans_a_pass(a.T) == 4;
-  launch_mma_form<BITS, U>(a, two, wide, rows == 16, grid, block, st, part, per);
-  if (splits > 1) {
-    const int outs = a.T * (a.epi == GEMV_SWIGLU ? a.N / 2 : a.N);
-    launch_pdl("qgemv_mma_reduce", qgemv_mma_reduce_kernel, dim3(ceil_div(outs, 256)), dim3(256), 0, st, a,
-               static_cast<const float*>(part), splits);
-  }
-}
 
 template <int BITS>
 void launch_bits(const GemvArgs& a, cudaStream_t st) {
@@ -2148,7 +1915,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       else launch<BITS, 1, 2, false, false>(a, st);
     }
   }
-  else if (g_mma && !a.x_lanes && a.nx == nullptr) launch_mma<BITS>(a, st);
+  else if (g_mma && !a.x_lanes && a.nx == nullptr) launch_mma(BITS, a, st);
   else if (BITS != 4) launch<BITS, 16, 2, false, false>(a, st);
   else if (a.T <= 2) launch<BITS, 2, 2, false, false>(a, st);
   else if (a.T <= 4) launch<BITS, 4, 2, false, false>(a, st);
@@ -2307,46 +2074,6 @@ void set_qgemv_lanes(bool on) { g_lanes = on; }
 void set_qgemv_mma(bool on) { g_mma = on; }
 bool qgemv_mma() { return g_mma; }
 
-void set_qgemv_mma_shape(int warps_per_sm, int spans, int rows_per_warp) {
-  if (warps_per_sm < 0 || warps_per_sm > 64) throw std::invalid_argument("warps_per_sm must be 0 (by form) or 1..64");
-  if (spans != 0 && spans != 2 && spans != 4) throw std::invalid_argument("spans must be 0 (by width), 2 or 4");
-  if (rows_per_warp != 0 && rows_per_warp != 16 && rows_per_warp != 32)
-    throw std::invalid_argument("rows_per_warp must be 0 (by width), 16 or 32");
-  g_mma_warps_per_sm = warps_per_sm;
-  g_mma_spans = spans;
-  g_mma_rows_per_warp = rows_per_warp;
-}
-std::tuple<int, int, int> qgemv_mma_shape() { return {g_mma_warps_per_sm, g_mma_spans, g_mma_rows_per_warp}; }
-std::tuple<int, int, int> qgemv_mma_shape_for(int T) {
-  const int rows = mma_rows_per_warp(T);
-  return {mma_warps_per_sm(rows), mma_spans_a_pass(T), rows};
-}
-
-void set_qgemv_mma_block_warps(int warps) {
-  if (warps != 1 && warps != 2 && warps != mma_gemv::kWarpsPerBlock)
-    throw std::invalid_argument("the tensor-core GEMV's warps a block must be 1, 2 or 4");
-  g_mma_block_warps = warps;
-}
-int qgemv_mma_block_warps() { return g_mma_block_warps; }
-
-void set_qgemv_mma_unchecked_passes(bool on) { g_mma_unchecked = on; }
-bool qgemv_mma_unchecked_passes() { return g_mma_unchecked; }
-
-void set_qgemv_mma_loads_first(bool on) { g_mma_loads_first = on; }
-bool qgemv_mma_loads_first() { return g_mma_loads_first; }
-
-GemvScratchScope::GemvScratchScope(float* scratch, int64_t floats)
-    : saved_ptr(g_gemv_scratch), saved_floats(g_gemv_scratch_floats) {
-  g_gemv_scratch = scratch;
-  g_gemv_scratch_floats = scratch ? floats : 0;
-}
-
-GemvScratchScope::~GemvScratchScope() {
-  g_gemv_scratch = saved_ptr;
-  g_gemv_scratch_floats = saved_floats;
-}
-
-int qgemv_mma_splits(int N, int K, int T, int64_t floats) { return mma_splits(N, K, T, floats); }
 
 SpreadLaunch qgemv_spread_launch(int N, bool x_lanes) { return pp_spread_launch(x_lanes, N); }
 

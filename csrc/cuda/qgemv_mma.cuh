@@ -1,6 +1,6 @@
 // The GEMV for T = 2..16 tokens on tensor cores (4 / 5 / 6 / 8-bit) (mma.sync m16n8k16, fp32 accumulate): the weights are
 // dequantized once and multiplied with every token, so a step of T tokens streams the matrix once, as T = 1 does.
-// Included by qgemv.cu (it uses GemvArgs, swiglu_pos and the launch helpers there).
+// Included by qgemv_mma.cu (it uses GemvArgs, swiglu_pos, Chunk, load_chunk and magic_words from qgemv_common.cuh).
 //
 // Why: the per-token kernel (qgemv_kernel with TT > 1) decodes each chunk again for every token, so its cost grows
 // with T: on an H100 a whole 27B step took 6.2 / 19 / 31 / 77 ms at T = 1 / 4 / 7 / 16 (32K depth,
