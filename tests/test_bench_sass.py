@@ -131,3 +131,32 @@ def test_the_main_loop_is_the_shortest_with_the_most_products():
     without = "\n".join(line for line in first_two.splitlines() if "HMMA" not in line)
     count, ops = mod.main_loop(without)   # no products: the longest loop
     assert count == 6 and ops["IADD3"] == 5
+
+
+def test_sass_compare_matches_kernels_across_namespaces_and_reports_changes():
+    """bench/sass_compare.py: a kernel that left the anonymous namespace or whose argument type moved from monorail to
+    monorail::gemv is matched with itself; an edited one or one on a single side is reported (c++filt demangles the
+    names; no nvcc)."""
+    tool = _bench("sass_compare")
+    # _ZN12_GLOBAL__N_11kEN8monorail1AE is (anonymous namespace)::k(monorail::A), _Z1kN8monorail4gemv1AE is
+    # k(monorail::gemv::A); _Z1jv is j(); _Z1hv is h()
+    old = tool.kernels("""
+        Function : _ZN12_GLOBAL__N_11kEN8monorail1AE
+        /*0000*/                   MOV R1, c[0x0][0x28] ;           /* 0x00000a0000017a02 */
+        /*0010*/                   EXIT ;                            /* 0x000000000000794d */
+        Function : _Z1jv
+        /*0000*/                   IADD3 R2, R2, 0x1, RZ ;
+        Function : _Z1hv
+        /*0000*/                   EXIT ;
+""")
+    new = tool.kernels("""
+        Function : _Z1kN8monorail4gemv1AE
+        /*0000*/                   MOV R1,   c[0x0][0x28] ;   /* 0x00000a0000017a02 */
+        /*0010*/                   EXIT ;  /* 0x000000000000794d */
+        Function : _Z1jv
+        /*0000*/                   IADD3 R2, R2, 0x2, RZ ;
+""")
+    assert list(old.values())[0] == list(new.values())[0]   # whitespace collapsed
+    diffs = tool.compare({tool.readable(list(old))[k]: v for k, v in old.items()},
+                         {tool.readable(list(new))[k]: v for k, v in new.items()})
+    assert diffs == ["only at the revision: h()", "differs: j() (1 -> 1 lines; first at line 0)"]
