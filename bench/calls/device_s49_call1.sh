@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 49 (written for the next session with a device): device_s47_call2.sh with the unchecked passes switched on
-# for the whole process (MONORAIL_QGEMV_MMA_UNCHECKED=1), since session 49 made the checked passes the default until a
-# GPU has run the unchecked ones. On an H200 the decode record with both llama.cpp peers (bench/device_card.sh execs
+# Session 49 (written for the next session with a device; it replaces session 47's device_s47_call2.sh, which never
+# got a machine and is removed): the unchecked passes switched on for the whole process (MONORAIL_QGEMV_MMA_UNCHECKED=1),
+# since session 49 made the checked passes the default until a GPU has run the unchecked ones. On an H200 the decode record with both llama.cpp peers (bench/device_card.sh execs
 # device_s41_h200.sh before the export below, so the record runs the defaults). On an H100:
 # 1. the tensor-core GEMV's whole op-test module under unchecked passes: every fp64 check then runs them, and
 #    test_unchecked_passes_change_no_value / test_the_warps_a_block_change_no_value compare bit for bit;

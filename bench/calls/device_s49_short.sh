@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 49: device_s49_call1.sh cut to what ~300 s hold (device starts have taken most of sessions 44-49's budgets).
+# Session 49: device_s49_call1.sh cut to what ~300 s hold (device starts have taken most of sessions 44-49's budgets;
+# it replaces session 47's device_s47_call3.sh, removed).
 # On an H200 the decode record (bench/device_card.sh). On an H100, with the unchecked passes on for the process: the op
 # tests of the two changes not yet run on a GPU (unchecked passes, session 47; warps a block, session 46) and the
 # engine's multi-token steps against one-token steps; the A/B sweep (unchecked / checked (c) / 1 warp a block;
