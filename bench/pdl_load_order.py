@@ -31,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # the sources with kernels that wait on a PDL predecessor (pdl_wait; `grep -l pdl_wait csrc/cuda/*.cu`)
-SOURCES = ["qgemv.cu", "qgemv_mma.cu", "attention.cu", "gdn.cu", "norm_embed.cu"]
+SOURCES = ["qgemv.cu", "qgemv_generic.cu", "qgemv_mma.cu", "qgemv_mma_4_8bit.cu", "qgemv_mma_5_6bit.cu", "attention.cu",
+           "gdn.cu", "norm_embed.cu"]
 
 _PTX_ENTRY = re.compile(r"\.entry\s+(\S+)\s*\(")
 _SASS_FUNC = re.compile(r"\n\s*Function : (\S+)\n")

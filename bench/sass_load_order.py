@@ -2,7 +2,7 @@
 128-bit global load as W (a constant load: weights) or X (another: x), each run of mma as M<count>, other
 instructions left out, and `|` at each PDL wait (ACQBULK).
 
-    python3 bench/sass_load_order.py [--arch 90] [--kernel qgemv_mma_kernel] [--loops] [csrc/cuda/qgemv_mma.cu]
+    python3 bench/sass_load_order.py [--arch 90] [--kernel qgemv_mma_kernel] [--loops] [csrc/cuda/qgemv_mma_4_8bit.cu ...]
 
 --loops prints instead, per kernel, its registers (cuobjdump -res-usage) and its main loop (main_loop: the backward
 branch's body with the most HMMA): the instructions in it and its most frequent opcodes; session 45 counted a
@@ -78,7 +78,7 @@ def registers(cubin: str) -> dict[str, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv_mma.cu"])
+    ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv_mma_4_8bit.cu", "csrc/cuda/qgemv_mma_5_6bit.cu"])
     ap.add_argument("--arch", default="90")
     ap.add_argument("--kernel", default="qgemv_mma_kernel", help="part of the (mangled) kernel names to print")
     ap.add_argument("--loops", action="store_true", help="registers and the main loop's instructions instead")

@@ -66,8 +66,9 @@ def _functions(sass: str):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv.cu", "csrc/cuda/qgemv_mma.cu", "csrc/cuda/gdn.cu",
-                                                   "csrc/cuda/attention.cu"])
+    ap.add_argument("sources", nargs="*", default=["csrc/cuda/qgemv.cu", "csrc/cuda/qgemv_generic.cu",
+                                                   "csrc/cuda/qgemv_mma_4_8bit.cu", "csrc/cuda/qgemv_mma_5_6bit.cu",
+                                                   "csrc/cuda/gdn.cu", "csrc/cuda/attention.cu"])
     ap.add_argument("--arch", default="90")
     args = ap.parse_args()
     from cuda_tools import compile_sass  # bench/ is the script's directory, first on sys.path

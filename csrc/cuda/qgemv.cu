@@ -53,36 +53,7 @@ namespace {
 
 using namespace gemv;  // GemvArgs, Chunk and the chunk loads (qgemv_common.cuh), shared with qgemv_mma.cu
 
-constexpr int kWarps = 4;
 constexpr int kNumVariants = 49;  // T = 1 launch variants 1..49 (launch_bits; 16..19, 45, 46 for every width; 47 in qgemv_normed only; 48 at 5 / 6 / 8 bits; 49 4-bit)
-
-// Code of element k (0..31) of a chunk, for the generic path (compile-time k after unrolling).
-template <int BITS>
-__device__ inline int code_of(const Chunk<BITS>& ch, int k) {
-  if (BITS == 8) {
-    uint32_t w = k < 16 ? (&ch.lo.x)[k >> 2] : (&ch.hi8.x)[(k - 16) >> 2];
-    return (w >> ((k & 3) * 8)) & 0xFF;
-  }
-  uint32_t w = (&ch.lo.x)[k >> 3];
-  int c = (w >> ((k & 7) * 4)) & 0xF;
-  if (BITS == 5) c |= ((ch.high.x >> k) & 1) << 4;
-  if (BITS == 6) c |= ((((&ch.high.x)[k >> 4]) >> ((k & 15) * 2)) & 3) << 4;
-  return c;
-}
-
-template <int BITS>
-__device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
-  if (BITS == 4) {
-    return dot_q4_half2(ch.lo, xv);
-  } else {
-    const __half* xh = reinterpret_cast<const __half*>(xv);
-    const float off = float(1 << (BITS - 1));
-    float s = 0.f;
-#pragma unroll
-    for (int k = 0; k < 32; ++k) s = fmaf(float(code_of<BITS>(ch, k)) - off, __half2float(xh[perm8(k)]), s);
-    return s;
-  }
-}
 
 // Fast chunk dot for every width (T = 1 ring kernel). 4-bit: chunk_dot<4> (same arithmetic as variant 1).
 // 5/6-bit: the high bits of elements (i, i+4) are ORed into the nibble pair before the 0x6400 magic, so
@@ -124,138 +95,6 @@ __device__ inline float chunk_dot_fast(const Chunk<BITS>& ch, const uint4 (&xv)[
     }
     return s * D;
   }
-}
-
-// The four 16-byte pieces of chunk c of one token's x (nch chunks) read through L1, in perm8 order or (XL) in the
-// lanes layout, where piece p of chunk c sits at run * 128 + p * run_chunks + c % 32 (16-byte units).
-template <bool XL>
-__device__ __forceinline__ void load_x_global(const uint4* xt, int c, int nch, uint4 (&xv)[4]) {
-  if (XL) {
-    const int run = c >> 5;
-    const int run_chunks = min(32, nch - 32 * run);
-    const uint4* xp = xt + run * 128 + (c & 31);
-#pragma unroll
-    for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
-  } else {
-    const uint4* xp = xt + c * 4;
-#pragma unroll
-    for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
-  }
-}
-
-// Variants (chosen per launch; bench/decode.py times them side by side):
-//   U      chunks per row loaded before use (2 rows x U x 16 B in flight per lane)
-//   PERSIST grid = one resident wave, grid-stride over row pairs; else one pair per warp
-//   PIPE   the next batch of chunks is loaded before the current one is used (software pipeline)
-//   XL     x in the lanes layout (common.cuh lanes_pos): the warp's p-th 16-byte load of x is one contiguous 512 bytes
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
-__global__ void __launch_bounds__(kWarps * 32) qgemv_kernel(GemvArgs a) {
-  MR_WARP_STAMP(kStampGemvGeneric, a.codes);
-  const int lane = threadIdx.x & 31;
-  const int npairs = (a.N + 1) >> 1;
-  const int nch = a.K >> 5;
-  const int ngroups = a.K >> a.gshift;
-  const int first = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  const int stride = PERSIST ? gridDim.x * kWarps : npairs;
-  bool waited = false;  // pdl.cuh: the first batch of weights is loaded before the wait, x only after it
-  auto wait_once = [&]() {
-    if (!waited) {
-      pdl_wait();
-      pdl_trigger();
-      waited = true;
-    }
-  };
-  for (int pair = first; pair < npairs; pair += stride) {
-    const int r0 = 2 * pair;
-    const int r1 = min(r0 + 1, a.N - 1);
-    float acc[2][TT];
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int t = 0; t < TT; ++t) acc[r][t] = 0.f;
-    Chunk<BITS> w[2][U], wn[2][U];
-    float s[2][U], sn[2][U];
-    auto load_batch = [&](int cb, Chunk<BITS> (&ww)[2][U], float (&ss)[2][U]) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = cb + 32 * u;
-        if (c < nch) {
-          load_chunk<BITS>(a, r0, c, ww[0][u]);
-          load_chunk<BITS>(a, r1, c, ww[1][u]);
-          ss[0][u] = __half2float(a.scales[(size_t)r0 * ngroups + ((c * 32) >> a.gshift)]);
-          ss[1][u] = __half2float(a.scales[(size_t)r1 * ngroups + ((c * 32) >> a.gshift)]);
-        }
-      }
-    };
-    if (PIPE) load_batch(lane, w, s);
-    for (int cb = lane; cb < nch; cb += 32 * U) {
-      if (PIPE) {
-        if (cb + 32 * U < nch) load_batch(cb + 32 * U, wn, sn);
-      } else {
-        load_batch(cb, w, s);
-      }
-      wait_once();
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = cb + 32 * u;
-        if (c >= nch) break;
-#pragma unroll
-        for (int t = 0; t < TT; ++t) {
-          if (t < a.T) {
-            uint4 xv[4];
-            load_x_global<XL>(reinterpret_cast<const uint4*>(a.x + (size_t)t * a.K), c, nch, xv);
-            acc[0][t] = fmaf(s[0][u], chunk_dot<BITS>(w[0][u], xv), acc[0][t]);
-            acc[1][t] = fmaf(s[1][u], chunk_dot<BITS>(w[1][u], xv), acc[1][t]);
-          }
-        }
-      }
-      if (PIPE) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          w[0][u] = wn[0][u];
-          w[1][u] = wn[1][u];
-          s[0][u] = sn[0][u];
-          s[1][u] = sn[1][u];
-        }
-      }
-    }
-    wait_once();  // lanes that loaded no chunk (K < 32 T) still write outputs
-#pragma unroll
-    for (int t = 0; t < TT; ++t) {
-      acc[0][t] = warp_sum(acc[0][t]);
-      acc[1][t] = warp_sum(acc[1][t]);
-    }
-    // lane t writes token t: the epilogue is spread over lanes instead of serialised on lane 0
-#pragma unroll
-    for (int t = 0; t < TT; ++t) {
-      if (lane != t || t >= a.T) continue;
-      float* o = a.out_f32 + (size_t)t * a.ldo;
-      if (a.epi == GEMV_STORE) {
-        o[r0] = acc[0][t];
-        if (r0 + 1 < a.N) o[r0 + 1] = acc[1][t];
-      } else if (a.epi == GEMV_ADD) {
-        o[r0] += acc[0][t];
-        if (r0 + 1 < a.N) o[r0 + 1] += acc[1][t];
-      } else {
-        a.out_h[(size_t)t * a.ldo + swiglu_pos(a, pair)] = __float2half(silu(acc[0][t]) * acc[1][t]);
-      }
-    }
-  }
-  wait_once();  // a warp without work still waits (pdl.cuh: completion stays transitive)
-}
-
-template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
-void launch(const GemvArgs& a, cudaStream_t st) {
-  auto kern = qgemv_kernel<BITS, TT, U, PERSIST, PIPE, XL>;
-  int blocks = ceil_div(ceil_div(a.N, 2), kWarps);
-  if (PERSIST) {  // one resident wave, from the occupancy calculator
-    static int per_sm = 0;
-    if (!per_sm && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kWarps * 32, 0) != cudaSuccess ||
-                    per_sm <= 0))
-      per_sm = 4;
-    blocks = std::min(blocks, sm_count() * per_sm);
-  }
-  launch_pdl("qgemv", kern, dim3(blocks), dim3(kWarps * 32), 0, st, a);
 }
 
 // Variant 36 (written in session 13 from the SASS, routed for down in session 14): variant 4 (T = 1, 4-bit, one row
@@ -1717,7 +1556,7 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     if (a.x_lanes) {  // the lanes layout is read by variants 4, 36, 39..44, 49 only (qgemv checks v before it gets here)
       if constexpr (BITS == 4) {
         if (is_pp_variant(v)) launch_pp_variant<true>(a, st, v);
-        else launch<BITS, 1, 2, false, true, true>(a, st);
+        else launch_generic<BITS, 1, 2, false, true, true>(a, st);
       } else if constexpr (BITS == 5 || BITS == 6) {
         launch_pp_wide<true, BITS>(a, st);  // 36
       }
@@ -1748,12 +1587,12 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
     //      per SM instead of 4 x 8 for 16), 2 KB of codes in flight per warp
     // A shape whose x leaves no room for 2 stages falls back to variant 1 (4-bit) / the generic path.
     if (v >= 16 && v <= 19) {
-      if (!launch_ring_variant<BITS>(a, st, v)) launch<BITS, 1, 2, false, false>(a, st);
+      if (!launch_ring_variant<BITS>(a, st, v)) launch_generic<BITS, 1, 2, false, false>(a, st);
       return;
     }
     // 5/6/8-bit, 1..15: the generic per-element path (kept for comparison)
     if constexpr (BITS != 4) {
-      launch<BITS, 1, 2, false, false>(a, st);
+      launch_generic<BITS, 1, 2, false, false>(a, st);
       return;
     }
     // 6..15 (qgemv4_sx_kernel, persistent grid; rows/warp R, chunks in flight U, threads/block, register cap):
@@ -1905,22 +1744,22 @@ void launch_bits(const GemvArgs& a, cudaStream_t st) {
       if (v == 37 && launch_sx<4, 2, 22, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v == 38 && launch_sx<8, 1, 16, 1, true, false, false, true, false, true>(a, st, false)) return;
       if (v >= 6) {
-        launch<BITS, 1, 2, false, false>(a, st);
+        launch_generic<BITS, 1, 2, false, false>(a, st);
         return;
       }
-      if (v == 2) launch<BITS, 1, 4, false, false>(a, st);
-      else if (v == 3) launch<BITS, 1, 4, true, false>(a, st);
-      else if (v == 4) launch<BITS, 1, 2, false, true>(a, st);
-      else if (v == 5) launch<BITS, 1, 2, true, true>(a, st);
-      else launch<BITS, 1, 2, false, false>(a, st);
+      if (v == 2) launch_generic<BITS, 1, 4, false, false>(a, st);
+      else if (v == 3) launch_generic<BITS, 1, 4, true, false>(a, st);
+      else if (v == 4) launch_generic<BITS, 1, 2, false, true>(a, st);
+      else if (v == 5) launch_generic<BITS, 1, 2, true, true>(a, st);
+      else launch_generic<BITS, 1, 2, false, false>(a, st);
     }
   }
   else if (g_mma && !a.x_lanes && a.nx == nullptr) launch_mma(BITS, a, st);
-  else if (BITS != 4) launch<BITS, 16, 2, false, false>(a, st);
-  else if (a.T <= 2) launch<BITS, 2, 2, false, false>(a, st);
-  else if (a.T <= 4) launch<BITS, 4, 2, false, false>(a, st);
-  else if (a.T <= 8) launch<BITS, 8, 2, false, false>(a, st);
-  else launch<BITS, 16, 2, false, false>(a, st);
+  else if (BITS != 4) launch_generic<BITS, 16, 2, false, false>(a, st);
+  else if (a.T <= 2) launch_generic<BITS, 2, 2, false, false>(a, st);
+  else if (a.T <= 4) launch_generic<BITS, 4, 2, false, false>(a, st);
+  else if (a.T <= 8) launch_generic<BITS, 8, 2, false, false>(a, st);
+  else launch_generic<BITS, 16, 2, false, false>(a, st);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
-// What the two GEMV translation units share: qgemv.cu (T = 1 kernels, the per-token kernel, routing and the public
-// entry points) and qgemv_mma.cu (the tensor-core GEMV of T = 2..16 tokens). They were one file until session 49; the
-// tensor-core kernels, ~40 % of its code, now compile beside the rest (a cold build's longest object took ~120 s on
-// the device, bench/results/build-times-h100-s46-call1.txt).
+// What the GEMV translation units share: qgemv.cu (the T = 1 kernels, routing and the public entry points),
+// qgemv_generic.cu (the per-token kernel: the generic T = 1 path and T > 1 with the tensor-core GEMV off),
+// qgemv_mma.cu (the tensor-core GEMV of T = 2..16 tokens: switches, splits, launch, reduce) and the files that compile
+// its kernel's forms by width (qgemv_mma_4_8bit.cu, qgemv_mma_5_6bit.cu). They were one file until session 49; now they compile side
+// by side (that file was a cold build's longest object, ~120 s on the device,
+// bench/results/build-times-h100-s46-call1.txt).
 #pragma once
 
 #include <cstdint>
@@ -11,9 +13,12 @@
 
 #include "common.cuh"
 #include "ptx.cuh"
+#include "q4_half2.cuh"
 
 namespace monorail {
 namespace gemv {
+
+constexpr int kWarps = 4;  // warps a block of the T = 1 kernels and the per-token kernel
 
 struct GemvArgs {
   const uint8_t* codes;
@@ -113,11 +118,65 @@ __device__ __forceinline__ void magic_words(const Chunk<BITS>& ch, int j, uint32
   }
 }
 
+// Code of element k (0..31) of a chunk, for the generic path (compile-time k after unrolling).
+template <int BITS>
+__device__ inline int code_of(const Chunk<BITS>& ch, int k) {
+  if (BITS == 8) {
+    uint32_t w = k < 16 ? (&ch.lo.x)[k >> 2] : (&ch.hi8.x)[(k - 16) >> 2];
+    return (w >> ((k & 3) * 8)) & 0xFF;
+  }
+  uint32_t w = (&ch.lo.x)[k >> 3];
+  int c = (w >> ((k & 7) * 4)) & 0xF;
+  if (BITS == 5) c |= ((ch.high.x >> k) & 1) << 4;
+  if (BITS == 6) c |= ((((&ch.high.x)[k >> 4]) >> ((k & 15) * 2)) & 3) << 4;
+  return c;
+}
+
+template <int BITS>
+__device__ inline float chunk_dot(const Chunk<BITS>& ch, const uint4 (&xv)[4]) {
+  if (BITS == 4) {
+    return dot_q4_half2(ch.lo, xv);
+  } else {
+    const __half* xh = reinterpret_cast<const __half*>(xv);
+    const float off = float(1 << (BITS - 1));
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) s = fmaf(float(code_of<BITS>(ch, k)) - off, __half2float(xh[perm8(k)]), s);
+    return s;
+  }
+}
+
+// The four 16-byte pieces of chunk c of one token's x (nch chunks) read through L1, in perm8 order or (XL) in the
+// lanes layout, where piece p of chunk c sits at run * 128 + p * run_chunks + c % 32 (16-byte units).
+template <bool XL>
+__device__ __forceinline__ void load_x_global(const uint4* xt, int c, int nch, uint4 (&xv)[4]) {
+  if (XL) {
+    const int run = c >> 5;
+    const int run_chunks = min(32, nch - 32 * run);
+    const uint4* xp = xt + run * 128 + (c & 31);
+#pragma unroll
+    for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p * run_chunks);
+  } else {
+    const uint4* xp = xt + c * 4;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) xv[p] = __ldg(xp + p);
+  }
+}
+
 // Host side. The SMs of the current device (cached; 132 when the query fails). Defined in qgemv.cu.
 int sm_count();
 // Launches the tensor-core GEMV of a.T = 2..16 tokens for a BITS-bit matrix (and its split-K reduce); defined in
 // qgemv_mma.cu, whose switches (set_qgemv_mma_shape and the others) choose the form.
 void launch_mma(int bits, const GemvArgs& a, cudaStream_t st);
+// Launches one form of the tensor-core kernel (qgemv_mma_kernel<BITS, 1 or 2 n8 tiles, U, LF, MT>, qgemv_mma.cuh);
+// defined in qgemv_mma_launch.cuh and instantiated by width in qgemv_mma_4_8bit.cu and qgemv_mma_5_6bit.cu.
+template <int BITS, int U, bool LF, int MT = 2>
+void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per,
+                       bool unchecked);
+// Launches the per-token kernel (qgemv_kernel) in one of its forms; defined in qgemv_generic.cu, which instantiates the
+// forms qgemv.cu launches (a form missing there is an undefined symbol when the module loads).
+template <int BITS, int TT, int U, bool PERSIST, bool PIPE, bool XL = false>
+void launch_generic(const GemvArgs& a, cudaStream_t st);
 
 }  // namespace gemv
 }  // namespace monorail

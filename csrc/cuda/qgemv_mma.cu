@@ -1,6 +1,7 @@
-// The GEMV of T = 2..16 tokens on tensor cores (the kernels in qgemv_mma.cuh): its switches, how it splits K, and its
-// launch. qgemv.cu routes a GEMV here (gemv::launch_mma) when T > 1 and set_qgemv_mma is on. A translation unit of its
-// own since session 49, so that a cold build compiles it beside the T = 1 kernels (qgemv_common.cuh).
+// The GEMV of T = 2..16 tokens on tensor cores (the kernels in qgemv_mma.cuh): its switches, how it splits K, its
+// launch and the split-K reduce. qgemv.cu routes a GEMV here (gemv::launch_mma) when T > 1 and set_qgemv_mma is on.
+// The kernel's forms are instantiated by width in qgemv_mma_4_8bit.cu and qgemv_mma_5_6bit.cu (gemv::launch_mma_kernel),
+// so that a cold build compiles them side by side (session 49; qgemv_common.cuh).
 #include <algorithm>
 #include <stdexcept>
 #include <tuple>
@@ -110,12 +111,14 @@ int mma_splits(int N, int K, int T, int64_t floats) {
   return ceil_div(spans, per);  // no empty split
 }
 
-template <int BITS, int U, bool LF, int MT = 2>
-void launch_mma_kernel(bool two_tiles, dim3 grid, dim3 block, cudaStream_t st, const GemvArgs& a, float* part, int per) {
-  if (two_tiles)
-    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 2, U, LF, MT>, grid, block, 0, st, a, part, per, g_mma_unchecked);
-  else
-    launch_pdl("qgemv_mma", qgemv_mma_kernel<BITS, 1, U, LF, MT>, grid, block, 0, st, a, part, per, g_mma_unchecked);
+// Sums the splits' partials in split order and applies the epilogue: one thread per (token, output).
+__global__ void __launch_bounds__(256) qgemv_mma_reduce_kernel(GemvArgs a, const float* part, int splits) {
+  pdl_wait();
+  pdl_trigger();
+  const int outs = a.epi == GEMV_SWIGLU ? a.N / 2 : a.N;
+  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
+  if (idx >= a.T * outs) return;
+  mma_reduce_output(a, part, splits, idx / outs, idx % outs);
 }
 
 // The form of the tensor-core kernel the switches choose: 16 rows a warp (always loads first), else 32 rows with or
@@ -124,15 +127,15 @@ template <int BITS, int U>
 void launch_mma_form(const GemvArgs& a, bool two, bool wide, bool sixteen_rows, dim3 grid, dim3 block, cudaStream_t st,
                      float* part, int per) {
   if (sixteen_rows) {
-    if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per);
-    else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per);
+    if (wide) launch_mma_kernel<BITS, 2 * U, true, 1>(two, grid, block, st, a, part, per, g_mma_unchecked);
+    else launch_mma_kernel<BITS, U, true, 1>(two, grid, block, st, a, part, per, g_mma_unchecked);
   } else if (g_mma_loads_first) {
-    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per);
-    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per);
+    if (wide) launch_mma_kernel<BITS, 2 * U, true>(two, grid, block, st, a, part, per, g_mma_unchecked);
+    else launch_mma_kernel<BITS, U, true>(two, grid, block, st, a, part, per, g_mma_unchecked);
   } else if (wide) {
-    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per);
+    launch_mma_kernel<BITS, 2 * U, false>(two, grid, block, st, a, part, per, g_mma_unchecked);
   } else {
-    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per);
+    launch_mma_kernel<BITS, U, false>(two, grid, block, st, a, part, per, g_mma_unchecked);
   }
 }
 

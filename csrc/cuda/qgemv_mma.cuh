@@ -1,6 +1,8 @@
 // The GEMV for T = 2..16 tokens on tensor cores (4 / 5 / 6 / 8-bit) (mma.sync m16n8k16, fp32 accumulate): the weights are
 // dequantized once and multiplied with every token, so a step of T tokens streams the matrix once, as T = 1 does.
-// Included by qgemv_mma.cu (it uses GemvArgs, swiglu_pos, Chunk, load_chunk and magic_words from qgemv_common.cuh).
+// Included, inside an anonymous namespace, by qgemv_mma.cu (the reduce and the host side) and by the files that
+// instantiate the kernel's forms by width (qgemv_mma_4_8bit.cu, qgemv_mma_5_6bit.cu, through qgemv_mma_launch.cuh); it
+// uses GemvArgs, swiglu_pos, Chunk, load_chunk and magic_words from qgemv_common.cuh.
 //
 // Why: the per-token kernel (qgemv_kernel with TT > 1) decodes each chunk again for every token, so its cost grows
 // with T: on an H100 a whole 27B step took 6.2 / 19 / 31 / 77 ms at T = 1 / 4 / 7 / 16 (32K depth,
@@ -297,14 +299,4 @@ __global__ void __launch_bounds__(mma_gemv::kWarpsPerBlock * 32, MT == 1 ? 5 : 0
           a.out_h[(size_t)t * a.ldo + swiglu_pos(a, row >> 1)] = __float2half(silu(v) * up);
         }
       }
-}
-
-// Sums the splits' partials in split order and applies the epilogue: one thread per (token, output).
-__global__ void __launch_bounds__(256) qgemv_mma_reduce_kernel(GemvArgs a, const float* part, int splits) {
-  pdl_wait();
-  pdl_trigger();
-  const int outs = a.epi == GEMV_SWIGLU ? a.N / 2 : a.N;
-  const int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  if (idx >= a.T * outs) return;
-  mma_reduce_output(a, part, splits, idx / outs, idx % outs);
 }

@@ -24,6 +24,7 @@ void stamps_arm(StampRecord* rec, unsigned* count, unsigned per_sm) {
   }
   const StampBuffer b{rec, count, rec ? per_sm : 0u, rec ? (unsigned)sms * per_sm : 0u};
   stamps_set_qgemv(b);
+  stamps_set_qgemv_generic(b);
   stamps_set_gdn(b);
   stamps_set_attention(b);
   stamps_set_norm_embed(b);

@@ -127,6 +127,7 @@ class WarpStamp {
 
 // The translation units' setters (MR_STAMPS_TU), called by stamps_arm.
 void stamps_set_qgemv(const StampBuffer& b);
+void stamps_set_qgemv_generic(const StampBuffer& b);
 void stamps_set_gdn(const StampBuffer& b);
 void stamps_set_attention(const StampBuffer& b);
 void stamps_set_norm_embed(const StampBuffer& b);
