@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-# the sources with kernels that wait on a PDL predecessor (pdl_wait; `grep -l pdl_wait csrc/cuda/*.cu`)
+# the sources with kernels that wait on a PDL predecessor (pdl_wait / ld_after_wait, in the file or a local header it
+# includes: tests/test_pdl_load_order.py test_every_source_with_pdl_waits_is_checked finds them)
 SOURCES = ["qgemv.cu", "qgemv_generic.cu", "qgemv_mma.cu", "qgemv_mma_4_8bit.cu", "qgemv_mma_5_6bit.cu", "attention.cu",
            "gdn.cu", "norm_embed.cu"]
 

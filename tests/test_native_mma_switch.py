@@ -45,8 +45,8 @@ def test_the_default_shape_of_work_follows_the_width():
     default = _shapes(None)
     if default == "absent":
         pytest.skip("engine._native was built without CUDA")
-    # 16 rows a warp at 16 warps an SM up to 6 tokens, 32 rows at 8 above (session 46, qgemv_mma.cu g_mma_rows_per_warp);
-    # 4 spans a pass for one n8 tile of tokens, 2 for two
+    # 16 rows a warp at 16 warps an SM up to 6 tokens, 32 rows at 8 above (session 46, qgemv_mma.cu
+    # g_mma_rows_per_warp); 4 spans a pass for one n8 tile of tokens, 2 for two
     assert default == ("(0, 0, 0) [(16, 4, 16), (16, 4, 16), (8, 4, 32), (8, 4, 32), (8, 2, 32), (8, 2, 32)]")
     # what is set wins over the width; a zero field is still chosen by width (rows) or by form (warps)
     assert _shapes("12,2,32") == "(12, 2, 32) " + str([(12, 2, 32)] * 6)

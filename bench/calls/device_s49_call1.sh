@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 49 (written for the next session with a device; it replaces session 47's device_s47_call2.sh, which never
-# got a machine and is removed): the unchecked passes switched on for the whole process (MONORAIL_QGEMV_MMA_UNCHECKED=1),
-# since session 49 made the checked passes the default until a GPU has run the unchecked ones. On an H200 the decode record with both llama.cpp peers (bench/device_card.sh execs
+# got a machine and is removed): the unchecked passes switched on for the whole process
+# (MONORAIL_QGEMV_MMA_UNCHECKED=1), since session 49 made the checked passes the default until a GPU has run the
+# unchecked ones. On an H200 the decode record with both llama.cpp peers (bench/device_card.sh execs
 # device_s41_h200.sh before the export below, so the record runs the defaults). On an H100:
 # 1. the tensor-core GEMV's whole op-test module under unchecked passes: every fp64 check then runs them, and
 #    test_unchecked_passes_change_no_value / test_the_warps_a_block_change_no_value compare bit for bit;
@@ -10,7 +11,7 @@
 #    blocks a further ~0.2 ms at T = 4;
 # 3. Nsight Compute on gate_up's 4-token kernel (unchecked, 4 and 1 warps a block) and a 4-token step's trace;
 # 4. the engine-level GPU tests (tokenizer-dependent ones first) under unchecked passes.
-# If 1 and 4 pass and 2 wins: set g_mma_unchecked = true (qgemv.cu), refit round_cost_steps (device_s46_call3.sh).
+# If 1 and 4 pass and 2 wins: set g_mma_unchecked = true (qgemv_mma.cu), refit round_cost_steps (device_s46_call3.sh).
 #   MONORAIL_COMMIT=<sha> [BUDGET=seconds] bash bench/calls/device_s49_call1.sh     (carry .whl and .peer)
 # A warm follow-up must `source bench/device_setup.sh` first (the carried wheels on PYTHONPATH; the build a no-op).
 set -uo pipefail

@@ -1,8 +1,8 @@
 // What the GEMV translation units share: qgemv.cu (the T = 1 kernels, routing and the public entry points),
 // qgemv_generic.cu (the per-token kernel: the generic T = 1 path and T > 1 with the tensor-core GEMV off),
-// qgemv_mma.cu (the tensor-core GEMV of T = 2..16 tokens: switches, splits, launch, reduce) and the files that compile
-// its kernel's forms by width (qgemv_mma_4_8bit.cu, qgemv_mma_5_6bit.cu). They were one file until session 49; now they compile side
-// by side (that file was a cold build's longest object, ~120 s on the device,
+// qgemv_mma.cu (the tensor-core GEMV of T = 2..16 tokens: switches, splits, launch, reduce) and the files that
+// compile its kernel's forms by width (qgemv_mma_4_8bit.cu, qgemv_mma_5_6bit.cu). They were one file until session 49;
+// now they compile side by side (that file was a cold build's longest object, ~120 s on the device,
 // bench/results/build-times-h100-s46-call1.txt).
 #pragma once
 

@@ -1,7 +1,7 @@
 // The GEMV of T = 2..16 tokens on tensor cores (the kernels in qgemv_mma.cuh): its switches, how it splits K, its
 // launch and the split-K reduce. qgemv.cu routes a GEMV here (gemv::launch_mma) when T > 1 and set_qgemv_mma is on.
-// The kernel's forms are instantiated by width in qgemv_mma_4_8bit.cu and qgemv_mma_5_6bit.cu (gemv::launch_mma_kernel),
-// so that a cold build compiles them side by side (session 49; qgemv_common.cuh).
+// The kernel's forms are instantiated by width in qgemv_mma_4_8bit.cu and qgemv_mma_5_6bit.cu
+// (gemv::launch_mma_kernel), so that a cold build compiles them side by side (session 49; qgemv_common.cuh).
 #include <algorithm>
 #include <stdexcept>
 #include <tuple>

@@ -1,5 +1,6 @@
 // The tensor-core GEMV kernel's forms at 4 and 8 bits (qgemv_mma_launch.cuh): compiled apart from qgemv_mma.cu and the
-// other widths so that a cold build compiles them side by side (session 49). 8 bits loads one span a pass (U = 1), the others two.
+// other widths so that a cold build compiles them side by side (session 49). 8 bits loads one span a pass (U = 1),
+// 4 bits two.
 #include "common.cuh"
 #include "pdl.cuh"
 #include "ptx.cuh"
